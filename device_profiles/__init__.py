@@ -1,0 +1,1 @@
+"""wasmgate.device_profiles."""

@@ -1,0 +1,24 @@
+"""Shared CLI helpers: exit codes, the error type commands raise, the not-implemented stub."""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+SubParsers = argparse._SubParsersAction  # noqa: SLF001 - argparse exposes no public alias
+
+
+class CliError(Exception):
+    """A command failed; the message is printed as one line and the process exits."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def not_implemented(issue: int) -> int:
+    """Commands whose issue has not landed refuse clearly with the usage exit code."""
+    raise CliError(f"not implemented yet (tracked in issue {issue})", EXIT_USAGE)

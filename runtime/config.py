@@ -1,0 +1,238 @@
+"""Daemon settings: typed models loaded from TOML, overridable by environment variables.
+
+Precedence (highest first): environment ``WASMGATE_<SECTION>__<FIELD>`` (for example
+``WASMGATE_HTTP__PORT=9000``), then the TOML file (``--config PATH``, default
+``/etc/wasmgate/config.toml`` when it exists), then the built-in defaults below.
+Unknown keys are errors, in the file and in the environment alike.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from wasmgate.runtime.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/wasmgate/config.toml")
+ENV_PREFIX = "WASMGATE_"
+
+
+def default_data_dir() -> Path:
+    """``/var/lib/wasmgate`` for root, else ``$XDG_DATA_HOME/wasmgate``."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/wasmgate")
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "wasmgate"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class HttpSettings(_Section):
+    host: str = "127.0.0.1"
+    """Address the HTTP server binds to. Loopback by default; set 0.0.0.0 to expose it."""
+    port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port of the HTTP server (0 picks a free port, logged at start)."""
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Largest request body accepted; larger bodies get 413."""
+    management_token: str | None = None
+    """Bearer token for /v1/bundles. None disables the management API entirely."""
+    tls_cert: Path | None = None
+    """PEM certificate for HTTPS. Both tls_cert and tls_key enable TLS."""
+    tls_key: Path | None = None
+    """PEM private key matching tls_cert."""
+
+
+class MqttSettings(_Section):
+    host: str | None = None
+    """Broker host. None (the default) turns the MQTT bridge off."""
+    port: int = Field(default=1883, ge=1, le=65535)
+    """Broker port."""
+    protocol: Literal["5", "3.1.1"] = "5"
+    """MQTT protocol version used by the daemon's own connection."""
+    client_id: str | None = None
+    """Client id; default ``wasmgate-<gateway_id>``. Must be stable for persistent sessions."""
+    username: str | None = None
+    """Username for broker authentication."""
+    password: str | None = None
+    """Password for broker authentication."""
+    tls_ca: Path | None = None
+    """CA bundle; setting it turns TLS on."""
+    tls_cert: Path | None = None
+    """Client certificate for mutual TLS."""
+    tls_key: Path | None = None
+    """Client key for mutual TLS."""
+    keepalive_s: int = Field(default=30, ge=5)
+    """MQTT keepalive interval in seconds."""
+    topic_prefix: str = "wasmgate/v1"
+    """Root of every topic; the full root is ``<topic_prefix>/<gateway_id>/``."""
+    gateway_id: str | None = None
+    """Gateway id in topics; default the host name."""
+    qos: int = Field(default=1, ge=0, le=2)
+    """QoS for subscriptions and answers."""
+    shared_group: str | None = None
+    """Subscribe through ``$share/<group>/`` so several daemons share one request stream."""
+    session_expiry_s: int = Field(default=3600, ge=0)
+    """MQTT 5 Session Expiry Interval: how long the broker keeps our session while offline."""
+    max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
+    """Largest request payload handled; larger ones get a 413-style error answer."""
+    outbox_size: int = Field(default=1000, gt=0)
+    """Answers kept while disconnected, published on reconnect (oldest dropped beyond)."""
+    dedupe_window_s: float = Field(default=300.0, ge=0)
+    """Window in which a redelivered request (same correlation data or id) is answered once."""
+    reconnect_max_s: float = Field(default=30.0, gt=0)
+    """Cap of the exponential reconnect backoff."""
+
+
+class PathSettings(_Section):
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """Root for bundles, state and caches unless the paths below are set."""
+    bundle_dir: Path | None = None
+    """Directory watched for ``*.wgb`` bundles; default ``<data_dir>/bundles``."""
+    state_dir: Path | None = None
+    """Blob store, anti-rollback state; default ``<data_dir>/state``."""
+    cache_dir: Path | None = None
+    """Compiled-module and optimized-model cache; default ``<data_dir>/cache``."""
+    trust_file: Path | None = None
+    """Trust store file; default ``<data_dir>/trust.json``."""
+
+    def resolved(self, name: Literal["bundle_dir", "state_dir", "cache_dir"]) -> Path:
+        value: Path | None = getattr(self, name)
+        default = {"bundle_dir": "bundles", "state_dir": "state", "cache_dir": "cache"}[name]
+        return value if value is not None else self.data_dir / default
+
+    def resolved_trust_file(self) -> Path:
+        return self.trust_file if self.trust_file is not None else self.data_dir / "trust.json"
+
+
+class LimitSettings(_Section):
+    """Daemon-wide ceilings. A manifest may ask for less, never for more."""
+
+    max_bundle_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    """Largest bundle file accepted (checked before anything is read)."""
+    max_module_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    """Largest adapter .wasm accepted."""
+    memory_mb: int = Field(default=256, gt=0)
+    """Ceiling on one guest instance's linear memory, in MiB."""
+    deadline_ms: int = Field(default=10_000, gt=0)
+    """Ceiling on one request's wall-clock deadline, in milliseconds."""
+    fuel: int | None = Field(default=None, gt=0)
+    """Ceiling on fuel per request when a manifest asks for fuel; None = manifest's value."""
+    max_output_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Ceiling on an adapter's answer size."""
+    max_log_bytes: int = Field(default=64 * 1024, ge=0)
+    """Captured guest stdout/stderr per request, beyond which it is cut."""
+    max_in_flight: int = Field(default=64, gt=0)
+    """Ceiling on concurrently running requests per adapter."""
+    queue_size: int = Field(default=256, ge=0)
+    """Ceiling on requests waiting per adapter before 'busy'."""
+    workers: int = Field(default=0, ge=0)
+    """Worker threads for guests and models; 0 = 2 x CPU count."""
+    max_batch_size: int = Field(default=64, gt=0)
+    """Ceiling on a model's dynamic batch size."""
+
+
+class CloudSettings(_Section):
+    url: str | None = None
+    """Base URL of a KServe V2 endpoint for fallback (e.g. https://cloud/); None = off."""
+    token: str | None = None
+    """Bearer token sent to the cloud endpoint."""
+    tls_ca: Path | None = None
+    """CA bundle to verify the cloud endpoint."""
+    timeout_s: float = Field(default=5.0, gt=0)
+    """Timeout for one cloud request."""
+    max_concurrent: int = Field(default=16, gt=0)
+    """Cloud requests in flight at once."""
+    breaker_failures: int = Field(default=5, gt=0)
+    """Consecutive failures that open the circuit breaker."""
+    breaker_reset_s: float = Field(default=30.0, gt=0)
+    """Time the breaker stays open before half-open probes."""
+
+
+class LogSettings(_Section):
+    format: Literal["plain", "json"] = "plain"
+    """Log line format on stderr."""
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Minimum level logged."""
+
+
+class Settings(BaseSettings):
+    """Root settings of ``wasmgate serve``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+    http: HttpSettings = HttpSettings()
+    """HTTP server (KServe V2, raw adapter endpoint, management API, metrics, status)."""
+    mqtt: MqttSettings = MqttSettings()
+    """MQTT bridge; off unless ``mqtt.host`` is set."""
+    paths: PathSettings = Field(default_factory=PathSettings)
+    """Where bundles, state and caches live."""
+    limits: LimitSettings = LimitSettings()
+    """Daemon-wide ceilings on every manifest's limits."""
+    cloud: CloudSettings = CloudSettings()
+    """Cloud fallback endpoint."""
+    log: LogSettings = LogSettings()
+    """Logging."""
+    profile: str | None = None
+    """Device profile name or path to a profile TOML; None = detect the hardware."""
+    drain_s: float = Field(default=10.0, ge=0)
+    """On SIGTERM, time given to in-flight requests before the daemon exits."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file is passed as init kwargs by load_settings; env wins over it.
+        return (env_settings, init_settings)
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(root)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        problem = "unknown key"
+    else:
+        problem = first["msg"]
+    return f"{source}: {key}: {problem}"
+
+
+def load_settings(path: Path | None, *, required: bool = False) -> Settings:
+    """Load settings from ``path`` (or the default file if it exists) plus the environment.
+
+    Raises ConfigError with a one-line message naming the file, the key and the problem.
+    """
+    file_path = path if path is not None else DEFAULT_CONFIG_PATH
+    data: dict[str, Any] = {}
+    if path is not None or file_path.exists():
+        try:
+            with file_path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as e:
+            raise ConfigError(f"{file_path}: cannot read: {e.strerror or e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{file_path}: not valid TOML: {e}") from e
+    elif required:
+        raise ConfigError(f"{file_path}: cannot read: no such file")
+    source = str(file_path) if data else "environment"
+    try:
+        return Settings(**data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(source, e)) from e

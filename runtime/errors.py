@@ -1,0 +1,49 @@
+"""The runtime's error hierarchy. No HTTP or MQTT codes here: bridges map them once."""
+
+
+class DaemonError(Exception):
+    """Root of every error the daemon raises on purpose."""
+
+
+class ConfigError(DaemonError):
+    """The configuration file or environment is unreadable or invalid."""
+
+
+class BadRequest(DaemonError):
+    """The request itself is malformed (bad JSON, wrong shape, wrong datatype)."""
+
+
+class NotFound(DaemonError):
+    """No adapter or model of that name (or version) is installed."""
+
+
+class PayloadTooLarge(DaemonError):
+    """The request body or payload is larger than the configured or manifest limit."""
+
+
+class Busy(DaemonError):
+    """Admission control refused the request: in-flight and queue limits are full."""
+
+
+class DeadlineExceeded(DaemonError):
+    """The request's deadline passed before an answer was ready."""
+
+
+class NotReady(DaemonError):
+    """The daemon or the model is not ready to serve (starting, draining, loading)."""
+
+
+class InferenceFailed(DaemonError):
+    """Local inference failed (backend error, sandbox trap, adapter error)."""
+
+
+class Unauthorized(DaemonError):
+    """A management call came without a valid bearer token."""
+
+
+class BackendError(DaemonError):
+    """A backend could not load or run a model."""
+
+
+class FallbackFailed(DaemonError):
+    """Both local inference and the cloud fallback failed; the message names both causes."""

@@ -1,0 +1,1 @@
+"""wasmgate.sandbox."""
