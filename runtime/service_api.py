@@ -1,0 +1,122 @@
+"""The transport-neutral service interface the bridges (HTTP, MQTT) call.
+
+`wasmgate.runtime.service.InferenceService` implements `ServiceAPI`; bridge tests may use
+any object that satisfies the protocol. Times are seconds; deadlines are `time.monotonic()`
+values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Source = Literal["local", "cloud"]
+
+
+@dataclass(frozen=True)
+class AdapterRequest:
+    """One device payload for one adapter, as a bridge received it."""
+
+    adapter: str
+    payload: bytes
+    content_type: str | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """Transport facts the guest may read: ``transport``, ``topic``, ``client``, ..."""
+    deadline: float | None = None
+
+
+@dataclass
+class AdapterAnswer:
+    """The adapter's answer and how it was produced."""
+
+    body: bytes
+    content_type: str
+    source: Source
+    version: int
+    timings: dict[str, float] = field(default_factory=dict)
+    """Stage durations in seconds: ``queue``, ``sandbox``, ``inference``, ``fallback``."""
+    events: list[bytes] = field(default_factory=list)
+    """Payloads the adapter emitted for ``events/<adapter>``."""
+    fallback_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Direct tensor inference on a model declared by a bundle."""
+
+    model: str
+    inputs: Mapping[str, npt.NDArray[np.generic]]
+    outputs: Sequence[str] | None = None
+    """Requested output names; None = all."""
+    version: str | None = None
+    deadline: float | None = None
+
+
+@dataclass
+class ModelAnswer:
+    """Outputs by name, in the model's declared order (or the requested order)."""
+
+    outputs: dict[str, npt.NDArray[np.generic]]
+    source: Source
+    version: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A V2 tensor description: datatype is the KServe V2 name, -1 marks a dynamic dim."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What `GET /v2/models/{m}` and the status page show."""
+
+    name: str
+    version: int
+    platform: str
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    max_batch_size: int = 0
+    max_queue_delay_us: int = 0
+    kind: Literal["model", "adapter"] = "model"
+    bundle: str = ""
+    ready: bool = True
+    details: Mapping[str, str] = field(default_factory=dict)
+    """Backend facts: ``provider``, ``precision``, fallback notes."""
+
+
+class ServiceAPI(Protocol):
+    """What every bridge needs from the core."""
+
+    async def run_adapter(self, req: AdapterRequest) -> AdapterAnswer:
+        """Run one request through the adapter; raises `wasmgate.runtime.errors` types."""
+        ...
+
+    async def infer_model(self, req: ModelRequest) -> ModelAnswer:
+        """Direct tensor inference; raises `wasmgate.runtime.errors` types."""
+        ...
+
+    def model_info(self, name: str, version: str | None = None) -> ModelInfo:
+        """Metadata of a model or adapter (adapters appear with one BYTES in/out); NotFound."""
+        ...
+
+    def list_models(self) -> list[ModelInfo]:
+        """Every model and adapter currently served."""
+        ...
+
+    def adapter_names(self) -> list[str]:
+        """Names of adapters currently served (for MQTT subscriptions and metadata)."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """True once start-up bundles are loaded and the daemon is not draining."""
+        ...
