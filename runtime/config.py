@@ -200,6 +200,8 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The TOML file is passed as init kwargs by load_settings; env wins over it.
+        # No .env files and no secrets dir: the operator's config file is the one source.
+        del settings_cls, dotenv_settings, file_secret_settings
         return (env_settings, init_settings)
 
 
@@ -207,10 +209,7 @@ def _format_error(source: str, err: ValidationError) -> str:
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "(root)"
     kind = first["type"]
-    if kind == "extra_forbidden":
-        problem = "unknown key"
-    else:
-        problem = first["msg"]
+    problem = "unknown key" if kind == "extra_forbidden" else first["msg"]
     return f"{source}: {key}: {problem}"
 
 

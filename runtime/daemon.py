@@ -39,8 +39,7 @@ async def run_daemon(settings: Settings) -> int:
         runner, settings.http.host, settings.http.port, ssl_context=_ssl_context(settings)
     )
     await site.start()
-    bound = [s.getsockname() for s in (runner.server and site._server.sockets or [])]  # type: ignore[union-attr]
-    log.info("listening", extra={"addresses": bound})
+    log.info("listening", extra={"addresses": [str(a) for a in runner.addresses]})
     try:
         await stop.wait()
     finally:

@@ -8,7 +8,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
-SubParsers = argparse._SubParsersAction  # noqa: SLF001 - argparse exposes no public alias
+SubParsers = argparse._SubParsersAction
 
 
 class CliError(Exception):

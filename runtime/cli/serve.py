@@ -37,7 +37,5 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(e), EXIT_USAGE) from e
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
-        settings = settings.model_copy(
-            update={"http": settings.http.model_copy(update=overrides)}
-        )
+        settings = settings.model_copy(update={"http": settings.http.model_copy(update=overrides)})
     return asyncio.run(run_daemon(settings))
