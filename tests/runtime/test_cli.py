@@ -1,0 +1,44 @@
+"""The CLI skeleton: help everywhere, version, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from wasmgate import __version__
+from wasmgate.runtime.cli import build_parser, main
+
+COMMANDS = [
+    "serve", "keygen", "bundle", "trust", "adapter", "run-guest", "profiles", "quantize", "bench",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_for_every_command(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert f"usage: wasmgate {command}" in capsys.readouterr().out
+
+
+def test_every_command_is_registered() -> None:
+    parser = build_parser()
+    help_text = parser.format_help()
+    for command in COMMANDS:
+        assert command in help_text
+
+
+def test_version_and_module_entry_point() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "wasmgate", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"wasmgate {__version__}"
+
+
+def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["no-such-command"])
+    assert exc.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err

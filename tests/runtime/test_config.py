@@ -1,0 +1,88 @@
+"""Config: defaults, TOML, environment overrides, one-line errors naming file and key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wasmgate.runtime.config import Settings, load_settings
+from wasmgate.runtime.errors import ConfigError
+
+
+def test_defaults_without_any_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", "/tmp/xdg-test")
+    settings = load_settings(None)
+    assert (settings.http.host, settings.http.port) == ("127.0.0.1", 8080)
+    assert settings.mqtt.host is None
+    expected = Path("/var/lib/wasmgate") if os.geteuid() == 0 else Path("/tmp/xdg-test/wasmgate")
+    assert settings.paths.data_dir == expected
+    assert settings.paths.resolved("bundle_dir") == expected / "bundles"
+
+
+def test_toml_file_and_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[http]\nport = 9001\nhost = "127.0.0.2"\n[mqtt]\nhost = "broker"\n')
+    monkeypatch.setenv("WASMGATE_HTTP__PORT", "9002")
+    settings = load_settings(cfg)
+    assert settings.http.port == 9002
+    assert settings.http.host == "127.0.0.2"
+    assert settings.mqtt.host == "broker"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[http]\nprot = 1\n", "http.prot: unknown key"),
+        ("[http]\nport = 'abc'\n", "http.port: Input should be a valid integer"),
+        ("nonsense = 1\n", "nonsense: unknown key"),
+        ("[http\n", "not valid TOML"),
+    ],
+)
+def test_bad_file_errors_name_file_and_key(tmp_path: Path, text: str, needle: str) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(cfg)
+    message = str(exc.value)
+    assert message.startswith(str(cfg))
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_every_field_is_documented() -> None:
+    def walk(model: type[Settings | object], prefix: str) -> list[str]:
+        missing = []
+        for name, field in getattr(model, "model_fields", {}).items():
+            if not field.description:
+                missing.append(prefix + name)
+            annotation = field.annotation
+            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+                missing += walk(annotation, f"{prefix}{name}.")
+        return missing
+
+    assert walk(Settings, "") == []
+
+
+def test_serve_with_bad_config_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[http]\nport = 'x'\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "wasmgate", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert str(cfg) in lines[0]
+    assert "http.port" in lines[0]
