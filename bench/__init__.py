@@ -1,0 +1,1 @@
+"""wasmgate benchmarks: every figure is printed next to a baseline measured in the same run."""
