@@ -1,0 +1,327 @@
+"""KServe V2 / Open Inference Protocol codec, transport-neutral (HTTP and MQTT use it).
+
+Requests: JSON, or JSON followed by raw tensors (the ``binary_tensor_data`` extension; the
+caller passes the JSON length from ``Inference-Header-Content-Length``). Responses: JSON, or
+JSON + raw tensors when an output asks for ``binary_data`` (or the request sets
+``binary_data_output``). Raw tensors are little-endian, row-major; BOOL is one byte 0/1;
+BYTES elements carry a 4-byte little-endian length prefix. BF16 travels in binary only and
+decodes to ``ml_dtypes.bfloat16`` arrays (what tritonclient uses). BYTES tensors decode to
+object arrays of ``bytes``; outputs may hold ``bytes`` or ``str`` (ONNX Runtime gives ``str``).
+
+Checks against the model's declared tensors (name, datatype, rank, fixed dims) raise
+`BadRequest` naming the input with expected vs got. Unknown top-level keys (the kserve SDK
+sends ``model_name``) and unknown parameters are tolerated; Triton's classification
+extension is refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.runtime.errors import BadRequest
+from wasmgate.runtime.service_api import TensorMeta
+from wasmgate.runtime.v2_tensors import (
+    decode_binary,
+    decode_json,
+    encode_binary,
+    encode_json,
+)
+
+Array = npt.NDArray[Any]
+
+DTYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
+    {
+        "BOOL": np.dtype(np.bool_),
+        "UINT8": np.dtype(np.uint8),
+        "UINT16": np.dtype(np.uint16),
+        "UINT32": np.dtype(np.uint32),
+        "UINT64": np.dtype(np.uint64),
+        "INT8": np.dtype(np.int8),
+        "INT16": np.dtype(np.int16),
+        "INT32": np.dtype(np.int32),
+        "INT64": np.dtype(np.int64),
+        "FP16": np.dtype(np.float16),
+        "FP32": np.dtype(np.float32),
+        "FP64": np.dtype(np.float64),
+        "BF16": np.dtype(ml_dtypes.bfloat16),
+        "BYTES": np.dtype(np.object_),
+    }
+)
+"""V2 datatype name -> numpy dtype of the decoded array."""
+
+JSON_CONTENT_TYPE = "application/json"
+BINARY_CONTENT_TYPE = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    name: str
+    binary: bool | None = None
+    """Per-output ``binary_data``; None = the request-level default."""
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A decoded V2 inference request."""
+
+    inputs: dict[str, Array]
+    outputs: tuple[RequestedOutput, ...] | None = None
+    """None = all outputs, with the request-level binary default."""
+    id: str | None = None
+    binary_output: bool = False
+    """Request-level ``binary_data_output``."""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    input_parameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per-input ``parameters`` (e.g. ``content_type`` for adapter payloads)."""
+
+    @property
+    def output_names(self) -> list[str] | None:
+        return None if self.outputs is None else [o.name for o in self.outputs]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An encoded V2 message: body, content type, and the JSON length when binary follows."""
+
+    body: bytes
+    content_type: str
+    header_length: int | None = None
+
+
+def datatype_of(array: Array) -> str:
+    """The V2 datatype name of a numpy array (``str``/``bytes`` arrays are BYTES)."""
+    kind = array.dtype.kind
+    if kind in "OSU":
+        return "BYTES"
+    for name, dtype in DTYPES.items():
+        if dtype == array.dtype and name != "BYTES":
+            return name
+    raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype")
+
+
+def _load_json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"{what} must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _split(body: bytes, header_length: int | None) -> tuple[bytes, bytes]:
+    if header_length is None:
+        return body, b""
+    if not 0 <= header_length <= len(body):
+        raise BadRequest(
+            f"Inference-Header-Content-Length {header_length} is outside the body "
+            f"of {len(body)} bytes"
+        )
+    return body[:header_length], body[header_length:]
+
+
+def _params(entry: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    params = entry.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadRequest(f"{what}: 'parameters' must be an object")
+    return params
+
+
+def _shape(entry: Mapping[str, Any], what: str) -> tuple[int, ...]:
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+    return tuple(shape)
+
+
+def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
+    entries = doc.get(key)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise BadRequest(f"{what}: '{key}' must be a list of objects")
+    for entry in entries:
+        if not isinstance(entry.get("name"), str):
+            raise BadRequest(f"{what}: every entry of '{key}' needs a string 'name'")
+    return entries
+
+
+def _decode_tensors(
+    entries: list[dict[str, Any]], blob: bytes, what: str
+) -> tuple[dict[str, Array], dict[str, Mapping[str, Any]]]:
+    tensors: dict[str, Array] = {}
+    params_by_name: dict[str, Mapping[str, Any]] = {}
+    offset = 0
+    for entry in entries:
+        name = entry["name"]
+        label = f"{what} '{name}'"
+        if name in tensors:
+            raise BadRequest(f"{label} appears twice")
+        datatype = entry.get("datatype")
+        if not isinstance(datatype, str) or datatype not in DTYPES:
+            raise BadRequest(f"{label}: unknown datatype {datatype!r}")
+        shape = _shape(entry, label)
+        params = _params(entry, label)
+        size = params.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(blob):
+                raise BadRequest(
+                    f"{label}: binary_data_size {size!r} does not fit the "
+                    f"{len(blob) - offset} binary bytes left"
+                )
+            chunk = blob[offset : offset + size]
+            offset += size
+            tensors[name] = decode_binary(chunk, datatype, DTYPES[datatype], shape, label)
+        elif "data" in entry:
+            tensors[name] = decode_json(entry["data"], datatype, DTYPES[datatype], shape, label)
+        else:
+            raise BadRequest(f"{label}: needs 'data' or parameters.binary_data_size")
+        params_by_name[name] = params
+    if offset != len(blob):
+        raise BadRequest(
+            f"{len(blob) - offset} binary bytes after the JSON header are not claimed by "
+            "any binary_data_size"
+        )
+    return tensors, params_by_name
+
+
+def _requested_outputs(doc: Mapping[str, Any]) -> tuple[RequestedOutput, ...] | None:
+    if doc.get("outputs") is None:
+        return None
+    result: list[RequestedOutput] = []
+    for entry in _tensor_entries(doc, "outputs", "request"):
+        label = f"output '{entry['name']}'"
+        params = _params(entry, label)
+        if params.get("classification"):
+            raise BadRequest(f"{label}: the classification extension is not supported")
+        binary = params.get("binary_data")
+        if binary is not None and not isinstance(binary, bool):
+            raise BadRequest(f"{label}: binary_data must be true or false")
+        result.append(RequestedOutput(entry["name"], binary))
+    return tuple(result)
+
+
+def parse_request(body: bytes, header_length: int | None = None) -> InferRequest:
+    """Decode a V2 inference request (JSON, or binary with the JSON header length)."""
+    head, blob = _split(body, header_length)
+    doc = _load_json(head, "inference request")
+    request_id = doc.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadRequest("request 'id' must be a string")
+    params = _params(doc, "request")
+    binary_output = params.get("binary_data_output", False)
+    if not isinstance(binary_output, bool):
+        raise BadRequest("binary_data_output must be true or false")
+    inputs, input_params = _decode_tensors(_tensor_entries(doc, "inputs", "request"), blob, "input")
+    return InferRequest(
+        inputs=inputs,
+        outputs=_requested_outputs(doc),
+        id=request_id,
+        binary_output=binary_output,
+        parameters=params,
+        input_parameters=input_params,
+    )
+
+
+def _check_one(name: str, array: Array, spec: TensorMeta, given_type: str) -> None:
+    if given_type != spec.datatype:
+        raise BadRequest(f"input '{name}': expected datatype {spec.datatype}, got {given_type}")
+    if len(array.shape) != len(spec.shape) or any(
+        want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)
+    ):
+        raise BadRequest(
+            f"input '{name}': expected shape {list(spec.shape)} (-1 = any), got {list(array.shape)}"
+        )
+
+
+def check_inputs(
+    inputs: Mapping[str, Array], specs: Sequence[TensorMeta], model: str = "model"
+) -> None:
+    """Every declared input present, nothing unknown, datatype and shape as declared."""
+    by_name = {spec.name: spec for spec in specs}
+    unknown = sorted(set(inputs) - set(by_name))
+    if unknown:
+        raise BadRequest(
+            f"{model} has no input {', '.join(map(repr, unknown))}; "
+            f"its inputs are {sorted(by_name)}"
+        )
+    missing = sorted(set(by_name) - set(inputs))
+    if missing:
+        raise BadRequest(f"{model} needs input {', '.join(map(repr, missing))}")
+    for name, array in inputs.items():
+        _check_one(name, array, by_name[name], datatype_of(array))
+
+
+def check_outputs(requested: Sequence[str] | None, specs: Sequence[TensorMeta], model: str) -> None:
+    """Every requested output is one the model declares."""
+    known = {spec.name for spec in specs}
+    for name in requested or ():
+        if name not in known:
+            raise BadRequest(f"{model} has no output {name!r}; its outputs are {sorted(known)}")
+
+
+def _wants_binary(name: str, request: InferRequest | None) -> bool:
+    if request is None:
+        return False
+    for requested in request.outputs or ():
+        if requested.name == name and requested.binary is not None:
+            return requested.binary
+    return request.binary_output
+
+
+def encode_response(
+    model_name: str,
+    model_version: str | None,
+    outputs: Mapping[str, Array],
+    request: InferRequest | None = None,
+    *,
+    parameters: Mapping[str, Any] | None = None,
+    allow_binary: bool = True,
+) -> Encoded:
+    """Encode outputs as a V2 response; binary per the request unless ``allow_binary`` is off."""
+    doc: dict[str, Any] = {"model_name": model_name}
+    if model_version is not None:
+        doc["model_version"] = model_version
+    if request is not None and request.id is not None:
+        doc["id"] = request.id
+    if parameters:
+        doc["parameters"] = dict(parameters)
+    entries, blobs = [], []
+    for name, array in outputs.items():
+        datatype = datatype_of(array)
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if allow_binary and _wants_binary(name, request):
+            raw = encode_binary(array, datatype)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = encode_json(array, datatype, f"output '{name}'")
+        entries.append(entry)
+    doc["outputs"] = entries
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    if not blobs:
+        return Encoded(head, JSON_CONTENT_TYPE)
+    return Encoded(b"".join([head, *blobs]), BINARY_CONTENT_TYPE, len(head))
+
+
+__all__ = [
+    "BINARY_CONTENT_TYPE",
+    "DTYPES",
+    "JSON_CONTENT_TYPE",
+    "Encoded",
+    "InferRequest",
+    "RequestedOutput",
+    "check_inputs",
+    "check_outputs",
+    "datatype_of",
+    "encode_response",
+    "parse_request",
+]

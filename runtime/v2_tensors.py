@@ -1,0 +1,171 @@
+"""Tensor data of the KServe V2 protocol: JSON ``data`` lists and raw binary tensors.
+
+Strict on purpose: integers are never truncated from floats or wrapped on overflow, BOOL
+bytes must be 0 or 1, byte counts must match the shape exactly. Every error names the
+tensor (``label``) and says expected vs got.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.runtime.errors import BadRequest
+
+Array = npt.NDArray[Any]
+
+_LENGTH = struct.Struct("<I")
+# JSON number kinds a target dtype accepts without silent loss (numpy dtype.kind letters).
+_JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+def element_count(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def _flatten(data: Any) -> Iterator[Any]:
+    if isinstance(data, list):
+        for item in data:
+            yield from _flatten(item)
+    else:
+        yield data
+
+
+def _json_bytes(data: Any, label: str) -> Array:
+    items: list[bytes] = []
+    for item in _flatten(data):
+        if not isinstance(item, str):
+            raise BadRequest(f"{label}: BYTES elements in JSON must be strings, got {item!r}")
+        items.append(item.encode())
+    result = np.empty(len(items), dtype=np.object_)
+    result[:] = items
+    return result
+
+
+def _in_range(raw: Array, dtype: np.dtype[Any]) -> bool:
+    if raw.size == 0 or dtype.kind not in "iu":
+        return True
+    info = np.iinfo(dtype)
+    return bool(int(raw.min()) >= info.min and int(raw.max()) <= info.max)
+
+
+def _json_numbers(data: Any, datatype: str, dtype: np.dtype[Any], label: str) -> Array:
+    try:
+        raw = np.array(data)
+    except ValueError:
+        raise BadRequest(f"{label}: 'data' is not a regular nested list") from None
+    if raw.size == 0:
+        return raw.astype(dtype).ravel()
+    accepted = _JSON_KINDS.get(dtype.kind, "")
+    if dtype.kind == "b" and raw.dtype.kind in "iu" and set(np.unique(raw).tolist()) <= {0, 1}:
+        accepted = raw.dtype.kind
+    if raw.dtype.kind not in accepted or not _in_range(raw, dtype):
+        sample = raw.ravel()[:3].tolist()
+        raise BadRequest(f"{label}: {datatype} data cannot hold values like {sample}")
+    return raw.astype(dtype).ravel()
+
+
+def _check_count(flat: Array, shape: Sequence[int], label: str, unit: str) -> None:
+    want = element_count(shape)
+    if flat.size != want:
+        raise BadRequest(
+            f"{label}: shape {list(shape)} needs {want} elements, {unit} has {flat.size}"
+        )
+
+
+def decode_json(
+    data: Any, datatype: str, dtype: np.dtype[Any], shape: Sequence[int], label: str
+) -> Array:
+    """A JSON ``data`` value (nested or flat, row-major) as an array of ``shape``."""
+    if datatype == "BF16":
+        raise BadRequest(f"{label}: BF16 travels as binary data only (binary_data_size)")
+    if datatype == "BYTES":
+        flat = _json_bytes(data, label)
+    else:
+        flat = _json_numbers(data, datatype, dtype, label)
+    _check_count(flat, shape, label, "'data'")
+    return flat.reshape(tuple(shape))
+
+
+def _binary_bytes(chunk: bytes, shape: Sequence[int], label: str) -> Array:
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(chunk):
+        if offset + _LENGTH.size > len(chunk):
+            raise BadRequest(f"{label}: BYTES data ends inside a 4-byte length prefix")
+        (length,) = _LENGTH.unpack_from(chunk, offset)
+        offset += _LENGTH.size
+        if offset + length > len(chunk):
+            raise BadRequest(
+                f"{label}: BYTES element {len(items)} claims {length} bytes, "
+                f"{len(chunk) - offset} left"
+            )
+        items.append(chunk[offset : offset + length])
+        offset += length
+    flat = np.empty(len(items), dtype=np.object_)
+    flat[:] = items
+    _check_count(flat, shape, label, "the binary data")
+    return flat.reshape(tuple(shape))
+
+
+def decode_binary(
+    chunk: bytes, datatype: str, dtype: np.dtype[Any], shape: Sequence[int], label: str
+) -> Array:
+    """Raw little-endian tensor bytes as an array of ``shape`` (read-only, no copy)."""
+    if datatype == "BYTES":
+        return _binary_bytes(chunk, shape, label)
+    want = element_count(shape) * dtype.itemsize
+    if len(chunk) != want:
+        raise BadRequest(
+            f"{label}: {datatype} shape {list(shape)} needs {want} bytes, got {len(chunk)}"
+        )
+    if datatype == "BOOL" and np.frombuffer(chunk, dtype=np.uint8).max(initial=0) > 1:
+        raise BadRequest(f"{label}: BOOL bytes must be 0 or 1")
+    wire = dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind != "V" else dtype
+    flat = np.frombuffer(chunk, dtype=wire)
+    if wire != dtype:  # big-endian host: convert to native order
+        flat = flat.astype(dtype)
+    return flat.reshape(tuple(shape))
+
+
+def _element_bytes(item: Any, label: str) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode()
+    raise BadRequest(f"{label}: BYTES elements must be bytes or str, got {type(item).__name__}")
+
+
+def encode_binary(array: Array, datatype: str, label: str = "tensor") -> bytes:
+    """Raw little-endian, row-major bytes of ``array`` (BYTES: length-prefixed elements)."""
+    if datatype == "BYTES":
+        parts: list[bytes] = []
+        for item in array.ravel():
+            raw = _element_bytes(item, label)
+            parts += (_LENGTH.pack(len(raw)), raw)
+        return b"".join(parts)
+    dtype = array.dtype
+    wire = dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind != "V" else dtype
+    return np.ascontiguousarray(array, dtype=wire).tobytes()
+
+
+def encode_json(array: Array, datatype: str, label: str) -> list[Any]:
+    """Flat row-major JSON ``data`` of ``array``."""
+    if datatype == "BF16":
+        raise BadRequest(f"{label} is BF16, which travels as binary only: ask binary_data")
+    if datatype != "BYTES":
+        return list(array.ravel().tolist())
+    result: list[str] = []
+    for item in array.ravel():
+        try:
+            result.append(_element_bytes(item, label).decode())
+        except UnicodeDecodeError:
+            raise BadRequest(
+                f"{label} holds bytes that are not UTF-8 text: ask binary_data"
+            ) from None
+    return result
