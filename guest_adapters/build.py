@@ -1,0 +1,175 @@
+"""Compile C adapters to ``wasm32-wasi`` reactor modules with Zig's C compiler from PyPI.
+
+``build_adapter(src)`` accepts one ``.c`` file or a directory (every ``*.c`` in it, sorted)
+and returns the ``.wasm`` bytes' path in a content-addressed cache: the key hashes the
+compiler version, the flags, every source and header next to the sources, and the SDK
+headers, so editing any of them rebuilds and nothing else does. The SDK include directory
+comes from the installed package (``importlib.resources``), so an author needs only pip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from wasmgate.guest_adapters.errors import AdapterBuildError, AdapterSourceError
+
+__all__ = [
+    "CFLAGS",
+    "BuiltAdapter",
+    "build_adapter",
+    "default_cache_dir",
+    "example_dir",
+    "example_names",
+    "sdk_dir",
+    "zig_version",
+]
+
+# Optimized, stripped, reactor (no main; the host calls _initialize then the exports).
+CFLAGS: tuple[str, ...] = (
+    "--target=wasm32-wasi",
+    "-O2",
+    "-mexec-model=reactor",
+    "-s",
+    "-std=gnu11",
+    "-Wall",
+    "-Wextra",
+    "-Werror=implicit-function-declaration",
+)
+_COMPILE_TIMEOUT_S = 600.0  # a cold Zig cache compiles wasi-libc first (tens of seconds)
+
+
+@dataclass(frozen=True)
+class BuiltAdapter:
+    """A compiled adapter: where the module is, its sha256, and whether it came from cache."""
+
+    path: Path
+    sha256: str
+    cached: bool
+
+
+def _package_root() -> Path:
+    return Path(str(resources.files("wasmgate.guest_adapters")))
+
+
+def sdk_dir() -> Path:
+    """Directory holding ``wasmgate.h`` and ``wasi_nn.h`` (the include path for adapters)."""
+    return _package_root() / "sdk"
+
+
+def example_dir(name: str) -> Path:
+    """Source directory of a bundled example adapter (``AdapterSourceError`` if unknown)."""
+    path = _package_root() / "examples" / name
+    if not (path / "adapter.c").is_file():
+        raise AdapterSourceError(f"no example adapter named {name!r}")
+    return path
+
+
+def example_names() -> list[str]:
+    """Names of the bundled example adapters (directories with an ``adapter.c``)."""
+    root = _package_root() / "examples"
+    return sorted(p.name for p in root.iterdir() if (p / "adapter.c").is_file())
+
+
+def default_cache_dir() -> Path:
+    """``$WASMGATE_BUILD_CACHE``, else ``$XDG_CACHE_HOME/wasmgate/adapters``."""
+    env = os.environ.get("WASMGATE_BUILD_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "wasmgate" / "adapters"
+
+
+@cache
+def zig_version() -> str:
+    """The bundled Zig's version (part of the cache key: a new compiler rebuilds)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ziglang", "version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise AdapterBuildError(f"cannot run Zig (pip install ziglang): {e}") from e
+    return done.stdout.strip()
+
+
+def _sources(src: Path) -> list[Path]:
+    if src.is_file():
+        if src.suffix != ".c":
+            raise AdapterSourceError(f"{src}: not a .c file")
+        return [src]
+    if src.is_dir():
+        found = sorted(src.glob("*.c"))
+        if not found:
+            raise AdapterSourceError(f"{src}: no .c files in this directory")
+        return found
+    raise AdapterSourceError(f"{src}: no such file or directory")
+
+
+def _cache_key(sources: Sequence[Path], flags: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    h.update(f"zig {zig_version()}\0{' '.join(flags)}\0".encode())
+    inputs = list(sources)
+    # Headers next to the sources and the SDK headers can change the output too.
+    inputs += sorted({h for s in sources for h in s.parent.glob("*.h")} - set(sources))
+    inputs += sorted(sdk_dir().glob("*.h"))
+    for path in inputs:
+        h.update(path.name.encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _compile(sources: Sequence[Path], flags: Sequence[str], out: Path) -> None:
+    cmd = [sys.executable, "-m", "ziglang", "cc", *flags, "-I", str(sdk_dir())]
+    cmd += [str(s) for s in sources] + ["-o", str(out)]
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise AdapterBuildError(f"cannot run the compiler: {e}") from e
+    if done.returncode != 0 or not out.is_file():
+        names = ", ".join(s.name for s in sources)
+        raise AdapterBuildError(f"compiling {names} failed", done.stderr.strip())
+
+
+def build_adapter(
+    src: Path,
+    out: Path | None = None,
+    *,
+    cache_dir: Path | None = None,
+    extra_flags: Sequence[str] = (),
+) -> BuiltAdapter:
+    """Compile ``src`` (a ``.c`` file or a directory of them) to a wasm reactor module.
+
+    The result is cached by content; with ``out`` the module is also copied there.
+    """
+    sources = _sources(src)
+    flags = (*CFLAGS, *extra_flags)
+    key = _cache_key(sources, flags)
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    cached_path = root / f"{key}.wasm"
+    cached = cached_path.is_file()
+    if not cached:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            tmp_out = Path(tmp) / "adapter.wasm"
+            _compile(sources, flags, tmp_out)
+            os.replace(tmp_out, cached_path)  # atomic: concurrent builds never see half a file
+    digest = hashlib.sha256(cached_path.read_bytes()).hexdigest()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached_path, out)
+    return BuiltAdapter(path=out if out is not None else cached_path, sha256=digest, cached=cached)
