@@ -47,3 +47,10 @@ class BackendError(DaemonError):
 
 class FallbackFailed(DaemonError):
     """Both local inference and the cloud fallback failed; the message names both causes."""
+
+
+class BundleRejected(DaemonError):
+    """A bundle was not installed (verification, compile, model load, name clash, selftest).
+
+    The version already serving (if any) is untouched; the message says which step failed.
+    """
