@@ -1,0 +1,158 @@
+"""Every refusal of ``wasmgate.signing`` is its own exception type.
+
+Invariants:
+- Every error derives from :class:`SigningError`; callers map them at the edge (HTTP, CLI).
+- Messages name the subject (bundle, file, key or state file) and the reason, on one line.
+- Bundle errors carry ``.bundle`` (a file name or ``name@version``) so logs can group them.
+"""
+
+from __future__ import annotations
+
+
+class SigningError(Exception):
+    """Base of every error raised by ``wasmgate.signing``."""
+
+
+# --- keys -------------------------------------------------------------------------------
+
+
+class KeyFileError(SigningError):
+    """A key file is unreadable, malformed, or its passphrase is wrong."""
+
+
+class KeyExistsError(KeyFileError):
+    """Refusing to overwrite an existing key file."""
+
+
+# --- bundles ------------------------------------------------------------------------------
+
+
+class BundleError(SigningError):
+    """A bundle was refused; ``bundle`` names it, the message says why."""
+
+    def __init__(self, bundle: str, reason: str) -> None:
+        super().__init__(f"bundle {bundle}: {reason}")
+        self.bundle = bundle
+        self.reason = reason
+
+
+class BundleTooLargeError(BundleError):
+    """The bundle (or its manifest/signature, or the sum of its files) exceeds a size cap."""
+
+
+class MalformedArchiveError(BundleError):
+    """The file is not a well-formed ``.wgb`` archive (empty, random bytes, bad header)."""
+
+
+class TruncatedArchiveError(MalformedArchiveError):
+    """The archive ends before a member's declared data or before the end marker."""
+
+
+class UnsafeMemberError(BundleError):
+    """A member is not a plain regular file with a plain name (``../``, ``/abs``, link, device)."""
+
+
+class DuplicateMemberError(BundleError):
+    """Two archive members have the same name."""
+
+
+class OversizeMemberError(BundleError):
+    """A member declares a size beyond the bundle's size cap."""
+
+
+class UnlistedFileError(BundleError):
+    """The archive holds a file that the signed manifest does not list."""
+
+
+class MissingFileError(BundleError):
+    """The manifest lists a file that the archive does not hold."""
+
+
+class FileSizeError(BundleError):
+    """A member's size differs from the size the manifest declares."""
+
+
+class FileHashError(BundleError):
+    """A member's SHA-256 differs from the hash the manifest declares."""
+
+
+class ManifestError(BundleError):
+    """The manifest (or signature envelope) does not match the schema."""
+
+
+class SignatureError(BundleError):
+    """Base of the signature refusals."""
+
+
+class BadSignatureError(SignatureError):
+    """The signature does not verify over the manifest bytes."""
+
+
+class UntrustedKeyError(SignatureError):
+    """The signing key is not in the trust store."""
+
+
+class RevokedKeyError(SignatureError):
+    """The signing key has been revoked."""
+
+
+class KeyScopeError(SignatureError):
+    """The signing key may not sign bundles of this name."""
+
+
+class RevokedBundleError(BundleError):
+    """This exact bundle (manifest digest) has been revoked."""
+
+
+class LimitCeilingError(BundleError):
+    """The manifest asks for more than its signer's limit ceiling allows."""
+
+
+class ExpiredError(BundleError):
+    """The manifest's ``expires`` is not after max(now, clock floor)."""
+
+
+class RollbackError(BundleError):
+    """The version is lower than the highest installed version of this name."""
+
+
+class VersionConflictError(BundleError):
+    """Same name and version as an installed bundle, but different content."""
+
+
+# --- trust store ----------------------------------------------------------------------------
+
+
+class TrustError(SigningError):
+    """Base of trust-store refusals."""
+
+
+class TrustFileError(TrustError):
+    """The trust file is unreadable or does not match the schema."""
+
+
+class TrustSignatureError(TrustError):
+    """A root-signed trust file lacks a threshold of valid root signatures."""
+
+
+class TrustRollbackError(TrustError):
+    """A trust file is older than the pinned one, or skips a version."""
+
+
+class TrustExpiredError(TrustError):
+    """A root-signed trust file has expired."""
+
+
+# --- state and blobs -----------------------------------------------------------------------
+
+
+class StateCorruptedError(SigningError):
+    """The anti-rollback state is unreadable; refusing rather than resetting version floors."""
+
+
+class BlobNotFoundError(SigningError):
+    """No blob with this SHA-256 in the store."""
+
+
+class BlobIntegrityError(SigningError):
+    """A stored blob no longer hashes to its name."""

@@ -1,0 +1,314 @@
+"""The bundle store: verified install into a content-addressed blob store, anti-rollback.
+
+Layout of ``state_dir`` (mode 0700): ``blobs/<sha256>`` (file bytes, named by their hash),
+``records/<manifest digest>.json`` (manifest and signature bytes of each install),
+``state.json``/``state.prev.json`` (see ``state.py``), ``tmp/`` (staging), ``lock``.
+
+Invariants:
+- ``install`` streams the archive once: each member is hashed while it is copied into a
+  staging file; nothing outside ``tmp/`` changes until every check has passed. The commit
+  is: blobs renamed into place (fsync), record written, state written (the commit point).
+  Any failure before the commit leaves the installed versions and floors untouched.
+- No archive member name ever becomes a filesystem path: blobs are named by SHA-256,
+  records by manifest digest (both validated hex).
+- Installs are serialised by a thread lock plus an ``flock`` on ``state_dir/lock``, and
+  re-read the state under the lock, so several processes can share one store.
+- ``verify_blob_again`` re-hashes a blob so a model is checked right before it is loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from wasmgate.signing.errors import (
+    BlobIntegrityError,
+    BlobNotFoundError,
+    SigningError,
+    StateCorruptedError,
+)
+from wasmgate.signing.manifest import Manifest, parse_manifest
+from wasmgate.signing.state import (
+    ActiveBundle,
+    NameState,
+    StateDoc,
+    StateFile,
+    atomic_write,
+    fsync_dir,
+)
+from wasmgate.signing.trust import TrustStore
+from wasmgate.signing.verify import (
+    VerifiedBundle,
+    authenticate,
+    open_source,
+    verify_stream,
+)
+
+log = logging.getLogger("wasmgate.signing")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class InstalledBundle:
+    """An installed bundle: its manifest and manifest digest (sha256 of manifest.json)."""
+
+    manifest: Manifest
+    digest: str
+
+
+class _StagedFile:
+    """Copies one member into ``tmp/`` on a writer thread while the caller hashes it."""
+
+    def __init__(self, tmp_dir: Path, pool: ThreadPoolExecutor, staged: list[Path]) -> None:
+        self.path = tmp_dir / f"{secrets.token_hex(8)}.part"
+        staged.append(self.path)
+        self._f: BinaryIO = self.path.open("xb")
+        self._pool = pool
+        self._pending: Future[int] | None = None
+        self.sha256: str | None = None
+
+    def write(self, chunk: bytes) -> None:
+        # One write in flight: hashing chunk N overlaps with writing chunk N-1.
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(self._f.write, chunk)
+
+    def finish(self, sha256: str) -> None:
+        self.close()
+        self.sha256 = sha256
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+
+
+class BundleStore:
+    """Installs verified bundles and serves their blobs to the runtime."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        trust: TrustStore,
+        *,
+        max_bundle_bytes: int,
+        repair_state: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        """Open (creating) the store in ``state_dir``.
+
+        Raises :class:`StateCorruptedError` if the anti-rollback state is unreadable, unless
+        ``repair_state``: then floors are rebuilt from the install records (never reset).
+        """
+        self.state_dir = state_dir
+        self.trust = trust
+        self.max_bundle_bytes = max_bundle_bytes
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._lock = threading.Lock()
+        for d in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for leftover in (state_dir / "tmp").iterdir():
+            leftover.unlink(missing_ok=True)
+        self._state_file = StateFile(state_dir)
+        with self._file_lock():
+            self._state = self._load_state(repair_state)
+
+    # --- state --------------------------------------------------------------------------
+
+    def _load_state(self, repair: bool) -> StateDoc:
+        records = sorted((self.state_dir / "records").glob("*.json"))
+        try:
+            doc = self._state_file.load()
+        except StateCorruptedError:
+            if not repair:
+                raise
+            return self._rebuild(records)
+        if doc is None and records:
+            if not repair:
+                raise StateCorruptedError(
+                    f"anti-rollback state missing in {self.state_dir} but "
+                    f"{len(records)} install record(s) exist; refusing to reset floors"
+                )
+            return self._rebuild(records)
+        return doc or StateDoc()
+
+    def _rebuild(self, records: list[Path]) -> StateDoc:
+        doc = StateDoc()
+        for path in records:
+            try:
+                manifest = self._read_record(path)[0]
+            except (SigningError, OSError, ValueError) as e:
+                log.warning("skipping unreadable install record %s: %s", path, e)
+                continue
+            digest = path.stem
+            entry = doc.bundles.get(manifest.name)
+            if entry is None or manifest.version > entry.floor:
+                active = ActiveBundle(version=manifest.version, digest=digest)
+                doc.bundles[manifest.name] = NameState(
+                    floor=manifest.version, floor_digest=digest, active=active
+                )
+            doc.advance_clock(manifest.issued_at)
+        log.error("anti-rollback state rebuilt from %d install records", len(records))
+        self._state_file.save(doc)
+        return doc
+
+    @contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        with self._lock, (self.state_dir / "lock").open("a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    # --- install --------------------------------------------------------------------------
+
+    def install(self, data: bytes | Path) -> InstalledBundle:
+        """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically."""
+        with self._file_lock():
+            state = self._state_file.load() or self._state
+            staged: list[Path] = []
+            try:
+                verified, blobs = self._verify_into_tmp(data, state, staged)
+                self._commit(verified, blobs, state)
+            finally:
+                for p in staged:
+                    p.unlink(missing_ok=True)
+            bundle = InstalledBundle(verified.manifest, verified.digest)
+            log.info("installed bundle %s (%s)", verified.manifest.label(), verified.digest)
+            return bundle
+
+    def _verify_into_tmp(
+        self, data: bytes | Path, state: StateDoc, staged: list[Path]
+    ) -> tuple[VerifiedBundle, list[_StagedFile]]:
+        sinks: list[_StagedFile] = []
+        with (
+            open_source(data, self.max_bundle_bytes) as (f, total, label),
+            ThreadPoolExecutor(1, thread_name_prefix="wasmgate-blob") as pool,
+        ):
+
+            def sink_for(_name: str) -> _StagedFile:
+                sinks.append(_StagedFile(self.state_dir / "tmp", pool, staged))
+                return sinks[-1]
+
+            try:
+                verified = verify_stream(
+                    f, total, label, self.trust, max_bundle_bytes=self.max_bundle_bytes,
+                    state=state, now=self._clock(), sink_for=sink_for,
+                )  # fmt: skip
+            finally:
+                for s in sinks:
+                    s.close()
+        return verified, sinks
+
+    def _commit(self, v: VerifiedBundle, blobs: list[_StagedFile], state: StateDoc) -> None:
+        blob_dir = self.state_dir / "blobs"
+        for staged in blobs:
+            if staged.sha256 is None:
+                raise RuntimeError("unverified staged file at commit")
+            staged.path.replace(blob_dir / staged.sha256)
+        fsync_dir(blob_dir)
+        record = {
+            "manifest": base64.b64encode(v.manifest_bytes).decode(),
+            "signature": base64.b64encode(v.signature_bytes).decode(),
+        }
+        atomic_write(self.state_dir / "records" / f"{v.digest}.json", json.dumps(record).encode())
+        new = state.model_copy(deep=True)
+        m = v.manifest
+        active = ActiveBundle(version=m.version, digest=v.digest)
+        new.bundles[m.name] = NameState(floor=m.version, floor_digest=v.digest, active=active)
+        new.advance_clock(m.issued_at)
+        self._state_file.save(new)
+        self._state = new
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def _read_record(self, path: Path) -> tuple[Manifest, bytes, bytes]:
+        rec = json.loads(path.read_bytes())
+        manifest_bytes = base64.b64decode(rec["manifest"], validate=True)
+        sig_bytes = base64.b64decode(rec["signature"], validate=True)
+        return parse_manifest(manifest_bytes, path.name), manifest_bytes, sig_bytes
+
+    def installed(self) -> list[InstalledBundle]:
+        """The active bundle of every name (latest installed version), sorted by name."""
+        out = []
+        for name in sorted(self._state.bundles):
+            active = self._state.bundles[name].active
+            if active is not None:
+                path = self.state_dir / "records" / f"{active.digest}.json"
+                out.append(InstalledBundle(self._read_record(path)[0], active.digest))
+        return out
+
+    def floors(self) -> dict[str, int]:
+        """The anti-rollback floor (highest version ever installed) per name."""
+        return {name: e.floor for name, e in self._state.bundles.items()}
+
+    def remove(self, name: str) -> None:
+        """Deactivate ``name``; its floor stays, so older versions remain refused."""
+        with self._file_lock():
+            state = self._state_file.load() or self._state
+            entry = state.bundles.get(name)
+            if entry is None or entry.active is None:
+                return
+            new = state.model_copy(deep=True)
+            new.bundles[name].active = None
+            self._state_file.save(new)
+            self._state = new
+
+    def recheck(self) -> dict[str, SigningError]:
+        """Re-authenticate every active bundle against the current trust store.
+
+        Returns the refusals by name (revoked key or bundle, key no longer trusted, scope);
+        the caller decides whether to unload them.
+        """
+        problems: dict[str, SigningError] = {}
+        for name, entry in sorted(self._state.bundles.items()):
+            if entry.active is None:
+                continue
+            path = self.state_dir / "records" / f"{entry.active.digest}.json"
+            try:
+                _, manifest_bytes, sig_bytes = self._read_record(path)
+                authenticate(manifest_bytes, sig_bytes, self.trust, name)
+            except SigningError as e:
+                problems[name] = e
+        return problems
+
+    # --- blobs ------------------------------------------------------------------------------
+
+    def _blob_path(self, sha256: str) -> Path:
+        if not _HEX64.fullmatch(sha256):
+            raise BlobNotFoundError(f"blob {sha256[:80]!r}: not a SHA-256 hex digest")
+        return self.state_dir / "blobs" / sha256
+
+    def open_blob(self, sha256: str) -> bytes:
+        """The bytes of blob ``sha256`` (no re-hash; see :meth:`verify_blob_again`)."""
+        try:
+            return self._blob_path(sha256).read_bytes()
+        except FileNotFoundError:
+            raise BlobNotFoundError(f"blob {sha256}: not in the store") from None
+
+    def verify_blob_again(self, sha256: str) -> bytes:
+        """The bytes of blob ``sha256`` after re-hashing them; raise if they changed."""
+        data = self.open_blob(sha256)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256:
+            raise BlobIntegrityError(f"blob {sha256}: content now hashes to {actual}")
+        return data

@@ -1,0 +1,312 @@
+"""The trust store: which keys may sign which bundle names, revocations, root rotation.
+
+A trust file is JSON, in one of two forms:
+- a plain :class:`TrustDoc` (``"format": "wasmgate-trust/1"``, no ``root``), edited by
+  ``wasmgate trust add|revoke`` on the gateway itself;
+- a signed envelope ``{"payload_type": TRUST_PAYLOAD_TYPE, "payload": base64(TrustDoc),
+  "signatures": [...]}`` whose TrustDoc has a ``root`` section (k-of-n root keys).
+
+Invariants:
+- A signer may sign only bundle names matching one of its ``names`` patterns (fnmatch,
+  case-sensitive) and only limits at or below its ``max_limits`` ceilings.
+- Revoked key ids never verify; revoked manifest digests never install.
+- A signed trust file needs valid signatures of ``threshold`` distinct keys of its own
+  root. With a pin directory, the last accepted signed file is pinned; a new one must have
+  version exactly pinned+1 and be signed by a threshold of the *pinned* root keys and of
+  its own root keys (TUF's rotation rule). Lower versions, skipped versions, unsigned
+  replacements of a signed file and expired signed files are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+import nacl.signing
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from wasmgate.signing.envelope import (
+    HEX64,
+    TRUST_PAYLOAD_TYPE,
+    Envelope,
+    EnvelopeFormatError,
+    count_valid,
+    loads_strict,
+    sign,
+)
+from wasmgate.signing.errors import (
+    KeyScopeError,
+    LimitCeilingError,
+    RevokedBundleError,
+    RevokedKeyError,
+    TrustExpiredError,
+    TrustFileError,
+    TrustRollbackError,
+    TrustSignatureError,
+    UntrustedKeyError,
+)
+from wasmgate.signing.keys import decode_public, encode_public, key_id_of
+from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.state import atomic_write
+
+TRUST_FORMAT = "wasmgate-trust/1"
+PIN_FILE = "trust.pinned.json"
+MAX_TRUST_BYTES = 1024 * 1024
+KeyId = Annotated[str, Field(pattern=HEX64)]
+Pattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?-]{1,64}$")]
+LimitName = Literal[
+    "memory_mb", "deadline_ms", "fuel", "max_input_bytes", "max_output_bytes",
+    "max_in_flight", "queue_size",
+]  # fmt: skip
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SignerEntry(_Strict):
+    """A bundle-signing key, the names it may sign and its optional limit ceilings."""
+
+    public: str
+    names: list[Pattern] = Field(min_length=1, max_length=64)
+    max_limits: dict[LimitName, int] = Field(default_factory=dict)
+    comment: str = Field(default="", max_length=200)
+
+
+class RootSection(_Strict):
+    """Root keys (key id -> base64 public key) and how many must sign the trust file."""
+
+    keys: dict[KeyId, str] = Field(min_length=1, max_length=32)
+    threshold: int = Field(ge=1)
+
+
+class Revoked(_Strict):
+    """Revoked signer key ids and revoked bundle manifest digests."""
+
+    keys: list[KeyId] = Field(default_factory=list)
+    bundles: list[KeyId] = Field(default_factory=list)
+
+
+class TrustDoc(_Strict):
+    """The trust document (the payload of a signed trust file, or the plain file)."""
+
+    format: Literal["wasmgate-trust/1"] = "wasmgate-trust/1"
+    version: int = Field(default=1, ge=1)
+    expires: AwareDatetime | None = None
+    root: RootSection | None = None
+    signers: dict[KeyId, SignerEntry] = Field(default_factory=dict, max_length=1024)
+    revoked: Revoked = Field(default_factory=Revoked)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        pairs = [(k, s.public) for k, s in self.signers.items()]
+        pairs += list(self.root.keys.items()) if self.root else []
+        for kid, public in pairs:
+            if key_id_of(decode_public(public)) != kid:
+                raise ValueError(f"key id {kid[:16]}... does not match its public key")
+        if self.root and self.root.threshold > len(self.root.keys):
+            raise ValueError("root threshold is larger than the number of root keys")
+        return self
+
+    def root_keys(self) -> dict[str, nacl.signing.VerifyKey]:
+        """The root keys by key id (empty when unsigned)."""
+        keys = self.root.keys.items() if self.root else ()
+        return {k: decode_public(v) for k, v in keys}
+
+    def to_json(self) -> bytes:
+        """Serialise (stable field order, indented)."""
+        return self.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+
+
+def _parse_doc(data: bytes, source: str) -> TrustDoc:
+    try:
+        return TrustDoc.model_validate_json(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        raise TrustFileError(f"trust file {source}: {where}: {first['msg']}") from e
+
+
+def _verify_threshold(
+    doc_bytes: bytes, env: Envelope, keys: dict[str, nacl.signing.VerifyKey], k: int, who: str
+) -> None:
+    good = count_valid(keys, TRUST_PAYLOAD_TYPE, doc_bytes, env)
+    if len(good) < k:
+        raise TrustSignatureError(f"{who}: {len(good)} valid root signature(s), need {k}")
+
+
+def sign_trust(doc: TrustDoc, keys: list[nacl.signing.SigningKey]) -> bytes:
+    """Return a signed trust file (envelope) for ``doc``, signed by every key in ``keys``."""
+    payload = doc.to_json()
+    sigs = [sign(k, TRUST_PAYLOAD_TYPE, payload) for k in keys]
+    b64 = base64.b64encode(payload).decode()
+    return Envelope(payload_type=TRUST_PAYLOAD_TYPE, payload=b64, signatures=sigs).to_json()
+
+
+class TrustStore:
+    """An immutable, validated trust store; ``with_*`` methods return modified copies."""
+
+    def __init__(self, doc: TrustDoc, envelope: Envelope | None = None) -> None:
+        """Wrap a validated document (and, for signed files, the verified envelope)."""
+        self.doc = doc
+        self.envelope = envelope
+
+    @classmethod
+    def empty(cls) -> TrustStore:
+        """A store that trusts nothing."""
+        return cls(TrustDoc())
+
+    @property
+    def signed(self) -> bool:
+        """True for a root-signed trust file."""
+        return self.envelope is not None
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "<bytes>") -> TrustStore:
+        """Parse a trust file; a signed one must carry its own root's threshold."""
+        if len(data) > MAX_TRUST_BYTES:
+            raise TrustFileError(f"trust file {source}: larger than {MAX_TRUST_BYTES} bytes")
+        try:
+            obj = loads_strict(data)
+            if "payload_type" not in obj:
+                return cls(_parse_doc(data, source))
+            env = Envelope.model_validate(obj)
+            payload = env.payload_bytes()
+        except (EnvelopeFormatError, ValidationError) as e:
+            raise TrustFileError(f"trust file {source}: {e}") from e
+        if env.payload_type != TRUST_PAYLOAD_TYPE:
+            raise TrustFileError(f"trust file {source}: payload type {env.payload_type!r}")
+        doc = _parse_doc(payload, source)
+        if doc.root is None:
+            raise TrustFileError(f"trust file {source}: signed but has no root section")
+        _verify_threshold(payload, env, doc.root_keys(), doc.root.threshold, source)
+        return cls(doc, env)
+
+    @classmethod
+    def load(
+        cls, path: Path, *, pin_dir: Path | None = None, missing_ok: bool = False
+    ) -> TrustStore:
+        """Load ``path``; with ``pin_dir`` apply the rotation rule against the pinned file."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if missing_ok:
+                return cls.empty()
+            raise TrustFileError(f"trust file {path}: does not exist") from None
+        except OSError as e:
+            raise TrustFileError(f"trust file {path}: cannot read ({e.strerror})") from e
+        store = cls.from_bytes(data, str(path))
+        store.check_expiry(str(path))
+        if pin_dir is not None:
+            store._check_against_pin(pin_dir, data, str(path))
+        return store
+
+    def check_expiry(self, source: str, now: datetime | None = None) -> None:
+        """Raise :class:`TrustExpiredError` if the document has expired."""
+        now = now or datetime.now(UTC)
+        if self.doc.expires is not None and self.doc.expires <= now:
+            raise TrustExpiredError(f"trust file {source}: expired at {self.doc.expires}")
+
+    def _check_against_pin(self, pin_dir: Path, data: bytes, source: str) -> None:
+        pin_path = pin_dir / PIN_FILE
+        try:
+            pinned = TrustStore.from_bytes(pin_path.read_bytes(), str(pin_path))
+        except FileNotFoundError:
+            pinned = None
+        if pinned is None:
+            if self.signed:
+                atomic_write(pin_path, data)
+            return
+        if not self.signed:
+            raise TrustSignatureError(
+                f"trust file {source}: unsigned, but a root-signed trust file "
+                f"(version {pinned.doc.version}) is pinned"
+            )
+        if pinned.rotate_to(self, source) is not pinned:
+            atomic_write(pin_path, data)
+
+    def rotate_to(self, new: TrustStore, source: str) -> TrustStore:
+        """Accept ``new`` as the successor of this signed store (TUF rotation rule)."""
+        old_v, new_v = self.doc.version, new.doc.version
+        if new.envelope is None or self.envelope is None or self.doc.root is None:
+            raise TrustSignatureError(f"trust file {source}: rotation needs signed files")
+        if new_v == old_v and new.doc == self.doc:
+            return self
+        if new_v <= old_v:
+            raise TrustRollbackError(f"trust file {source}: version {new_v} <= pinned {old_v}")
+        if new_v != old_v + 1:
+            raise TrustRollbackError(
+                f"trust file {source}: version {new_v} skips versions after pinned {old_v}"
+            )
+        _verify_threshold(
+            new.envelope.payload_bytes(),
+            new.envelope,
+            self.doc.root_keys(),
+            self.doc.root.threshold,
+            f"trust file {source} (rotation from version {old_v})",
+        )
+        return new
+
+    # --- checks used during bundle verification ------------------------------------------
+
+    def signer_key(self, bundle: str, key_id: str) -> nacl.signing.VerifyKey:
+        """The public key of trusted, unrevoked signer ``key_id``."""
+        if key_id in self.doc.revoked.keys:
+            raise RevokedKeyError(bundle, f"signing key {key_id} is revoked")
+        entry = self.doc.signers.get(key_id)
+        if entry is None:
+            raise UntrustedKeyError(bundle, f"signing key {key_id} is not trusted")
+        return decode_public(entry.public)
+
+    def check_manifest(self, manifest: Manifest, key_id: str, digest: str) -> None:
+        """Name scope, limit ceilings and bundle revocation for a verified manifest."""
+        label = manifest.label()
+        entry = self.doc.signers[key_id]
+        if not any(fnmatch.fnmatchcase(manifest.name, p) for p in entry.names):
+            raise KeyScopeError(
+                label, f"key {key_id} may sign only {entry.names}, not {manifest.name!r}"
+            )
+        for limit, ceiling in entry.max_limits.items():
+            value = getattr(manifest.limits, limit)
+            if value is None or value > ceiling:
+                raise LimitCeilingError(
+                    label, f"limits.{limit} = {value} exceeds key {key_id[:16]}'s ceiling {ceiling}"
+                )
+        if digest in self.doc.revoked.bundles:
+            raise RevokedBundleError(label, f"manifest digest {digest} is revoked")
+
+    # --- editing (unsigned trust files only) ---------------------------------------------
+
+    def _edited(self, **update: object) -> TrustStore:
+        if self.signed:
+            raise TrustFileError("a root-signed trust file cannot be edited here; re-sign it")
+        data = self.doc.model_dump(mode="json") | update | {"version": self.doc.version + 1}
+        return TrustStore(TrustDoc.model_validate_json(json.dumps(data)))
+
+    def with_signer(
+        self, public: nacl.signing.VerifyKey, names: list[str], max_limits: dict[str, int]
+    ) -> TrustStore:
+        """A copy that trusts ``public`` for ``names`` (replacing an entry of the same key)."""
+        entry = {"public": encode_public(public), "names": names, "max_limits": max_limits}
+        signers = self.doc.model_dump(mode="json")["signers"] | {key_id_of(public): entry}
+        return self._edited(signers=signers)
+
+    def with_revoked(self, *, key_id: str | None = None, digest: str | None = None) -> TrustStore:
+        """A copy with ``key_id`` and/or bundle manifest ``digest`` revoked."""
+        revoked = self.doc.model_dump(mode="json")["revoked"]
+        if key_id is not None and key_id not in revoked["keys"]:
+            revoked["keys"].append(key_id)
+        if digest is not None and digest not in revoked["bundles"]:
+            revoked["bundles"].append(digest)
+        return self._edited(revoked=revoked)
+
+    def save(self, path: Path) -> None:
+        """Write the (unsigned) trust file atomically."""
+        if self.signed:
+            raise TrustFileError(f"trust file {path}: root-signed files are written by signing")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, self.doc.to_json())

@@ -1,0 +1,253 @@
+"""Bundle verification: one streaming pass in the order the design fixes.
+
+Order: size caps (whole file, manifest, signature) -> signature by a trusted, unrevoked key
+-> manifest schema, name scope, limit ceilings, bundle revocation -> expiry against
+max(now, clock floor) -> version against the anti-rollback floor -> each member: type,
+name, duplicates, size caps, listed, declared size, SHA-256 -> nothing missing.
+
+Invariants:
+- Nothing from the manifest is parsed before its signature verifies.
+- Every byte handed to a :class:`FileSink` is hashed exactly as written; a file is only
+  accepted once its full length has been hashed and matched.
+- Verification has no side effects; the caller commits only after :func:`verify_stream`
+  returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from wasmgate.signing.archive import ArchiveReader
+from wasmgate.signing.envelope import (
+    BUNDLE_PAYLOAD_TYPE,
+    EnvelopeFormatError,
+    parse_envelope,
+    verify_signature,
+)
+from wasmgate.signing.errors import (
+    BadSignatureError,
+    BundleTooLargeError,
+    DuplicateMemberError,
+    ExpiredError,
+    FileHashError,
+    FileSizeError,
+    MalformedArchiveError,
+    ManifestError,
+    MissingFileError,
+    RollbackError,
+    SigningError,
+    UnlistedFileError,
+    UntrustedKeyError,
+    VersionConflictError,
+)
+from wasmgate.signing.manifest import Manifest, parse_manifest
+from wasmgate.signing.state import StateDoc
+from wasmgate.signing.trust import TrustStore
+
+MAX_MANIFEST_BYTES = 64 * 1024
+MAX_SIGNATURE_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class VerifiedBundle:
+    """A bundle whose signature, freshness and files all verified."""
+
+    manifest: Manifest
+    digest: str
+    """SHA-256 (hex) of the exact ``manifest.json`` bytes: the bundle's identity."""
+    key_id: str
+    manifest_bytes: bytes
+    signature_bytes: bytes
+
+
+class FileSink(Protocol):
+    """Receives the bytes of one member as they are hashed."""
+
+    def write(self, chunk: bytes) -> None:
+        """Take the next chunk."""
+
+    def finish(self, sha256: str) -> None:
+        """The member verified; ``sha256`` is its digest."""
+
+
+SinkFactory = Callable[[str], FileSink]
+
+
+class _NullSink:
+    def write(self, chunk: bytes) -> None:
+        pass
+
+    def finish(self, sha256: str) -> None:
+        pass
+
+
+@contextmanager
+def open_source(source: bytes | Path, max_bytes: int) -> Iterator[tuple[BinaryIO, int, str]]:
+    """Open a bundle (path or bytes); yields (file, total size, label) after the size cap."""
+    if isinstance(source, bytes):
+        label = "<upload>"
+        _cap(label, len(source), max_bytes)
+        yield io.BytesIO(source), len(source), label
+        return
+    label = source.name
+    try:
+        f = source.open("rb")
+    except OSError as e:
+        raise MalformedArchiveError(label, f"cannot open ({e.strerror})") from e
+    with f:
+        size = _regular_size(f, label)
+        _cap(label, size, max_bytes)
+        yield f, size, label
+
+
+def _regular_size(f: BinaryIO, label: str) -> int:
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        raise MalformedArchiveError(label, "not a regular file")
+    return st.st_size
+
+
+def _cap(label: str, size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise BundleTooLargeError(label, f"{size} bytes, cap is {max_bytes}")
+
+
+def _read_named(reader: ArchiveReader, label: str, name: str, cap: int) -> bytes:
+    member = reader.next_member()
+    if member is None or member.name != name:
+        found = "end of archive" if member is None else repr(member.name)
+        raise MalformedArchiveError(label, f"expected member {name!r}, found {found}")
+    if member.size > cap:
+        raise BundleTooLargeError(label, f"{name} is {member.size} bytes, cap is {cap}")
+    return reader.read_all()
+
+
+def authenticate(
+    manifest_bytes: bytes, sig_bytes: bytes, trust: TrustStore, label: str
+) -> tuple[Manifest, str, str]:
+    """Check the signature, then parse and check the manifest; returns (manifest, key, digest)."""
+    try:
+        env = parse_envelope(sig_bytes)
+    except EnvelopeFormatError as e:
+        raise ManifestError(label, f"manifest.sig: {e}") from e
+    if env.payload_type != BUNDLE_PAYLOAD_TYPE or env.payload is not None:
+        raise BadSignatureError(label, f"manifest.sig: wrong payload type {env.payload_type!r}")
+    if not env.signatures:
+        raise UntrustedKeyError(label, "manifest.sig holds no signature")
+    problem: SigningError | None = None
+    for sig in env.signatures:
+        try:
+            public = trust.signer_key(label, sig.key_id)
+        except SigningError as e:
+            problem = problem or e
+            continue
+        if not verify_signature(public, BUNDLE_PAYLOAD_TYPE, manifest_bytes, sig):
+            problem = BadSignatureError(label, f"signature by key {sig.key_id} does not verify")
+            continue
+        return _checked_manifest(manifest_bytes, sig.key_id, trust, label)
+    raise problem or UntrustedKeyError(label, "no usable signature")
+
+
+def _checked_manifest(
+    manifest_bytes: bytes, key_id: str, trust: TrustStore, label: str
+) -> tuple[Manifest, str, str]:
+    manifest = parse_manifest(manifest_bytes, label)
+    if manifest.key_id != key_id:
+        raise BadSignatureError(
+            manifest.label(), f"manifest names key {manifest.key_id}, signed by {key_id}"
+        )
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    trust.check_manifest(manifest, key_id, digest)
+    return manifest, key_id, digest
+
+
+def check_fresh(manifest: Manifest, digest: str, state: StateDoc | None, now: datetime) -> None:
+    """Expiry against max(now, clock floor), then version against the per-name floor."""
+    label = manifest.label()
+    if state is not None and state.clock_floor is not None:
+        now = max(now, state.clock_floor)
+    if manifest.is_expired(now):
+        raise ExpiredError(label, f"expired at {manifest.expires.isoformat()} (now {now})")
+    entry = state.bundles.get(manifest.name) if state else None
+    if entry is None:
+        return
+    if manifest.version < entry.floor:
+        raise RollbackError(label, f"version {manifest.version} < installed {entry.floor}")
+    if manifest.version == entry.floor and digest != entry.floor_digest:
+        raise VersionConflictError(
+            label, f"version {manifest.version} is installed with different content"
+        )
+
+
+def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFactory) -> None:
+    label = manifest.label()
+    seen: set[str] = set()
+    while (member := reader.next_member()) is not None:
+        if member.name in seen or member.name in ("manifest.json", "manifest.sig"):
+            raise DuplicateMemberError(label, f"member {member.name!r} appears twice")
+        seen.add(member.name)
+        entry = manifest.files.get(member.name)
+        if entry is None:
+            raise UnlistedFileError(label, f"file {member.name!r} is not listed in the manifest")
+        if member.size != entry.size:
+            raise FileSizeError(
+                label, f"file {member.name!r} is {member.size} bytes, manifest says {entry.size}"
+            )
+        sink = sink_for(member.name)
+        h = hashlib.sha256()
+        for chunk in reader.chunks():
+            h.update(chunk)
+            sink.write(chunk)
+        if h.hexdigest() != entry.sha256:
+            raise FileHashError(label, f"file {member.name!r}: SHA-256 does not match")
+        sink.finish(entry.sha256)
+    missing = sorted(set(manifest.files) - seen)
+    if missing:
+        raise MissingFileError(label, f"listed but not in the archive: {', '.join(missing)}")
+
+
+def verify_stream(
+    f: BinaryIO,
+    total: int,
+    label: str,
+    trust: TrustStore,
+    *,
+    max_bundle_bytes: int,
+    state: StateDoc | None = None,
+    now: datetime | None = None,
+    sink_for: SinkFactory | None = None,
+) -> VerifiedBundle:
+    """Verify one archive from ``f``; every file's bytes go to ``sink_for(name)`` if given."""
+    reader = ArchiveReader(f, total, label, max_bundle_bytes)
+    manifest_bytes = _read_named(reader, label, "manifest.json", MAX_MANIFEST_BYTES)
+    sig_bytes = _read_named(reader, label, "manifest.sig", MAX_SIGNATURE_BYTES)
+    manifest, key_id, digest = authenticate(manifest_bytes, sig_bytes, trust, label)
+    if manifest.total_size() > max_bundle_bytes:
+        raise BundleTooLargeError(manifest.label(), "listed files exceed the bundle size cap")
+    check_fresh(manifest, digest, state, now or datetime.now(UTC))
+    _stream_files(reader, manifest, sink_for or (lambda _name: _NullSink()))
+    return VerifiedBundle(manifest, digest, key_id, manifest_bytes, sig_bytes)
+
+
+def verify_bundle(
+    source: bytes | Path,
+    trust: TrustStore,
+    *,
+    max_bundle_bytes: int,
+    state: StateDoc | None = None,
+    now: datetime | None = None,
+) -> VerifiedBundle:
+    """Fully verify a bundle without installing it (``state`` adds the anti-rollback check)."""
+    with open_source(source, max_bundle_bytes) as (f, total, label):
+        return verify_stream(
+            f, total, label, trust, max_bundle_bytes=max_bundle_bytes, state=state, now=now
+        )
