@@ -1,0 +1,166 @@
+"""The backend interface: bytes in, a thread-safe `LoadedModel` out.
+
+A backend never opens a path a model names: it gets the verified model bytes (re-hashed by
+the bundle store right before the call) and settings derived from the device profile.
+"""
+
+from __future__ import annotations
+
+import platform
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.device_profiles import DeviceProfile, Precision, read_facts
+from wasmgate.runtime.errors import BackendError, BadRequest
+from wasmgate.sandbox.models import TensorSpec, numpy_dtype
+
+Array = npt.NDArray[Any]
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """The CPU the backend runs on (injectable so tests can pose as another host)."""
+
+    machine: str
+    system: str
+    cpu_flags: frozenset[str]
+
+    @classmethod
+    def current(cls) -> HostInfo:
+        facts = read_facts()
+        machine = facts.arch or platform.machine().lower()
+        return cls(machine=machine, system=platform.system(), cpu_flags=facts.cpu_flags)
+
+    @property
+    def bf16_fastmath(self) -> bool:
+        """ORT's BF16 fast-math GEMM exists only in ARM64 Linux builds on FEAT_BF16 CPUs."""
+        return self.machine == "aarch64" and self.system == "Linux" and "bf16" in self.cpu_flags
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the manifest says about a model; the declared signature is checked at load."""
+
+    name: str
+    inputs: Sequence[TensorSpec] | None = None
+    outputs: Sequence[TensorSpec] | None = None
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load: the device profile, the precision to realise, and where to cache."""
+
+    profile: DeviceProfile
+    precision: Precision = "fp32"
+    cache_dir: Path | None = None
+    host: HostInfo | None = None
+
+    def resolved_host(self) -> HostInfo:
+        return self.host if self.host is not None else HostInfo.current()
+
+
+@dataclass
+class LoadedModel(ABC):
+    """A model ready to run. Satisfies `wasmgate.sandbox.models.ModelHandle`.
+
+    ``providers`` lists what really runs it (ORT providers after session creation, or the
+    TFLite delegate/``XNNPACK``), ``precision`` the realised precision, ``notes`` every
+    fallback taken and why.
+    """
+
+    name: str
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+    backend: str
+    providers: tuple[str, ...]
+    precision: Precision
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fallback_notes(self) -> list[str]:
+        return self.notes
+
+    @property
+    def dynamic_batch(self) -> bool:
+        """True when every input and output has a dynamic first dimension."""
+        specs = [*self.inputs, *self.outputs]
+        return bool(specs) and all(s.shape[:1] == (-1,) for s in specs)
+
+    @abstractmethod
+    def infer(self, inputs: Sequence[Array]) -> list[Array]:
+        """Run once; blocking and thread-safe; inputs and outputs in spec order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release native resources; later `infer` calls raise `BackendError`."""
+
+    def check_inputs(self, inputs: Sequence[Array]) -> None:
+        """Refuse a wrong count, dtype or shape with a message naming the tensor."""
+        if len(inputs) != len(self.inputs):
+            raise BadRequest(f"{self.name}: expected {len(self.inputs)} inputs, got {len(inputs)}")
+        for spec, array in zip(self.inputs, inputs, strict=True):
+            want = _dtype_or_none(spec.datatype)
+            if want is not None and array.dtype != want:
+                raise BadRequest(
+                    f"{self.name}: input {spec.name!r} must be {spec.datatype}, got {array.dtype}"
+                )
+            if not shape_matches(spec.shape, array.shape):
+                raise BadRequest(
+                    f"{self.name}: input {spec.name!r} has shape {list(array.shape)}, "
+                    f"model expects {list(spec.shape)} (-1 = any)"
+                )
+
+
+class InferenceBackend(ABC):
+    """Creates `LoadedModel`s of one format (``type_key``: ``onnx`` or ``tflite``)."""
+
+    type_key: str
+
+    @abstractmethod
+    def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> LoadedModel:
+        """Load verified model bytes; `BackendError` (chained) when it cannot."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release backend-wide resources (shared allocators, delegates)."""
+
+
+def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
+    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
+
+
+def check_declared(
+    model: str, kind: str, declared: Sequence[TensorSpec] | None, actual: Sequence[TensorSpec]
+) -> None:
+    """The manifest's signature must match the model's (names, datatypes, compatible shapes)."""
+    if declared is None:
+        return
+    if [d.name for d in declared] != [a.name for a in actual]:
+        raise BackendError(
+            f"{model}: manifest {kind} {[d.name for d in declared]} do not match the model's "
+            f"{[a.name for a in actual]}"
+        )
+    for d, a in zip(declared, actual, strict=True):
+        if d.datatype != a.datatype or len(d.shape) != len(a.shape):
+            raise BackendError(
+                f"{model}: {kind[:-1]} {d.name!r} declared {d.datatype}{list(d.shape)}, "
+                f"model has {a.datatype}{list(a.shape)}"
+            )
+        for ds, as_ in zip(d.shape, a.shape, strict=True):
+            if -1 not in (ds, as_) and ds != as_:
+                raise BackendError(
+                    f"{model}: {kind[:-1]} {d.name!r} declared shape {list(d.shape)}, "
+                    f"model has {list(a.shape)}"
+                )
+
+
+def _dtype_or_none(datatype: str) -> np.dtype[np.generic] | None:
+    try:
+        return numpy_dtype(datatype)
+    except KeyError:
+        return None

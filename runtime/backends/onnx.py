@@ -1,0 +1,267 @@
+"""ONNX Runtime backend: sessions from verified bytes, providers from the device profile.
+
+Providers requested = the profile's ordered list ∩ `onnxruntime.get_available_providers()`
+(absent ones are dropped *by us*, with a note, so ORT's own silent drop never happens). After
+creation `get_providers()` is compared with the request: a provider that ORT dropped while
+creating the session (EP creation error → CPU retry) is reported as a silent CPU fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnxruntime as ort
+
+from wasmgate.device_profiles.schema import OnnxRuntimeSettings
+from wasmgate.runtime.backends import onnx_support as sup
+from wasmgate.runtime.backends.base import (
+    Array,
+    InferenceBackend,
+    LoadedModel,
+    LoadOptions,
+    ModelSpec,
+    check_declared,
+)
+from wasmgate.runtime.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+_CPU = "CPUExecutionProvider"
+_NON_COMPILING = frozenset({_CPU, "AzureExecutionProvider", "XnnpackExecutionProvider"})
+
+
+class OnnxModel(LoadedModel):
+    """A loaded ONNX Runtime session. ``node_placement`` counts nodes per provider."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        spec: ModelSpec,
+        options: LoadOptions,
+        notes: list[str],
+    ) -> None:
+        super().__init__(
+            name=spec.name,
+            inputs=sup.tensor_specs(session.get_inputs()),
+            outputs=sup.tensor_specs(session.get_outputs()),
+            backend="onnx",
+            providers=tuple(session.get_providers()),
+            precision=options.precision,
+            notes=notes,
+        )
+        self.node_placement = sup.node_placement(session)
+        self._session: ort.InferenceSession | None = session
+        self._input_names = [s.name for s in self.inputs]
+        self._output_names = [s.name for s in self.outputs]
+
+    def infer(self, inputs: Sequence[Array]) -> list[Array]:
+        session = self._session  # ORT's run() is thread-safe; close() only drops the ref
+        if session is None:
+            raise BackendError(f"{self.name}: model is closed")
+        self.check_inputs(inputs)
+        feed = dict(zip(self._input_names, inputs, strict=True))
+        try:
+            outputs: list[Array] = session.run(self._output_names, feed)
+        except Exception as e:
+            raise BackendError(f"{self.name}: inference failed: {e}") from e
+        return outputs
+
+    def close(self) -> None:
+        self._session = None
+
+
+class OnnxBackend(InferenceBackend):
+    """Loads ONNX models into ONNX Runtime sessions configured from a device profile."""
+
+    type_key = "onnx"
+
+    def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> OnnxModel:
+        settings = options.profile.onnxruntime
+        notes: list[str] = []
+        sup.refuse_external_data(data)
+        bf16 = _bf16_mode(options)
+        providers = _choose_providers(settings, notes)
+        if bf16:
+            notes.append(
+                "bf16: fp32 model with ARM64 BF16 fast-math GEMM (MatMulAddFusion disabled)"
+            )
+        session = self._create(data, spec, options, providers, bf16=bf16, notes=notes)
+        model = OnnxModel(session, spec, options, notes)
+        _report_fallback(model, [p for p, _ in providers], settings)
+        check_declared(spec.name, "inputs", spec.inputs, model.inputs)
+        check_declared(spec.name, "outputs", spec.outputs, model.outputs)
+        for note in model.notes:
+            log.info("model %s: %s", spec.name, note)
+        return model
+
+    def _create(
+        self,
+        data: bytes,
+        spec: ModelSpec,
+        options: LoadOptions,
+        providers: list[tuple[str, dict[str, str]]],
+        *,
+        bf16: bool,
+        notes: list[str],
+    ) -> ort.InferenceSession:
+        settings, extra = _ep_context(data, options, providers, notes)
+        cache = _cache_paths(data, providers, options, bf16=bf16)
+        if cache is not None and _cache_valid(cache):
+            cached = cache.read_bytes()
+            notes.append(f"optimized graph loaded from cache {cache.name[:16]}")
+            # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
+            offline = settings.model_copy(update={"graph_optimization_level": "disable"})
+            return _session(
+                cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
+            )
+        unique = f".tmp{os.getpid()}-{threading.get_ident()}"
+        tmp = None if cache is None else cache.with_suffix(unique)
+        session = _session(data, spec, settings, providers, bf16=bf16, optimized=tmp, extra=extra)
+        if cache is not None and tmp is not None and tmp.exists():
+            _commit_cache(tmp, cache)
+            notes.append(f"optimized graph saved to cache {cache.name[:16]}")
+        return session
+
+
+def _session(
+    data: bytes,
+    spec: ModelSpec,
+    settings: OnnxRuntimeSettings,
+    providers: list[tuple[str, dict[str, str]]],
+    *,
+    bf16: bool,
+    optimized: Path | None,
+    extra: dict[str, str],
+) -> ort.InferenceSession:
+    so = sup.session_options(
+        settings,
+        bf16=bf16,
+        optimized_path=None if optimized is None else str(optimized),
+        extra=extra,
+    )
+    try:
+        return ort.InferenceSession(data, so, providers=list(providers))
+    except Exception as e:
+        names = ", ".join(p for p, _ in providers)
+        raise BackendError(
+            f"{spec.name}: ONNX Runtime cannot load the model on [{names}]: {e}"
+        ) from e
+
+
+def _ep_context(
+    data: bytes,
+    options: LoadOptions,
+    providers: list[tuple[str, dict[str, str]]],
+    notes: list[str],
+) -> tuple[OnnxRuntimeSettings, dict[str, str]]:
+    """`ep.context_enable` caches a compiling EP's graph; from bytes ORT needs a file path,
+    which we derive from the cache directory. Without a compiling EP or a cache it is off."""
+    settings = options.profile.onnxruntime
+    if settings.session_config.get("ep.context_enable") != "1":
+        return settings, {}
+    config = {k: v for k, v in settings.session_config.items() if not k.startswith("ep.context")}
+    stripped = settings.model_copy(update={"session_config": config})
+    if all(p in _NON_COMPILING for p, _ in providers):
+        notes.append("ep.context_enable ignored: no compiling execution provider in use")
+        return stripped, {}
+    if options.cache_dir is None:
+        notes.append("ep.context_enable ignored: no cache directory configured")
+        return stripped, {}
+    folder = options.cache_dir / "ep-context"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()}_ctx.onnx"
+    return settings, {"ep.context_file_path": str(path)}
+
+
+def _bf16_mode(options: LoadOptions) -> bool:
+    if options.precision != "bf16":
+        return False
+    host = options.resolved_host()
+    if not host.bf16_fastmath:
+        raise BackendError(
+            "bf16 compute needs ONNX Runtime's ARM64 BF16 fast-math GEMM (Linux aarch64 with "
+            f"FEAT_BF16); this host is {host.system} {host.machine}"
+            + ("" if "bf16" in host.cpu_flags else " without bf16")
+        )
+    return True
+
+
+def _choose_providers(
+    settings: OnnxRuntimeSettings, notes: list[str]
+) -> list[tuple[str, dict[str, str]]]:
+    available = set(ort.get_available_providers())
+    chosen: list[tuple[str, dict[str, str]]] = []
+    for provider in settings.providers:
+        if provider.name in available:
+            chosen.append((provider.name, sup.provider_options(dict(provider.options))))
+        else:
+            notes.append(f"{provider.name} not in this ONNX Runtime build; skipped")
+    if settings.accelerator_required and not chosen:
+        wanted = ", ".join(p.name for p in settings.providers)
+        raise BackendError(f"accelerator required ({wanted}) but none is available")
+    if not chosen:
+        notes.append("no listed provider available; running on CPUExecutionProvider")
+        chosen.append((_CPU, {}))
+    return chosen
+
+
+def _report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRuntimeSettings) -> None:
+    lost = [p for p in requested if p not in model.providers]
+    if lost:
+        model.notes.append(
+            f"silent fallback: requested {', '.join(lost)} but the session runs on "
+            f"{', '.join(model.providers)}"
+        )
+    placement = model.node_placement
+    on_cpu, total = placement.get(_CPU, 0), sum(placement.values())
+    idle = [p for p in model.providers if p != _CPU and placement and p not in placement]
+    if idle:
+        model.notes.append(
+            f"{', '.join(idle)} registered but assigned no nodes: all {total} run on {_CPU}"
+        )
+    elif on_cpu and on_cpu < total:
+        model.notes.append(f"partial offload: {on_cpu} of {total} nodes on {_CPU}")
+    if settings.accelerator_required and model.providers == (_CPU,):
+        raise BackendError(f"{model.name}: accelerator required but the session runs on CPU only")
+
+
+def _cache_paths(
+    data: bytes,
+    providers: list[tuple[str, dict[str, str]]],
+    options: LoadOptions,
+    *,
+    bf16: bool,
+) -> Path | None:
+    settings = options.profile.onnxruntime
+    if not settings.optimized_model_cache or options.cache_dir is None:
+        return None
+    host = options.resolved_host()
+    config = sorted(settings.session_config.items())
+    extra = f"{host.machine}:{sorted(host.cpu_flags)}:{bf16}:{config}"
+    key = sup.cache_key(data, [p for p, _ in providers], settings, extra)
+    folder = options.cache_dir / "ort-optimized"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{key}.onnx"
+
+
+def _cache_valid(path: Path) -> bool:
+    """A cache entry counts only with a matching digest sidecar (guards torn writes)."""
+    sidecar = path.with_suffix(".sha256")
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == sidecar.read_text().strip()
+    except OSError:
+        return False
+
+
+def _commit_cache(tmp: Path, final: Path) -> None:
+    try:
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        tmp.replace(final)
+        final.with_suffix(".sha256").write_text(digest)
+    except OSError as e:
+        log.warning("could not save optimized graph %s: %s", final, e)
