@@ -1,0 +1,347 @@
+"""The MQTT bridge: requests from the topic tree to the `ServiceAPI`, answers back.
+
+Delivery contract (``shared/mqtt-topics.md``): requests are acknowledged only after their
+answer reached the broker (manual ack), so a crash or a lost connection means the broker
+redelivers; a redelivered request (same reply address and correlation data / ``id``
+within ``dedupe_window_s``) is answered once and only acknowledged again. Requests whose
+deadline or Message Expiry passed get a 504 answer without work. Nothing a requester
+sends (size, bytes, JSON) can stop the bridge: every failure becomes an error answer where
+a reply address exists, and a log line otherwise.
+
+Wiring::
+
+    async with MqttBridge(settings.mqtt, service) as bridge:
+        ...                       # bridge.state for the status page and metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from wasmgate.runtime import errors, v2
+from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
+from wasmgate.runtime.mqtt.messages import (
+    JSON,
+    Incoming,
+    Outgoing,
+    deadline_of,
+    error_body,
+    json_object,
+    request_id,
+    with_id,
+)
+from wasmgate.runtime.mqtt.metadata import MetadataPublisher
+from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
+from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAPI
+
+log = logging.getLogger("wasmgate.mqtt")
+
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (errors.BadRequest, 400),
+    (errors.Unauthorized, 401),
+    (errors.NotFound, 404),
+    (errors.PayloadTooLarge, 413),
+    (errors.Busy, 429),
+    (errors.FallbackFailed, 502),
+    (errors.NotReady, 503),
+    (errors.DeadlineExceeded, 504),
+)
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP-like ``status`` code of an error (same numbers as the HTTP bridge)."""
+    for kind, code in _STATUS:
+        if isinstance(exc, kind):
+            return code
+    return 500
+
+
+@dataclass
+class BridgeState:
+    """Counters and connection facts for ``/metrics`` and the status page."""
+
+    client: ClientState
+    gateway: str
+    received: int = 0
+    answered: int = 0
+    errors: int = 0
+    duplicates: int = 0
+    expired: int = 0
+    in_flight: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    topic: str | None
+    correlation: bytes | None
+    rid: str | None
+
+
+@dataclass(frozen=True)
+class _Result:
+    status: int
+    body: bytes
+    content_type: str
+    props: tuple[tuple[str, str], ...] = ()
+    events: tuple[bytes, ...] = ()
+
+
+class MqttBridge:
+    """Serves the ``adapters/…/req`` and ``models/…/infer`` topics of one gateway."""
+
+    def __init__(
+        self, settings: MqttSettings, service: ServiceAPI, *, drain_s: float = 5.0
+    ) -> None:
+        if settings.host is None:
+            raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
+        self._settings = settings
+        self._service = service
+        self._drain_s = drain_s
+        self.topics = Topics(settings)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seen: OrderedDict[bytes, tuple[float, asyncio.Future[None]]] = OrderedDict()
+        self._closing = False
+        self._client: MqttClient | None = None
+        self.state = BridgeState(ClientState(), gateway_id(settings))
+        self._metadata: MetadataPublisher | None = None
+
+    async def __aenter__(self) -> Self:
+        client_id = self._settings.client_id or f"wasmgate-{self.state.gateway}"
+        will = Outgoing(self.topics.status, b"offline", qos=1, retain=True)
+        self._client = MqttClient(
+            self._settings,
+            client_id,
+            will=will,
+            on_connect=self._on_connect,
+            on_message=self._on_message,
+        )
+        self.state.client = self._client.state
+        self._metadata = MetadataPublisher(self._client, self.topics, self._service)
+        self._client.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._closing = True
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=self._drain_s)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            offline = Outgoing(self.topics.status, b"offline", qos=1, retain=True)
+            await self._client.stop(offline)
+
+    async def wait_connected(self) -> None:
+        """Wait until connected and subscribed (wrap in ``asyncio.timeout``)."""
+        await self._mqtt.wait_connected()
+
+    @property
+    def _mqtt(self) -> MqttClient:
+        if self._client is None:
+            raise RuntimeError("use `async with MqttBridge(...)`")
+        return self._client
+
+    def refresh_metadata(self) -> None:
+        """Re-publish retained metadata after bundles changed (removed ones are cleared)."""
+        if self._metadata is not None:
+            self._metadata.publish()
+
+    # -- connection and dispatch -----------------------------------------------------------
+
+    def _on_connect(self, session_present: bool) -> None:
+        log.info("mqtt connected (session present: %s)", session_present)
+        self._mqtt.subscribe(self.topics.subscriptions(), self._settings.qos)
+        _detach(self._mqtt.publish(Outgoing(self.topics.status, b"online", qos=1, retain=True)))
+        if self._metadata is not None:
+            self._metadata.publish()
+
+    def _on_message(self, msg: Incoming) -> None:
+        if self._closing:
+            return  # not acked: the broker redelivers it to us (or a group peer) later
+        task = asyncio.get_running_loop().create_task(self._handle(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, msg: Incoming) -> None:
+        self.state.received += 1
+        self.state.in_flight += 1
+        try:
+            if await self._serve(msg):
+                self._ack(msg)
+        except Exception:
+            # A bug here must not hold the broker's in-flight window for ever.
+            log.exception("mqtt request on %s failed", msg.topic)
+            self._ack(msg)
+        finally:
+            self.state.in_flight -= 1
+
+    def _ack(self, msg: Incoming) -> None:
+        self._mqtt.ack(msg)
+
+    async def _serve(self, msg: Incoming) -> bool:
+        """Answer ``msg``; True when it may be acknowledged."""
+        route = self.topics.parse(msg.topic)
+        if route is None:
+            log.warning("ignoring message on unexpected topic %r", msg.topic)
+            return True
+        small = len(msg.payload) <= self._settings.max_payload_bytes
+        obj = json_object(msg.payload) if small else None
+        reply = self._reply_to(msg, route, request_id(obj))
+        key = _dedupe_key(reply)
+        if key is not None and (seen := self._recall(key)) is not None:
+            self.state.duplicates += 1
+            try:
+                await asyncio.shield(seen)
+            except OutboxOverflow:
+                return False
+            return True
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if key is not None:
+            self._seen[key] = (time.monotonic() + self._settings.dedupe_window_s, done)
+        try:
+            await self._work_and_answer(msg, route, obj, reply)
+        except BaseException as e:
+            # Not answered: forget it so the broker's redelivery is worked again.
+            if key is not None:
+                self._seen.pop(key, None)
+            done.set_exception(OutboxOverflow(f"not answered: {e!r}"))
+            done.exception()  # retrieved; waiting duplicates stay unacked too
+            if isinstance(e, OutboxOverflow):
+                return False
+            raise
+        done.set_result(None)
+        return True
+
+    def _reply_to(self, msg: Incoming, route: Route, rid: str | None) -> _Reply:
+        if msg.response_topic:
+            return _Reply(msg.response_topic, msg.correlation_data, rid)
+        return _Reply(self.topics.paired_reply(route), None, rid)
+
+    def _recall(self, key: bytes) -> asyncio.Future[None] | None:
+        now = time.monotonic()
+        while self._seen:
+            oldest_key, (expires, _) = next(iter(self._seen.items()))
+            if expires > now:
+                break
+            del self._seen[oldest_key]
+        entry = self._seen.get(key)
+        return entry[1] if entry is not None else None
+
+    async def _work_and_answer(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
+    ) -> None:
+        result = await self._result(msg, route, obj, reply)
+        code = str(result.status)
+        self.state.by_status[code] = self.state.by_status.get(code, 0) + 1
+        if result.status >= 400:
+            self.state.errors += 1
+        for event in result.events:
+            _detach(self._mqtt.publish(Outgoing(self.topics.events(route.name), event, qos=0)))
+        answer = self._answer_message(route, reply, result)
+        if answer is None:
+            return
+        await self._mqtt.publish(answer)
+        self.state.answered += 1
+
+    def _answer_message(self, route: Route, reply: _Reply, result: _Result) -> Outgoing | None:
+        props = (("status", str(result.status)), *result.props)
+        if reply.topic is not None:
+            body = (
+                result.body
+                if reply.correlation
+                else with_id(result.body, result.content_type, reply.rid)
+            )
+            return Outgoing(
+                reply.topic,
+                body,
+                self._settings.qos,
+                correlation_data=reply.correlation,
+                content_type=result.content_type,
+                user_properties=props,
+            )
+        if result.status == 200 and route.kind == "adapter":  # fire-and-forget: the result stream
+            return Outgoing(self.topics.events(route.name), result.body, self._settings.qos)
+        if result.status != 200:
+            log.warning("mqtt request on %s: %s (no reply address)", route.name, result.body[:200])
+        return None
+
+    async def _result(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
+    ) -> _Result:
+        try:
+            deadline = self._admit(msg, obj)
+            if route.kind == "adapter":
+                return await self._run_adapter(msg, route, deadline)
+            return await self._infer_model(msg, route, deadline)
+        except Exception as e:
+            code = status_for(e)
+            if code == 500:
+                log.warning("mqtt request on %s failed: %r", msg.topic, e)
+            return _Result(code, error_body(str(e) or type(e).__name__, code, reply.rid), JSON)
+
+    def _admit(self, msg: Incoming, obj: dict[str, Any] | None) -> float | None:
+        """Refuse oversize and expired requests before any work; returns the deadline."""
+        if len(msg.payload) > self._settings.max_payload_bytes:
+            raise errors.PayloadTooLarge(
+                f"payload of {len(msg.payload)} bytes exceeds mqtt.max_payload_bytes "
+                f"({self._settings.max_payload_bytes})"
+            )
+        deadline = deadline_of(msg, obj)
+        if deadline is not None and deadline <= time.monotonic():
+            self.state.expired += 1
+            raise errors.DeadlineExceeded("request expired before work started")
+        return deadline
+
+    async def _run_adapter(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
+        meta = {"transport": "mqtt", "topic": msg.topic, "client": route.client or ""}
+        req = AdapterRequest(route.name, msg.payload, msg.content_type, meta, deadline)
+        ans = await self._service.run_adapter(req)
+        props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
+        if ans.fallback_reason:
+            props = (*props, ("fallback_reason", ans.fallback_reason))
+        return _Result(200, ans.body, ans.content_type, props, tuple(ans.events))
+
+    async def _infer_model(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
+        header = msg.user_properties.get(HEADER_LENGTH)
+        try:
+            header_length = int(header) if header is not None else None
+        except ValueError as e:
+            raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
+        parsed = v2.parse_request(msg.payload, header_length)
+        req = ModelRequest(route.name, parsed.inputs, parsed.output_names, deadline=deadline)
+        ans = await self._service.infer_model(req)
+        enc = v2.encode_response(route.name, str(ans.version), ans.outputs, parsed)
+        props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
+        if enc.header_length is not None:
+            props = (*props, (HEADER_LENGTH, str(enc.header_length)))
+        return _Result(200, enc.body, enc.content_type, props)
+
+
+def _dedupe_key(reply: _Reply) -> bytes | None:
+    """Reply address + correlation data (MQTT 5) or + ``id`` (3.1.1); None = cannot tell."""
+    if reply.topic is None:
+        return None
+    if reply.correlation is not None:
+        return b"c\0" + reply.topic.encode() + b"\0" + reply.correlation
+    if reply.rid is not None:
+        return b"i\0" + reply.topic.encode() + b"\0" + reply.rid.encode()
+    return None
+
+
+def _detach(fut: asyncio.Future[None]) -> None:
+    """Fire-and-forget publish: retrieve its outcome so nothing is logged as unhandled."""
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())

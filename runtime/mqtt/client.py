@@ -1,0 +1,377 @@
+"""A paho-mqtt 2.x client driven by the asyncio loop (the bridge's `Communicator`).
+
+Why the loop drives paho instead of paho's own thread: every client call (publish, ack,
+subscribe) then happens on the one loop thread, so paho's locks never contend and no
+callback can block or deadlock a network thread (paho issues #354, #177, #636). The
+socket is handed to the loop with ``add_reader``/``add_writer`` and ``loop_misc()`` runs
+on a one-second timer; only the blocking connect (DNS, TCP, TLS) runs in the default
+executor, and its socket callbacks hop back with ``call_soon_threadsafe``.
+
+Delivery: one paho client lives for the whole bridge, so QoS>0 messages in flight at a
+disconnect are re-sent by paho after reconnect. Messages published while disconnected
+wait in a bounded outbox (oldest dropped) and go out on reconnect. `publish()` returns a
+future resolved when the broker confirmed the message (PUBACK/PUBCOMP; QoS 0: on hand-off).
+Incoming messages carry the connection *generation*: `ack()` refuses a message from an
+older connection, whose packet id means nothing any more (the broker redelivers it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
+
+log = logging.getLogger("wasmgate.mqtt")
+
+_MISC_INTERVAL_S = 1.0  # paho's keepalive bookkeeping granularity
+_MIN_BACKOFF_S = 0.2
+_LAST_PUBLISH_S = 2.0  # how long a clean stop waits for the retained ``offline`` PUBACK
+
+
+class OutboxOverflow(Exception):
+    """The message was dropped from the full outbox while disconnected."""
+
+
+@dataclass
+class ClientState:
+    """Connection facts for the status page and metrics."""
+
+    connected: bool = False
+    connects: int = 0
+    disconnects: int = 0
+    session_present: bool = False
+    last_error: str | None = None
+    outbox: int = 0
+    outbox_dropped: int = 0
+    since: float = field(default_factory=time.time)
+
+
+def _make_properties(msg: Outgoing) -> Properties | None:
+    if msg.correlation_data is None and msg.content_type is None and not msg.user_properties:
+        return None
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if msg.correlation_data is not None:
+        props.CorrelationData = msg.correlation_data
+    if msg.content_type is not None:
+        props.ContentType = msg.content_type
+    if msg.user_properties:
+        props.UserProperty = list(msg.user_properties)
+    return props
+
+
+def _incoming(message: paho.MQTTMessage, generation: int, v5: bool) -> Incoming:
+    props = message.properties if v5 else None
+    user: dict[str, str] = {}
+    for key, value in getattr(props, "UserProperty", None) or []:
+        user[str(key)] = str(value)
+    expiry = getattr(props, "MessageExpiryInterval", None)
+    try:
+        topic = message.topic
+    except UnicodeDecodeError:
+        topic = ""
+    return Incoming(
+        topic=topic,
+        payload=bytes(message.payload),
+        qos=message.qos,
+        dup=bool(message.dup),
+        mid=message.mid,
+        generation=generation,
+        received=time.monotonic(),
+        response_topic=getattr(props, "ResponseTopic", None),
+        correlation_data=getattr(props, "CorrelationData", None),
+        content_type=getattr(props, "ContentType", None),
+        expiry_s=int(expiry) if expiry is not None else None,
+        user_properties=user,
+    )
+
+
+class MqttClient:
+    """One persistent-session connection, reconnected for ever with capped backoff."""
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        client_id: str,
+        *,
+        will: Outgoing,
+        on_connect: Callable[[bool], None],
+        on_message: Callable[[Incoming], None],
+    ) -> None:
+        self._settings = settings
+        self._v5 = settings.protocol == "5"
+        self._on_connect_cb = on_connect
+        self._on_message_cb = on_message
+        self.state = ClientState()
+        self._generation = 0
+        self._pending: dict[int, asyncio.Future[None]] = {}
+        self._outbox: collections.deque[tuple[Outgoing, asyncio.Future[None]]] = collections.deque()
+        self._connack: asyncio.Future[None] | None = None
+        self._lost = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._misc: asyncio.TimerHandle | None = None
+        self._opening = False
+        self._client = self._build(client_id, will)
+
+    def _build(self, client_id: str, will: Outgoing) -> paho.Client:
+        s = self._settings
+        client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=paho.MQTTv5 if self._v5 else paho.MQTTv311,
+            clean_session=None if self._v5 else False,
+            manual_ack=True,
+            reconnect_on_failure=False,
+        )
+        if s.username is not None:
+            client.username_pw_set(s.username, s.password)
+        if s.tls_ca is not None:
+            ctx = ssl.create_default_context(cafile=str(s.tls_ca))
+            if s.tls_cert is not None:
+                ctx.load_cert_chain(str(s.tls_cert), str(s.tls_key) if s.tls_key else None)
+            client.tls_set_context(ctx)
+        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_publish = self._on_publish
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_socket_register_write = self._on_socket_register_write
+        client.on_socket_unregister_write = self._on_socket_unregister_write
+        return client
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start connecting in the background; returns at once (the broker may be down)."""
+        self._task = self._loop.create_task(self._supervise(), name="mqtt-supervisor")
+        self._schedule_misc()
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    async def stop(self, last: Outgoing | None) -> None:
+        """Publish ``last`` (e.g. retained ``offline``) if connected, disconnect, release all."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._misc is not None:
+            self._misc.cancel()
+        if last is not None and self.state.connected:
+            try:
+                await asyncio.wait_for(self.publish(last), _LAST_PUBLISH_S)
+            except (TimeoutError, OutboxOverflow):
+                log.warning("could not publish %s before disconnect", last.topic)
+        self._client.disconnect()
+        self._client.loop_write()  # flush DISCONNECT now; the loop may stop any moment
+        sock = self._client.socket()
+        if sock is not None:
+            self._release(sock)
+        self._client._sock_close()  # paho has no public close for external loops
+        for fut in [*self._pending.values(), *(f for _, f in self._outbox)]:
+            fut.cancel()
+        self._pending.clear()
+        self._outbox.clear()
+
+    async def _supervise(self) -> None:
+        delay = _MIN_BACKOFF_S
+        while True:
+            try:
+                await self._open()
+                delay = _MIN_BACKOFF_S
+                await self._lost.wait()
+            except (OSError, TimeoutError, ConnectionError) as e:
+                self.state.last_error = f"{type(e).__name__}: {e}"
+                log.warning("mqtt connect failed (%s); retry in %.1fs", e, delay)
+                self._drop_socket()
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self._settings.reconnect_max_s)
+
+    async def _open(self) -> None:
+        self._lost.clear()
+        self._connack = self._loop.create_future()
+        self._opening = True
+        try:
+            await self._loop.run_in_executor(None, self._connect_blocking)
+        finally:
+            self._opening = False
+        await asyncio.wait_for(asyncio.shield(self._connack), self._settings.keepalive_s)
+
+    def _connect_blocking(self) -> None:
+        s = self._settings
+        host = s.host or "localhost"
+        if self._v5:
+            props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            props.SessionExpiryInterval = s.session_expiry_s
+            props.ReceiveMaximum = s.receive_maximum
+            rc = self._client.connect(
+                host, s.port, s.keepalive_s, clean_start=False, properties=props
+            )
+        else:
+            rc = self._client.connect(host, s.port, s.keepalive_s)
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise ConnectionError(f"connect: {paho.error_string(rc)}")
+
+    def _drop_socket(self) -> None:
+        sock = self._client.socket()
+        if sock is not None:
+            self._release(sock)
+            self._client._sock_close()
+
+    def _schedule_misc(self) -> None:
+        self._misc = self._loop.call_later(_MISC_INTERVAL_S, self._tick)
+
+    def _tick(self) -> None:
+        if not self._opening:
+            self._client.loop_misc()
+        self._schedule_misc()
+
+    # -- socket hand-off (paho may call these from the executor thread) -------------------
+
+    def _on_socket_open(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._watch, sock)
+
+    def _watch(self, sock: socket.socket) -> None:
+        if self._client.socket() is sock:
+            self._loop.add_reader(sock, self._client.loop_read)
+
+    def _on_socket_close(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._release, sock)
+
+    def _release(self, sock: Any) -> None:
+        if sock.fileno() >= 0:
+            self._loop.remove_reader(sock)
+            self._loop.remove_writer(sock)
+
+    def _on_socket_register_write(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._want_write, sock)
+
+    def _want_write(self, sock: socket.socket) -> None:
+        if self._client.socket() is sock:
+            self._loop.add_writer(sock, self._client.loop_write)
+
+    def _on_socket_unregister_write(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._release_write, sock)
+
+    def _release_write(self, sock: socket.socket) -> None:
+        if sock.fileno() >= 0:
+            self._loop.remove_writer(sock)
+
+    # -- paho callbacks (loop thread; never raise, never block) --------------------------
+
+    def _on_connect(
+        self, _client: paho.Client, _userdata: Any, flags: Any, rc: Any, _props: Any
+    ) -> None:
+        if rc.is_failure:
+            self.state.last_error = f"broker refused connection: {rc}"
+            if self._connack is not None and not self._connack.done():
+                self._connack.set_exception(ConnectionError(self.state.last_error))
+            return
+        self._generation += 1
+        self.state.connected = True
+        self.state.connects += 1
+        self.state.session_present = bool(flags.session_present)
+        self.state.since = time.time()
+        self._connected.set()
+        if self._connack is not None and not self._connack.done():
+            self._connack.set_result(None)
+        self._guard(self._on_connect_cb, self.state.session_present)
+        self._flush_outbox()
+
+    def _on_disconnect(
+        self, _client: paho.Client, _userdata: Any, _flags: Any, rc: Any, _props: Any
+    ) -> None:
+        if self.state.connected:
+            self.state.disconnects += 1
+            log.warning("mqtt connection lost: %s", rc)
+        self.state.connected = False
+        self._connected.clear()
+        self._lost.set()
+        if self._connack is not None and not self._connack.done():
+            self._connack.set_exception(ConnectionError(f"connection closed: {rc}"))
+
+    def _on_message(self, _client: paho.Client, _userdata: Any, message: paho.MQTTMessage) -> None:
+        self._guard(self._on_message_cb, _incoming(message, self._generation, self._v5))
+
+    def _on_publish(
+        self, _client: paho.Client, _userdata: Any, mid: int, _rc: Any, _props: Any
+    ) -> None:
+        fut = self._pending.pop(mid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _guard(self, fn: Callable[[Any], None], arg: Any) -> None:
+        try:
+            fn(arg)
+        except Exception:
+            log.exception("mqtt callback failed")
+
+    # -- publish / subscribe / ack ---------------------------------------------------------
+
+    def publish(self, msg: Outgoing) -> asyncio.Future[None]:
+        """Send ``msg``; the future resolves once the broker has it (or fails if dropped)."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        if self.state.connected:
+            self._send(msg, fut)
+        else:
+            self._queue(msg, fut)
+        return fut
+
+    def _send(self, msg: Outgoing, fut: asyncio.Future[None]) -> None:
+        props = _make_properties(msg) if self._v5 else None
+        info = self._client.publish(msg.topic, msg.payload, msg.qos, msg.retain, props)
+        if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            fut.set_exception(OutboxOverflow("paho queue full"))
+        elif msg.qos == 0:
+            fut.set_result(None)
+        else:
+            self._pending[info.mid] = fut
+
+    def _queue(self, msg: Outgoing, fut: asyncio.Future[None]) -> None:
+        if len(self._outbox) >= self._settings.outbox_size:
+            _, old = self._outbox.popleft()
+            self.state.outbox_dropped += 1
+            if not old.done():
+                old.set_exception(OutboxOverflow("outbox full while disconnected"))
+        self._outbox.append((msg, fut))
+        self.state.outbox = len(self._outbox)
+
+    def _flush_outbox(self) -> None:
+        while self._outbox and self.state.connected:
+            msg, fut = self._outbox.popleft()
+            if not fut.done():
+                self._send(msg, fut)
+        self.state.outbox = len(self._outbox)
+
+    def subscribe(self, filters: list[str], qos: int) -> None:
+        if self._v5:
+            opts = SubscribeOptions(qos=qos)
+            self._client.subscribe([(f, opts) for f in filters])
+        else:
+            self._client.subscribe([(f, qos) for f in filters])
+
+    def ack(self, msg: Incoming) -> bool:
+        """Acknowledge ``msg`` if it came on the current connection (else the broker resends)."""
+        if msg.qos == 0:
+            return True
+        if msg.generation != self._generation or not self.state.connected:
+            return False
+        return self._client.ack(msg.mid, msg.qos) == MQTTErrorCode.MQTT_ERR_SUCCESS

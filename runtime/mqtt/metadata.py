@@ -1,0 +1,72 @@
+"""Retained ``models/<m>/metadata`` and ``adapters/<a>/metadata`` documents.
+
+Model documents use the KServe V2 model-metadata schema (as ``GET /v2/models/{m}``);
+adapter documents add how to call the adapter over MQTT. A name that disappears (bundle
+removed) gets an empty retained payload, which deletes the retained message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from wasmgate.runtime.mqtt.client import MqttClient
+from wasmgate.runtime.mqtt.messages import JSON, Outgoing
+from wasmgate.runtime.mqtt.topics import Topics
+from wasmgate.runtime.service_api import ModelInfo, ServiceAPI, TensorMeta
+
+log = logging.getLogger("wasmgate.mqtt")
+
+
+def _tensors(specs: tuple[TensorMeta, ...]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
+
+
+def metadata_document(info: ModelInfo, topics: Topics) -> dict[str, Any]:
+    """The retained JSON for one model or adapter."""
+    doc: dict[str, Any] = {
+        "name": info.name,
+        "versions": [str(info.version)],
+        "platform": info.platform,
+        "inputs": _tensors(info.inputs),
+        "outputs": _tensors(info.outputs),
+        "ready": info.ready,
+        "bundle": info.bundle,
+    }
+    if info.kind == "adapter":
+        doc["request_topic"] = f"{topics.root}/adapters/{info.name}/req"
+    else:
+        doc["request_topic"] = f"{topics.root}/models/{info.name}/infer"
+        doc["max_batch_size"] = info.max_batch_size
+    return doc
+
+
+class MetadataPublisher:
+    """Publishes the service's models and adapters; remembers them to clear removed ones."""
+
+    def __init__(self, client: MqttClient, topics: Topics, service: ServiceAPI) -> None:
+        self._client = client
+        self._topics = topics
+        self._service = service
+        self._published: set[str] = set()
+
+    def publish(self) -> None:
+        try:
+            infos = self._service.list_models()
+        except Exception:
+            log.exception("cannot list models for MQTT metadata")
+            return
+        current: set[str] = set()
+        for info in infos:
+            topic = self._topics.metadata(info.kind, info.name)
+            body = json.dumps(metadata_document(info, self._topics)).encode()
+            self._send(Outgoing(topic, body, qos=1, retain=True, content_type=JSON))
+            current.add(topic)
+        for gone in self._published - current:
+            self._send(Outgoing(gone, b"", qos=1, retain=True))
+        self._published = current
+
+    def _send(self, msg: Outgoing) -> None:
+        fut = self._client.publish(msg)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())

@@ -1,0 +1,81 @@
+"""The topic tree of ``shared/mqtt-topics.md``, relative to ``<topic_prefix>/<gateway_id>/``."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Literal
+
+from wasmgate.runtime.config import MqttSettings
+
+Kind = Literal["adapter", "model"]
+
+# request segment -> answer segment of the 3.1.1 topic pairs
+_PAIRS: dict[Kind, tuple[str, str, str]] = {
+    "adapter": ("adapters", "req", "res"),
+    "model": ("models", "infer", "result"),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a request topic addresses."""
+
+    kind: Kind
+    name: str
+    client: str | None
+    """The ``/<client>`` suffix of the MQTT 3.1.1 form, None for the MQTT 5 form."""
+
+
+def gateway_id(settings: MqttSettings) -> str:
+    return settings.gateway_id or socket.gethostname()
+
+
+class Topics:
+    """Builds and parses the bridge's topics for one gateway."""
+
+    def __init__(self, settings: MqttSettings) -> None:
+        self.root = f"{settings.topic_prefix.rstrip('/')}/{gateway_id(settings)}"
+        self._group = settings.shared_group
+
+    @property
+    def status(self) -> str:
+        return f"{self.root}/status"
+
+    def subscriptions(self) -> list[str]:
+        """Request filters, through ``$share/<group>/`` when a shared group is set."""
+        filters = [
+            f"{self.root}/adapters/+/req",
+            f"{self.root}/adapters/+/req/+",
+            f"{self.root}/models/+/infer",
+            f"{self.root}/models/+/infer/+",
+        ]
+        if self._group:
+            return [f"$share/{self._group}/{f}" for f in filters]
+        return filters
+
+    def parse(self, topic: str) -> Route | None:
+        """The route of a request topic, or None when it is not one of ours."""
+        if not topic.startswith(self.root + "/"):
+            return None
+        parts = topic[len(self.root) + 1 :].split("/")
+        if len(parts) not in (3, 4) or not all(parts):
+            return None
+        for kind, (head, req, _) in _PAIRS.items():
+            if parts[0] == head and parts[2] == req:
+                return Route(kind, parts[1], parts[3] if len(parts) == 4 else None)
+        return None
+
+    def paired_reply(self, route: Route) -> str | None:
+        """The 3.1.1 answer topic (``.../res/<client>`` or ``.../result/<client>``)."""
+        if route.client is None:
+            return None
+        head, _, res = _PAIRS[route.kind]
+        return f"{self.root}/{head}/{route.name}/{res}/{route.client}"
+
+    def events(self, adapter: str) -> str:
+        return f"{self.root}/events/{adapter}"
+
+    def metadata(self, kind: Kind, name: str) -> str:
+        head = _PAIRS[kind][0]
+        return f"{self.root}/{head}/{name}/metadata"
