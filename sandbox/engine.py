@@ -1,0 +1,166 @@
+"""The daemon's one wasmtime engine: epoch ticker, compile, precompiled-module cache.
+
+Invariants:
+- One ``wasmtime.Engine`` per ``SandboxEngine``, built with epoch interruption (and fuel
+  when ``Ceilings.fuel_enabled``), a bounded wasm stack and a lowered memory reservation
+  (so many instances fit in the address space).
+- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s``; ``close()``
+  stops and joins it.
+- ``Module.deserialize_file`` runs native code, so it is only ever called on files this
+  class wrote into its private cache directory (mode 0700, owned by us, never group/world
+  writable); the file name is the sha256 of the wasm *as hashed here* plus a fingerprint of
+  the engine settings and the wasmtime version. Bundle bytes are never deserialized.
+- A module is compiled from validated wasm binaries only (WAT text and components refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import stat
+import tempfile
+import threading
+from importlib.metadata import version
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import wasmtime
+
+from wasmgate.sandbox.adapter import Adapter
+from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
+from wasmgate.sandbox.limits import MIB, Ceilings
+
+__all__ = ["SandboxEngine"]
+
+_WASM_MAGIC = b"\0asm"
+_CORE_VERSION = b"\x01\x00\x00\x00"
+
+
+class SandboxEngine:
+    """One per daemon: owns the wasmtime engine, the epoch ticker thread and the module cache."""
+
+    def __init__(self, cache_dir: Path, ceilings: Ceilings | None = None) -> None:
+        """Create the engine and start the ticker; ``cache_dir`` is created private (0700)."""
+        self.ceilings = ceilings or Ceilings()
+        self.cache_dir = Path(cache_dir)
+        _private_dir(self.cache_dir)
+        settings = self._settings()
+        self.fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+        self.engine = wasmtime.Engine(self._config())
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="wasmgate-epoch", daemon=True)
+        self._ticker.start()
+
+    def _settings(self) -> dict[str, object]:
+        c = self.ceilings
+        return {
+            "wasmtime": version("wasmtime"),
+            "machine": platform.machine(),
+            "fuel": c.fuel_enabled,
+            "stack": c.max_wasm_stack,
+            "reservation": self._reservation(),
+            "epoch": True,
+        }
+
+    def _reservation(self) -> int:
+        return max(64 * MIB, self.ceilings.memory_bytes)
+
+    def _config(self) -> wasmtime.Config:
+        cfg = wasmtime.Config()
+        cfg.epoch_interruption = True
+        cfg.consume_fuel = self.ceilings.fuel_enabled
+        cfg.max_wasm_stack = self.ceilings.max_wasm_stack
+        cfg.memory_reservation = self._reservation()
+        cfg.memory_guard_size = 64 * 1024
+        cfg.wasm_threads = False
+        cfg.cranelift_opt_level = "speed"
+        return cfg
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.ceilings.tick_s):
+            self.engine.increment_epoch()
+
+    def compile(self, wasm: bytes, sha256: str | None = None, *, name: str = "adapter") -> Adapter:
+        """Validate ``wasm`` as a daemon adapter (imports, exports, ABI version) and return it.
+
+        ``sha256`` (hex), if given, must match the bytes. Uses the private precompiled cache.
+        Raises ``AdapterLoadError`` naming what is wrong.
+        """
+        module = self.load_module(wasm, sha256, name=name)
+        return Adapter(self, module, name=name)
+
+    def load_module(
+        self, wasm: bytes, sha256: str | None = None, *, name: str = "module"
+    ) -> wasmtime.Module:
+        """Compile (or load from the private cache) a core wasm module; no ABI checks."""
+        if self._stop.is_set():
+            raise SandboxError("sandbox engine is closed")
+        _check_binary(wasm, self.ceilings.max_module_bytes, name)
+        digest = hashlib.sha256(wasm).hexdigest()
+        if sha256 is not None and sha256.lower() != digest:
+            raise AdapterLoadError(f"{name}: sha256 mismatch (expected {sha256}, got {digest})")
+        path = self.cache_dir / f"{digest}-{self.fingerprint[:32]}.cwasm"
+        if path.exists():
+            try:
+                return wasmtime.Module.deserialize_file(self.engine, str(path))
+            except wasmtime.WasmtimeError:
+                path.unlink(missing_ok=True)  # stale or corrupt: recompile below
+        try:
+            module = wasmtime.Module(self.engine, wasm)
+        except wasmtime.WasmtimeError as e:
+            raise AdapterLoadError(f"{name}: invalid wasm module: {_first_line(e)}") from e
+        self._store(path, module.serialize())
+        return module
+
+    def _store(self, path: Path, blob: bytearray | bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            Path(tmp).replace(path)
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)  # a cache write failure only costs a recompile
+
+    def close(self) -> None:
+        """Stop the ticker thread (idempotent). Running guests then hit their deadline checks."""
+        self._stop.set()
+        if self._ticker.is_alive():
+            self._ticker.join()
+
+    def __enter__(self) -> Self:
+        """Context manager: ``close()`` on exit."""
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Close the engine."""
+        self.close()
+
+
+def _check_binary(wasm: bytes, max_bytes: int, name: str) -> None:
+    if len(wasm) > max_bytes:
+        raise AdapterLoadError(f"{name}: module is {len(wasm)} bytes, limit is {max_bytes}")
+    if wasm[:4] != _WASM_MAGIC:
+        raise AdapterLoadError(f"{name}: not a wasm binary (no \\0asm magic)")
+    if wasm[4:8] != _CORE_VERSION:
+        raise AdapterLoadError(
+            f"{name}: not a core wasm module (version bytes {wasm[4:8].hex()}; "
+            "components are not supported)"
+        )
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise SandboxError(f"module cache {path} is not owned by this user")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IRWXO):
+        path.chmod(0o700)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

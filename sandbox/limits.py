@@ -1,0 +1,114 @@
+"""Per-request guest limits and the daemon-wide ceilings that cap them.
+
+Invariants:
+- A guest never runs with a limit above the daemon's ``Ceilings``: ``Adapter.run`` always
+  applies ``GuestLimits.capped(ceilings)`` first, whatever the manifest asked for.
+- Every limit is finite: memory, table elements, wall-clock deadline, output bytes, captured
+  log bytes. Fuel is optional and only enforced by an engine built with ``fuel_enabled``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+__all__ = ["MIB", "Ceilings", "GuestLimits", "ManifestLimits"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Daemon-wide maxima and engine settings (one set per ``SandboxEngine``).
+
+    ``tick_s`` is the epoch ticker period (deadline granularity). ``fuel_enabled`` builds the
+    engine with fuel metering (needed for any ``GuestLimits.fuel``). ``max_module_bytes`` is
+    the largest ``.wasm`` accepted by ``compile``; ``max_wasm_stack`` bounds guest recursion.
+    """
+
+    memory_bytes: int = 256 * MIB
+    table_elements: int = 100_000
+    deadline_s: float = 30.0
+    fuel: int | None = None
+    max_output_bytes: int = 16 * MIB
+    max_log_bytes: int = 64 * 1024
+    max_events: int = 64
+    max_module_bytes: int = 32 * MIB
+    max_wasm_stack: int = 512 * 1024
+    max_nn_handles: int = 256
+    tick_s: float = 0.005
+    fuel_enabled: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse nonsensical ceilings early (they come from the operator's config)."""
+        for name in ("memory_bytes", "table_elements", "max_output_bytes", "max_module_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Ceilings.{name} must be positive")
+        if self.deadline_s <= 0 or self.tick_s <= 0:
+            raise ValueError("Ceilings.deadline_s and tick_s must be positive")
+
+
+class ManifestLimits(Protocol):
+    """The subset of a signed manifest's ``limits`` section the sandbox reads."""
+
+    @property
+    def memory_mb(self) -> int | None: ...
+    @property
+    def deadline_ms(self) -> int | None: ...
+    @property
+    def fuel(self) -> int | None: ...
+    @property
+    def max_output_bytes(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class GuestLimits:
+    """Limits for one request's guest instance (after ``capped`` never above the ceilings).
+
+    ``deadline_s`` is wall-clock time from the start of ``Adapter.run`` (instantiation
+    included); the caller passes ``min(manifest deadline, time left for the request)``.
+    """
+
+    memory_bytes: int = 64 * MIB
+    table_elements: int = 10_000
+    deadline_s: float = 1.0
+    fuel: int | None = None
+    max_output_bytes: int = 1 * MIB
+    max_log_bytes: int = 16 * 1024
+    max_events: int = 16
+
+    def capped(self, ceilings: Ceilings) -> GuestLimits:
+        """Return these limits with every value lowered to the daemon's ceiling."""
+        fuel = self.fuel
+        if ceilings.fuel is not None:
+            fuel = ceilings.fuel if fuel is None else min(fuel, ceilings.fuel)
+        return replace(
+            self,
+            memory_bytes=min(self.memory_bytes, ceilings.memory_bytes),
+            table_elements=min(self.table_elements, ceilings.table_elements),
+            deadline_s=min(self.deadline_s, ceilings.deadline_s),
+            fuel=fuel,
+            max_output_bytes=min(self.max_output_bytes, ceilings.max_output_bytes),
+            max_log_bytes=min(self.max_log_bytes, ceilings.max_log_bytes),
+            max_events=min(self.max_events, ceilings.max_events),
+        )
+
+    @classmethod
+    def from_manifest(
+        cls, limits: ManifestLimits, ceilings: Ceilings, *, deadline_s: float | None = None
+    ) -> GuestLimits:
+        """Build limits from a manifest's ``limits`` (unset fields keep defaults), capped.
+
+        ``deadline_s`` (time left for the request) further lowers the manifest deadline.
+        """
+        base = cls()
+        if limits.memory_mb is not None:
+            base = replace(base, memory_bytes=limits.memory_mb * MIB)
+        if limits.deadline_ms is not None:
+            base = replace(base, deadline_s=limits.deadline_ms / 1000)
+        if limits.max_output_bytes is not None:
+            base = replace(base, max_output_bytes=limits.max_output_bytes)
+        base = replace(base, fuel=limits.fuel)
+        if deadline_s is not None:
+            base = replace(base, deadline_s=min(base.deadline_s, deadline_s))
+        return base.capped(ceilings)

@@ -1,0 +1,95 @@
+"""Translate wasmtime's ``Trap`` / ``ExitTrap`` / ``WasmtimeError`` into sandbox errors.
+
+Invariants:
+- The cause is taken from ``trap_code`` (never from the message text) for traps; for
+  instantiation errors (``WasmtimeError``) the limit that fired is named.
+- A trap after the guest filled its memory up to the limit (``memory.grow`` returned -1,
+  then the guest gave up) is reported as memory exhaustion, not as the symptom.
+- The returned error carries the request's captured logs.
+"""
+
+from __future__ import annotations
+
+import wasmtime
+
+from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestResourceExhausted, GuestTrap
+from wasmgate.sandbox.host_api import RequestState
+
+__all__ = ["translate"]
+
+_T = wasmtime.TrapCode
+_CAUSES = {
+    _T.STACK_OVERFLOW: ("stack", "call stack exhausted (recursion too deep)"),
+    _T.UNREACHABLE: ("unreachable", "executed `unreachable`"),
+    _T.MEMORY_OUT_OF_BOUNDS: ("oob", "out-of-bounds memory access"),
+    _T.TABLE_OUT_OF_BOUNDS: ("oob", "out-of-bounds table access"),
+    _T.HEAP_MISALIGNED: ("oob", "misaligned atomic access"),
+    _T.INDIRECT_CALL_TO_NULL: ("indirect_call", "indirect call to a null entry"),
+    _T.BAD_SIGNATURE: ("indirect_call", "indirect call with a bad signature"),
+    _T.INTEGER_OVERFLOW: ("integer_overflow", "integer overflow"),
+    _T.INTEGER_DIVISION_BY_ZERO: ("integer_division_by_zero", "integer division by zero"),
+    _T.BAD_CONVERSION_TO_INTEGER: ("bad_conversion", "invalid float to integer conversion"),
+}
+
+
+def translate(e: Exception, req: RequestState, *, near_memory_limit: bool) -> GuestTrap:
+    """Map a wasmtime exception raised while running a guest to a ``GuestTrap``."""
+    logs = req.logs
+    if isinstance(e, wasmtime.ExitTrap):
+        return GuestTrap(
+            f"guest called proc_exit({e.code})", cause="exit", logs=logs, exit_code=e.code
+        )
+    if isinstance(e, wasmtime.Trap):
+        return _trap(e, req, near_memory_limit=near_memory_limit)
+    text = str(e)
+    if "memory minimum size" in text or "memory limits" in text:
+        return GuestResourceExhausted(
+            f"initial memory exceeds the limit of {req.limits.memory_bytes} bytes",
+            cause="memory",
+            logs=logs,
+        )
+    if "table minimum size" in text or "table limits" in text:
+        return GuestResourceExhausted(
+            f"initial table exceeds the limit of {req.limits.table_elements} elements",
+            cause="table",
+            logs=logs,
+        )
+    if "resource limit exceeded" in text:
+        return GuestResourceExhausted(
+            f"resource limit exceeded: {_line(text)}", cause="instances", logs=logs
+        )
+    return GuestTrap(f"instantiation failed: {_line(text)}", cause="instantiate", logs=logs)
+
+
+def _trap(e: wasmtime.Trap, req: RequestState, *, near_memory_limit: bool) -> GuestTrap:
+    code = e.trap_code
+    logs = req.logs
+    if code == _T.INTERRUPT:
+        how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
+        return GuestDeadlineExceeded(
+            f"adapter exceeded its deadline of {req.limits.deadline_s * 1000:.0f} ms{how}",
+            logs=logs,
+        )
+    if code == _T.OUT_OF_FUEL:
+        return GuestResourceExhausted(
+            f"adapter used up its fuel budget of {req.limits.fuel}", cause="fuel", logs=logs
+        )
+    if code is None:  # a trap raised by host code
+        cause, what = "host", _line(e.message)
+    else:
+        cause, what = _CAUSES.get(code, ("trap", _line(e.message)))
+    if near_memory_limit and cause in ("unreachable", "oob"):
+        return GuestResourceExhausted(
+            f"adapter reached its memory limit of {req.limits.memory_bytes} bytes "
+            f"and then trapped: {what}",
+            cause="memory",
+            logs=logs,
+        )
+    return GuestTrap(f"guest trapped: {what}", cause=cause, logs=logs)
+
+
+def _line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if "Caused by:" in lines:
+        return " ".join(lines[lines.index("Caused by:") + 1 :])[:300]
+    return (lines[0] if lines else "unknown")[:300]

@@ -1,0 +1,305 @@
+"""Host functions of ``wasi_ephemeral_nn`` (wasi-nn witx preview1, plus WasmEdge extras).
+
+Invariants:
+- Exact core ABI of ``shared/research/wasi-nn-abi.md``: all-i32 params, i32 errno result,
+  u32 little-endian out-values, 8-byte graph-builder entries, the 20-byte tensor record
+  with the tensor type read as *one byte* at offset 8.
+- Handles are per instance (``NnSession``), counted from 0; a handle from another instance
+  or from nowhere is ``invalid_argument``.
+- Every guest pointer is bounds-checked before use (bad pointer: ``invalid_argument``); no
+  host function ever raises into wasm (wasmtime-py keeps the raised exception in a process
+  global, which is unsafe with concurrent guests): failures become errno values and are
+  described in the request log.
+- The declared tensor type is accepted under either numbering (current witx or pre-2023
+  legacy) only if it names the model's real input type, and the byte length must equal
+  ``prod(dims) * itemsize``. INT8 model inputs also accept a declared u8 (witx has no i8).
+- A too-small output buffer returns ``too_large`` and writes the needed size (WasmEdge).
+- Only models the ``ModelProvider`` hands out can run: the sandbox never loads bytes itself.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import wasmtime
+
+from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
+from wasmgate.sandbox.models import ModelHandle, ModelProvider, numpy_dtype
+
+__all__ = ["NN_FUNCTIONS", "NN_MODULE", "NnErrno", "NnSession", "define_wasi_nn"]
+
+NN_MODULE = "wasi_ephemeral_nn"
+
+
+class NnErrno:
+    """witx ``nn_errno`` values."""
+
+    SUCCESS = 0
+    INVALID_ARGUMENT = 1
+    INVALID_ENCODING = 2
+    MISSING_MEMORY = 3
+    BUSY = 4
+    RUNTIME_ERROR = 5
+    UNSUPPORTED_OPERATION = 6
+    TOO_LARGE = 7
+    NOT_FOUND = 8
+
+
+ENCODINGS = {1: "onnx", 4: "tensorflowlite", 5: "autodetect"}
+UNSUPPORTED_ENCODINGS = {0: "openvino", 2: "tensorflow", 3: "pytorch"}
+TARGETS = {0: "cpu", 1: "gpu", 2: "tpu"}
+_CURRENT_TYPES = {0: "FP16", 1: "FP32", 2: "FP64", 3: "UINT8", 4: "INT32", 5: "INT64"}
+_LEGACY_TYPES = {0: "FP16", 1: "FP32", 2: "UINT8", 3: "INT32"}
+_TENSOR = struct.Struct("<IIB3xII")
+_MAX_RANK = 16
+_E = NnErrno
+
+
+class NnError(Exception):
+    """An errno with the reason logged for the operator."""
+
+    def __init__(self, errno: int, reason: str) -> None:
+        super().__init__(reason)
+        self.errno = errno
+
+
+@dataclass
+class _ExecContext:
+    graph: ModelHandle
+    inputs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
+    outputs: list[npt.NDArray[Any]] | None = None
+
+
+class NnSession:
+    """wasi-nn state of one guest instance: graph and execution-context handles.
+
+    ``provider`` may be swapped between requests (pooled instances); ``log`` receives a line
+    for every failed call; ``infer_s`` accumulates time spent in ``ModelHandle.infer``.
+    """
+
+    def __init__(
+        self, provider: ModelProvider, log: Callable[[str], None], max_handles: int = 256
+    ) -> None:
+        """Start with no handles; at most ``max_handles`` graphs and contexts each."""
+        self.provider = provider
+        self.log = log
+        self.infer_s = 0.0
+        self.deadline: float | None = None
+        self._max = max_handles
+        self._graphs: dict[int, ModelHandle] = {}
+        self._by_name: dict[str, int] = {}
+        self._contexts: dict[int, _ExecContext] = {}
+        self._next_graph = 0
+        self._next_ctx = 0
+
+    def load(  # noqa: PLR0917 - wasm ABI argument order
+        self, mem: GuestMemory, builders: int, count: int, enc: int, tgt: int, out: int
+    ) -> None:
+        """``load``: build a graph from raw model bytes the provider accepts."""
+        mem.check(out, 4)
+        encoding = _encoding(enc)
+        if tgt not in TARGETS:
+            raise NnError(_E.INVALID_ARGUMENT, f"unknown execution target {tgt}")
+        if count != 1:
+            raise NnError(_E.INVALID_ARGUMENT, f"expected 1 graph builder, got {count}")
+        data = mem.read(mem.u32(builders), mem.u32(builders + 4))
+        if encoding == "autodetect":
+            encoding = "tensorflowlite" if data[4:8] == b"TFL3" else "onnx"
+        handle = self._provide(lambda: self.provider.from_bytes(data, encoding, TARGETS[tgt]))
+        if handle is None:
+            raise NnError(_E.NOT_FOUND, "model bytes are not a model this guest may load")
+        mem.put_u32(out, self._add_graph(handle))
+
+    def load_by_name(self, mem: GuestMemory, name_ptr: int, name_len: int, out: int) -> None:
+        """``load_by_name``: a named model; the same name gives the same handle."""
+        mem.check(out, 4)
+        try:
+            name = mem.read(name_ptr, name_len).decode()
+        except UnicodeDecodeError as e:
+            raise NnError(_E.INVALID_ARGUMENT, "model name is not UTF-8") from e
+        if name in self._by_name:
+            mem.put_u32(out, self._by_name[name])
+            return
+        handle = self._provide(lambda: self.provider.by_name(name))
+        if handle is None:
+            raise NnError(_E.NOT_FOUND, f"no model named {name!r}")
+        self._by_name[name] = graph = self._add_graph(handle)
+        mem.put_u32(out, graph)
+
+    def init_execution_context(self, mem: GuestMemory, graph: int, out: int) -> None:
+        """``init_execution_context``: a new context for ``graph``."""
+        mem.check(out, 4)
+        model = self._graph(graph)
+        if len(self._contexts) >= self._max:
+            raise NnError(_E.TOO_LARGE, f"more than {self._max} execution contexts")
+        self._contexts[self._next_ctx] = _ExecContext(model)
+        mem.put_u32(out, self._next_ctx)
+        self._next_ctx += 1
+
+    def set_input(self, mem: GuestMemory, ctx: int, index: int, tensor_ptr: int) -> None:
+        """``set_input``: copy one input tensor out of guest memory after checking it."""
+        ec = self._ctx(ctx)
+        specs = ec.graph.inputs
+        if not 0 <= index < len(specs):
+            raise NnError(_E.INVALID_ARGUMENT, f"input index {index} out of range")
+        dims_ptr, rank, ty, data_ptr, data_len = _TENSOR.unpack(mem.read(tensor_ptr, 20))
+        if rank > _MAX_RANK:
+            raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {_MAX_RANK}")
+        dims = struct.unpack(f"<{rank}I", mem.read(dims_ptr, 4 * rank))
+        spec = specs[index]
+        dtype = _check_type(ty, spec.datatype)
+        _check_shape(dims, spec.shape)
+        if math.prod(dims) * dtype.itemsize != data_len:
+            need = math.prod(dims) * dtype.itemsize
+            raise NnError(_E.INVALID_ARGUMENT, f"data is {data_len} bytes, dims need {need}")
+        raw = mem.read(data_ptr, data_len)
+        ec.inputs[index] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims)
+        ec.outputs = None
+
+    def compute(self, ctx: int) -> None:
+        """``compute``: run the model through ``ModelHandle.infer`` (time into ``infer_s``)."""
+        ec = self._ctx(ctx)
+        missing = [i for i in range(len(ec.graph.inputs)) if i not in ec.inputs]
+        if missing:
+            raise NnError(_E.INVALID_ARGUMENT, f"inputs {missing} were not set")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise NnError(_E.BUSY, "request deadline already passed")
+        start = time.perf_counter()
+        try:
+            ec.outputs = ec.graph.infer([ec.inputs[i] for i in range(len(ec.graph.inputs))])
+        except Exception as e:
+            raise NnError(_E.RUNTIME_ERROR, f"inference failed: {e}") from e
+        finally:
+            self.infer_s += time.perf_counter() - start
+
+    def get_output(  # noqa: PLR0917 - wasm ABI argument order
+        self, mem: GuestMemory, ctx: int, index: int, buf: int, cap: int, out: int
+    ) -> int:
+        """``get_output``: copy an output's raw bytes; too small → ``too_large`` + size."""
+        ec = self._ctx(ctx)
+        mem.check(out, 4)
+        if ec.outputs is None:
+            raise NnError(_E.INVALID_ARGUMENT, "get_output before compute")
+        if not 0 <= index < len(ec.outputs):
+            raise NnError(_E.INVALID_ARGUMENT, f"output index {index} out of range")
+        arr = ec.outputs[index]
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        if arr.nbytes > cap & 0xFFFF_FFFF:
+            mem.put_u32(out, arr.nbytes)
+            self.log(f"wasi-nn get_output: buffer of {cap} bytes, output needs {arr.nbytes}")
+            return _E.TOO_LARGE
+        mem.write_array(buf, arr)
+        mem.put_u32(out, arr.nbytes)
+        return _E.SUCCESS
+
+    def unload(self, graph: int) -> None:
+        """``unload`` (WasmEdge): forget a graph handle."""
+        self._graph(graph)
+        del self._graphs[graph]
+        self._by_name = {k: v for k, v in self._by_name.items() if v != graph}
+
+    def finalize_execution_context(self, ctx: int) -> None:
+        """``finalize_execution_context`` (WasmEdge): forget a context handle."""
+        self._ctx(ctx)
+        del self._contexts[ctx]
+
+    def _provide(self, get: Callable[[], ModelHandle | None]) -> ModelHandle | None:
+        try:
+            return get()
+        except Exception as e:
+            raise NnError(_E.RUNTIME_ERROR, f"model load failed: {e}") from e
+
+    def _add_graph(self, handle: ModelHandle) -> int:
+        if len(self._graphs) >= self._max:
+            raise NnError(_E.TOO_LARGE, f"more than {self._max} graphs")
+        graph = self._next_graph
+        self._graphs[graph] = handle
+        self._next_graph += 1
+        return graph
+
+    def _graph(self, graph: int) -> ModelHandle:
+        if graph not in self._graphs:
+            raise NnError(_E.INVALID_ARGUMENT, f"no graph with handle {graph & 0xFFFF_FFFF}")
+        return self._graphs[graph]
+
+    def _ctx(self, ctx: int) -> _ExecContext:
+        if ctx not in self._contexts:
+            raise NnError(_E.INVALID_ARGUMENT, f"no execution context {ctx & 0xFFFF_FFFF}")
+        return self._contexts[ctx]
+
+
+def _encoding(enc: int) -> str:
+    if enc in ENCODINGS:
+        return ENCODINGS[enc]
+    name = UNSUPPORTED_ENCODINGS.get(enc, f"#{enc & 0xFFFF_FFFF}")
+    raise NnError(_E.INVALID_ENCODING, f"graph encoding {name} is not supported")
+
+
+def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
+    accepted = {_CURRENT_TYPES.get(ty), _LEGACY_TYPES.get(ty)}
+    if datatype == "INT8" and "UINT8" in accepted:
+        accepted.add("INT8")
+    if datatype not in accepted:
+        raise NnError(_E.INVALID_ARGUMENT, f"tensor type {ty} does not match model {datatype}")
+    return numpy_dtype(datatype)
+
+
+def _check_shape(dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    if len(dims) != len(shape) or any(s >= 0 and d != s for d, s in zip(dims, shape, strict=True)):
+        raise NnError(
+            _E.INVALID_ARGUMENT, f"dims {list(dims)} do not fit model shape {list(shape)}"
+        )
+
+
+Call = Callable[..., int]
+NN_FUNCTIONS: dict[str, int] = {
+    "load": 5,
+    "load_by_name": 3,
+    "init_execution_context": 2,
+    "set_input": 3,
+    "compute": 1,
+    "get_output": 5,
+    "unload": 1,
+    "finalize_execution_context": 1,
+}
+_NEEDS_MEMORY = {"load", "load_by_name", "init_execution_context", "set_input", "get_output"}
+
+
+def define_wasi_nn(linker: wasmtime.Linker, current: Callable[[], NnSession]) -> None:
+    """Define the 8 ``wasi_ephemeral_nn`` functions; ``current()`` gives the caller's session."""
+    i32 = wasmtime.ValType.i32()
+    for name, arity in NN_FUNCTIONS.items():
+        ty = wasmtime.FuncType([i32] * arity, [i32])
+        linker.define_func(NN_MODULE, name, ty, _host(name, current), access_caller=True)
+
+
+def _host(name: str, current: Callable[[], NnSession]) -> Call:
+    needs_memory = name in _NEEDS_MEMORY
+
+    def call(caller: wasmtime.Caller, *args: int) -> int:
+        session = current()
+        try:
+            method = getattr(session, name)
+            result = method(GuestMemory(caller), *args) if needs_memory else method(*args)
+        except NnError as e:
+            session.log(f"wasi-nn {name}: {e}")
+            return e.errno
+        except GuestPointerError as e:
+            session.log(f"wasi-nn {name}: bad pointer: {e}")
+            return _E.INVALID_ARGUMENT
+        except MissingMemoryError:
+            return _E.MISSING_MEMORY
+        except Exception as e:
+            session.log(f"wasi-nn {name}: host error: {e!r}")
+            return _E.RUNTIME_ERROR
+        return int(result) if isinstance(result, int) else _E.SUCCESS
+
+    return call
