@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tests.runtime.backends.conftest import X86
+from tests.runtime.backends.models import mlp_onnx, mlp_reference, seq_onnx
+from wasmgate.device_profiles import load_profile
+from wasmgate.device_profiles.schema import BatchingCap
+from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
+from wasmgate.runtime.backends.base import Array
+from wasmgate.runtime.batcher import Batcher, capped
+from wasmgate.runtime.errors import BackendError, BadRequest, Busy
+from wasmgate.sandbox.models import ModelHandle
+
+
+def _model(data: bytes | None = None) -> LoadedModel:
+    options = LoadOptions(load_profile("generic-x86_64"), host=X86)
+    return create_backend("onnx").load(data or mlp_onnx(), ModelSpec("mlp"), options)
+
+
+class GatedModel(LoadedModel):
+    """Wraps a real model; each infer waits for the gate (to hold the batch thread)."""
+
+    def __init__(self, inner: LoadedModel) -> None:
+        super().__init__(
+            name=inner.name,
+            inputs=inner.inputs,
+            outputs=inner.outputs,
+            backend=inner.backend,
+            providers=inner.providers,
+            precision=inner.precision,
+        )
+        self.inner = inner
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.fail: Exception | None = None
+
+    def infer(self, inputs: Sequence[Array]) -> list[Array]:
+        self.entered.set()
+        assert self.gate.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        return self.inner.infer(inputs)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _rows(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, 16)).astype(np.float32)
+
+
+def test_concurrent_requests_are_batched_and_split_back() -> None:
+    seen: list[tuple[int, int]] = []
+    with Batcher(_model(), 16, 20_000, on_batch=lambda r, q, _s: seen.append((r, q))) as b:
+        assert isinstance(b, ModelHandle)
+        inputs = [_rows(1 + i % 3, i) for i in range(48)]
+        with ThreadPoolExecutor(32) as pool:
+            outputs = list(pool.map(lambda x: b.infer([x])[0], inputs))
+        stats = b.stats()
+    for x, y in zip(inputs, outputs, strict=True):
+        np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5)
+    assert stats.requests == 48
+    assert stats.rows == sum(len(x) for x in inputs)
+    assert stats.batches < 48  # some requests really shared a run
+    assert max(stats.batch_sizes) <= 16
+    assert sum(r for r, _ in seen) == stats.rows
+
+
+def test_a_lone_request_is_answered_after_the_delay() -> None:
+    with Batcher(_model(), 8, 1_000) as b:
+        x = _rows(2)
+        np.testing.assert_allclose(b.infer([x], timeout=5)[0], mlp_reference(x), rtol=1e-5)
+        assert b.stats().batch_sizes == {2: 1}
+
+
+def test_fixed_shape_models_cannot_be_batched() -> None:
+    with pytest.raises(BackendError, match="dynamic first dimension"):
+        Batcher(_model(mlp_onnx(batch=1)), 8, 1000)
+
+
+def test_full_queue_raises_busy() -> None:
+    gated = GatedModel(_model())
+    b = Batcher(gated, 4, 0, queue_size=2)
+    try:
+        first = b.submit([_rows(1)])
+        assert gated.entered.wait(5)  # the batch thread is now inside the model
+        queued = [b.submit([_rows(1)]) for _ in range(2)]
+        with pytest.raises(Busy, match=r"model mlp: batch queue full \(2 requests waiting\)"):
+            b.submit([_rows(1)])
+        assert b.stats().rejected_busy == 1
+        gated.gate.set()
+        for f in [first, *queued]:
+            assert f.result(5)[0].shape == (1, 8)
+    finally:
+        gated.gate.set()
+        b.close()
+
+
+def test_batch_size_limit_and_oversized_requests() -> None:
+    gated = GatedModel(_model())
+    with Batcher(gated, 4, 50_000) as b:
+        blocker = b.submit([_rows(1)])
+        assert gated.entered.wait(5)
+        small = [b.submit([_rows(3, i)]) for i in range(2)]  # 3+3 > 4: separate batches
+        big = b.submit([_rows(9, 9)])  # larger than max_batch_size: runs alone, unsplit
+        gated.gate.set()
+        assert blocker.result(5)[0].shape == (1, 8)
+        for f in small:
+            assert f.result(5)[0].shape == (3, 8)
+        np.testing.assert_allclose(big.result(5)[0], mlp_reference(_rows(9, 9)), rtol=1e-5)
+        assert b.stats().batch_sizes == {1: 1, 3: 2, 9: 1}
+
+
+def test_incompatible_trailing_shapes_go_to_separate_batches() -> None:
+    gated = GatedModel(_model(seq_onnx()))
+    with Batcher(gated, 8, 50_000) as b:
+        blocker = b.submit([np.ones((1, 3), np.float32)])
+        assert gated.entered.wait(5)
+        a = [b.submit([np.full((1, 3), i, np.float32)]) for i in range(3)]
+        c = [b.submit([np.full((1, 5), i, np.float32)]) for i in range(2)]
+        gated.gate.set()
+        blocker.result(5)
+        for i, f in enumerate(a):
+            np.testing.assert_array_equal(f.result(5)[0], np.full((1, 3), 2 * i, np.float32))
+        for i, f in enumerate(c):
+            np.testing.assert_array_equal(f.result(5)[0], np.full((1, 5), 2 * i, np.float32))
+        assert b.stats().batch_sizes == {1: 1, 3: 1, 2: 1}
+
+
+def test_backend_error_reaches_every_request_of_the_batch() -> None:
+    gated = GatedModel(_model())
+    with Batcher(gated, 8, 50_000) as b:
+        blocker = b.submit([_rows(1)])
+        assert gated.entered.wait(5)
+        gated.fail = BackendError("device lost")
+        waiting = [b.submit([_rows(1)]) for _ in range(3)]
+        gated.gate.set()
+        for f in [blocker, *waiting]:
+            with pytest.raises(BackendError, match="device lost"):
+                f.result(5)
+
+
+def test_bad_input_is_refused_at_submit() -> None:
+    with Batcher(_model(), 8, 1000) as b, pytest.raises(BadRequest, match="shape"):
+        b.submit([np.zeros((1, 3), np.float32)])
+
+
+def test_close_drains_the_queue_then_refuses() -> None:
+    gated = GatedModel(_model())
+    b = Batcher(gated, 2, 0)
+    blocker = b.submit([_rows(1)])
+    assert gated.entered.wait(5)
+    pending = [b.submit([_rows(1)]) for _ in range(3)]
+    closer = threading.Thread(target=b.close)
+    closer.start()
+    gated.gate.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    for f in [blocker, *pending]:
+        assert f.result(0)[0].shape == (1, 8)
+    with pytest.raises(BackendError, match="closed"):
+        b.submit([_rows(1)])
+    assert not b._thread.is_alive()
+    b.close()  # idempotent
+
+
+def test_profile_caps_manifest_batching() -> None:
+    assert capped(64, 10_000, BatchingCap(max_batch_size=16, max_queue_delay_us=2000)) == (
+        16,
+        2000,
+    )
+    assert capped(8, 500, BatchingCap()) == (8, 500)
+    assert capped(64, 10_000, None) == (64, 10_000)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        Batcher(_model(), 0, 100)
