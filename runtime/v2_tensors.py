@@ -54,6 +54,19 @@ def _in_range(raw: Array, dtype: np.dtype[Any]) -> bool:
     return bool(int(raw.min()) >= info.min and int(raw.max()) <= info.max)
 
 
+def _exact_ints(data: Any, raw: Array, datatype: str, label: str) -> Array:
+    # numpy turns [0, 2**64 - 1] into float64; Python ints convert exactly one by one.
+    items = list(_flatten(data))
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        sample = raw.ravel()[:3].tolist()
+        raise BadRequest(f"{label}: {datatype} data cannot hold values like {sample}")
+    lo, hi = min(items), max(items)
+    i64, u64 = np.iinfo(np.int64), np.iinfo(np.uint64)
+    if lo < i64.min or hi > u64.max or (lo < 0 and hi > i64.max):
+        raise BadRequest(f"{label}: {datatype} data cannot hold values like {[lo, hi]}")
+    return np.array(items, dtype=np.uint64 if hi > i64.max else np.int64)
+
+
 def _json_numbers(data: Any, datatype: str, dtype: np.dtype[Any], label: str) -> Array:
     try:
         raw = np.array(data)
@@ -61,6 +74,8 @@ def _json_numbers(data: Any, datatype: str, dtype: np.dtype[Any], label: str) ->
         raise BadRequest(f"{label}: 'data' is not a regular nested list") from None
     if raw.size == 0:
         return raw.astype(dtype).ravel()
+    if dtype.kind in "iu" and raw.dtype.kind in "fO":
+        raw = _exact_ints(data, raw, datatype, label)
     accepted = _JSON_KINDS.get(dtype.kind, "")
     if dtype.kind == "b" and raw.dtype.kind in "iu" and set(np.unique(raw).tolist()) <= {0, 1}:
         accepted = raw.dtype.kind

@@ -6,11 +6,22 @@ root (`wasmgate.runtime.app`) stores them from cleanup_ctx entries before the se
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from aiohttp import web
 
 from wasmgate.runtime.config import Settings
+from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.service_api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", ServiceAPI)
 """The transport-neutral core every bridge calls (an `InferenceService` in the daemon)."""
+
+METRICS = web.AppKey("metrics", Metrics)
+"""The daemon's Prometheus metrics (optional: routes skip observing when it is absent)."""
+
+StatusProvider = Callable[[], Mapping[str, object]]
+"""Returns one JSON-able section of ``GET /v1/status`` (e.g. MQTT or cloud state)."""
+STATUS_PROVIDERS = web.AppKey[dict[str, StatusProvider]]("status_providers")
+"""Section name -> provider; register with `wasmgate.runtime.http.status.add_provider`."""

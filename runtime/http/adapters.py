@@ -1,0 +1,115 @@
+"""Adapters over HTTP: the raw endpoint ``POST /v1/adapters/{name}`` and adapters as V2 models.
+
+Raw endpoint: body = device payload (any content type, or none), answer = the adapter's
+output with its content type, plus ``X-Wasmgate-Source`` (local|cloud),
+``X-Wasmgate-Version`` and ``Server-Timing`` (queue/sandbox/inference/fallback, ms).
+
+As a V2 model an adapter has one BYTES input and one BYTES output: every element of the
+input is one payload (run concurrently), the output has the input's shape. An input
+parameter ``content_type`` is passed to the adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from aiohttp import hdrs, web
+
+from wasmgate.runtime import v2
+from wasmgate.runtime.errors import BadRequest
+from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.keys import SERVICE
+from wasmgate.runtime.service_api import AdapterAnswer, AdapterRequest, ModelInfo, Source
+
+Array = v2.Array
+
+
+@dataclass
+class AdapterOutputs:
+    """What an adapter run as a V2 model produced."""
+
+    outputs: dict[str, Array]
+    source: Source
+    version: int
+    timings: dict[str, float]
+    fallback_reason: str | None
+
+
+def request_meta(request: web.Request) -> dict[str, str]:
+    return {"transport": "http", "client": request.remote or ""}
+
+
+async def raw_adapter(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    observation = Observation(request, "adapter", name)
+    try:
+        payload = await request.read()
+        answer = await request.app[SERVICE].run_adapter(
+            AdapterRequest(
+                adapter=name,
+                payload=payload,
+                content_type=request.headers.get(hdrs.CONTENT_TYPE),
+                meta=request_meta(request),
+                deadline=deadline_of(request),
+            )
+        )
+    except Exception as exc:
+        observation.failed(exc)
+        raise
+    observation.ok(answer.source, answer.timings)
+    headers = answer_headers(
+        answer.source, answer.version, answer.timings, observation.elapsed(), answer.fallback_reason
+    )
+    headers[hdrs.CONTENT_TYPE] = answer.content_type
+    return web.Response(body=answer.body, headers=headers)
+
+
+def _merge_timings(answers: list[AdapterAnswer]) -> dict[str, float]:
+    # Elements run concurrently: the slowest one is the request's latency per stage.
+    merged: dict[str, float] = {}
+    for answer in answers:
+        for stage, seconds in answer.timings.items():
+            merged[stage] = max(merged.get(stage, 0.0), seconds)
+    return merged
+
+
+async def infer_adapter(
+    request: web.Request,
+    info: ModelInfo,
+    inputs: Mapping[str, Array],
+    input_parameters: Mapping[str, Mapping[str, Any]],
+    deadline: float | None,
+) -> AdapterOutputs:
+    """Run a V2 request on an adapter model: one adapter run per BYTES element."""
+    v2.check_inputs(inputs, info.inputs, f"adapter {info.name!r}")
+    ((input_name, array),) = inputs.items()
+    content_type = input_parameters.get(input_name, {}).get("content_type")
+    if content_type is not None and not isinstance(content_type, str):
+        raise BadRequest(f"input '{input_name}': parameter content_type must be a string")
+    service = request.app[SERVICE]
+    meta = request_meta(request)
+    calls = [
+        service.run_adapter(AdapterRequest(info.name, bytes(item), content_type, meta, deadline))
+        for item in array.ravel()
+    ]
+    answers = list(await asyncio.gather(*calls))
+    bodies = np.empty(len(answers), dtype=np.object_)
+    bodies[:] = [answer.body for answer in answers]
+    cloud = [a for a in answers if a.source == "cloud"]
+    first = cloud[0] if cloud else (answers[0] if answers else None)
+    return AdapterOutputs(
+        outputs={info.outputs[0].name: bodies.reshape(array.shape)},
+        source=first.source if first else "local",
+        version=max((a.version for a in answers), default=info.version),
+        timings=_merge_timings(answers),
+        fallback_reason=first.fallback_reason if first else None,
+    )
+
+
+def setup(app: web.Application) -> None:
+    """``POST /v1/adapters/{name}``; expects ``app[SERVICE]`` (optional ``app[METRICS]``)."""
+    app.router.add_post("/v1/adapters/{name}", raw_adapter)

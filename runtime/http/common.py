@@ -1,0 +1,87 @@
+"""Helpers the HTTP routes share: deadlines, latency headers, request metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from wasmgate.runtime.errors import BadRequest, DaemonError
+from wasmgate.runtime.http.keys import METRICS
+from wasmgate.runtime.metrics import Kind
+from wasmgate.runtime.service_api import Source
+
+TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
+"""Optional request header: answer within this many milliseconds or get 504."""
+SOURCE_HEADER = "X-Wasmgate-Source"
+VERSION_HEADER = "X-Wasmgate-Version"
+FALLBACK_HEADER = "X-Wasmgate-Fallback-Reason"
+
+
+def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:
+    """A monotonic deadline from ``X-Wasmgate-Timeout-Ms`` or the V2 ``timeout`` parameter
+    (microseconds, what tritonclient's ``timeout=`` sends); the sooner wins."""
+    budgets: list[float] = []
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is not None:
+        try:
+            budgets.append(float(header) / 1e3)
+        except ValueError:
+            raise BadRequest(f"{TIMEOUT_HEADER} must be a number of milliseconds") from None
+    timeout = (parameters or {}).get("timeout")
+    if timeout is not None:
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+            raise BadRequest("parameter 'timeout' must be a number of microseconds")
+        budgets.append(timeout / 1e6)
+    if not budgets:
+        return None
+    if min(budgets) <= 0:
+        raise BadRequest("the timeout must be positive")
+    return time.monotonic() + min(budgets)
+
+
+def answer_headers(
+    source: Source,
+    version: int,
+    timings: Mapping[str, float],
+    total: float,
+    fallback_reason: str | None = None,
+) -> dict[str, str]:
+    """Source, version and a ``Server-Timing`` latency breakdown (milliseconds)."""
+    parts = [f"{stage};dur={seconds * 1e3:.3f}" for stage, seconds in timings.items()]
+    parts.append(f"total;dur={total * 1e3:.3f}")
+    headers = {
+        SOURCE_HEADER: source,
+        VERSION_HEADER: str(version),
+        "Server-Timing": ", ".join(parts),
+    }
+    if fallback_reason:
+        headers[FALLBACK_HEADER] = fallback_reason.replace("\r", " ").replace("\n", " ")
+    return headers
+
+
+class Observation:
+    """Times one request and reports it to the app's `Metrics` (if the app has one)."""
+
+    def __init__(self, request: web.Request, kind: Kind, name: str) -> None:
+        self._metrics = request.app.get(METRICS)
+        self.kind: Kind = kind
+        self.name = name
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def ok(self, source: Source, timings: Mapping[str, float]) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_request(
+                self.kind, self.name, source, timings, seconds=self.elapsed()
+            )
+
+    def failed(self, exc: BaseException) -> None:
+        if self._metrics is None:
+            return
+        error = type(exc).__name__ if isinstance(exc, DaemonError) else "InternalError"
+        self._metrics.observe_request(self.kind, self.name, None, {}, error, seconds=self.elapsed())

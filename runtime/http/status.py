@@ -1,0 +1,113 @@
+"""The status page: ``GET /`` (static HTML + JS, no build step) fed by ``GET /v1/status``.
+
+``/v1/status`` joins the service's `list_models()` (version, bundle, EP, precision, ready)
+with the request counters and recent latency of `Metrics.snapshot()` and with optional
+status sections other components register (MQTT connection, cloud breaker, ...):
+
+    status.add_provider(app, "mqtt", bridge.status)   # () -> JSON-able mapping
+
+A provider that raises shows up as ``{"error": "..."}`` in its section; the page stays up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+import wasmgate
+from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
+from wasmgate.runtime.metrics import NameStats
+from wasmgate.runtime.service_api import ModelInfo
+
+log = logging.getLogger(__name__)
+
+STARTED = web.AppKey("status_started", float)
+"""``time.monotonic()`` when the status routes were set up (for the uptime figure)."""
+
+
+def static_dir() -> Path:
+    return Path(str(files("wasmgate.runtime.http") / "static"))
+
+
+def add_provider(app: web.Application, name: str, provider: StatusProvider) -> None:
+    """Show ``provider()`` as section ``name`` of ``/v1/status`` (call before the app starts)."""
+    app.setdefault(STATUS_PROVIDERS, {})[name] = provider
+
+
+def _model_row(info: ModelInfo, stats: NameStats | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": info.name,
+        "kind": info.kind,
+        "version": info.version,
+        "bundle": info.bundle,
+        "platform": info.platform,
+        "provider": info.details.get("provider", ""),
+        "precision": info.details.get("precision", ""),
+        "ready": info.ready,
+        "max_batch_size": info.max_batch_size,
+        "requests": 0,
+        "errors": 0,
+        "p50_ms": None,
+        "p99_ms": None,
+        "last_ms": None,
+        "sources": {},
+    }
+    if stats is not None:
+        row |= {
+            "requests": stats.requests,
+            "errors": stats.errors,
+            "p50_ms": stats.p50_ms,
+            "p99_ms": stats.p99_ms,
+            "last_ms": stats.last_ms,
+            "sources": dict(stats.sources),
+        }
+    return row
+
+
+def _components(app: web.Application) -> dict[str, Any]:
+    sections: dict[str, Any] = {}
+    for name, provider in app.get(STATUS_PROVIDERS, {}).items():
+        try:
+            sections[name] = dict(provider())
+        except Exception as exc:
+            log.warning("status provider %r failed: %s", name, exc)
+            sections[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return sections
+
+
+async def status_json(request: web.Request) -> web.Response:
+    app = request.app
+    service = app.get(SERVICE)
+    metrics = app.get(METRICS)
+    snapshot = metrics.snapshot() if metrics is not None else {}
+    infos = service.list_models() if service is not None else []
+    body = {
+        "name": "wasmgate",
+        "version": wasmgate.__version__,
+        "ready": bool(service is not None and service.ready),
+        "uptime_s": round(time.monotonic() - app[STARTED], 1),
+        "models": [_model_row(info, snapshot.get((info.kind, info.name))) for info in infos],
+        "components": _components(app),
+    }
+    return web.json_response(body, headers={"Cache-Control": "no-store"})
+
+
+async def index(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(static_dir() / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def setup(app: web.Application) -> None:
+    """``GET /``, ``GET /static/*`` and ``GET /v1/status``.
+
+    Reads ``app[SERVICE]`` and, when present, ``app[METRICS]`` and ``app[STATUS_PROVIDERS]``.
+    """
+    app[STARTED] = time.monotonic()
+    app.setdefault(STATUS_PROVIDERS, {})
+    app.router.add_get("/", index)
+    app.router.add_get("/v1/status", status_json)
+    app.router.add_static("/static/", static_dir(), append_version=False)

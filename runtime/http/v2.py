@@ -1,0 +1,174 @@
+"""KServe V2 / Open Inference Protocol routes, as tritonclient, kserve and perf_analyzer use them.
+
+- ``GET /v2`` (extensions: ``binary_tensor_data`` only: perf_analyzer would query
+  ``/stats`` in Triton's exact format if ``statistics`` were listed),
+- ``GET /v2/health/live|ready`` with ``{"live": true}`` / ``{"ready": true}`` bodies (the
+  kserve SDK parses them); ready is 503 until the service is ready and while draining,
+- ``GET /v2/models/{m}[/versions/{v}]``, ``…/ready``, Triton's ``…/config``,
+- ``POST /v2/models/{m}[/versions/{v}]/infer``: JSON or binary tensors both ways; no
+  ``Content-Type`` required (tritonclient sends none). Adapters are V2 models too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+import wasmgate
+from wasmgate.runtime import v2
+from wasmgate.runtime.errors import BadRequest, NotReady
+from wasmgate.runtime.http import adapters
+from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.keys import SERVICE
+from wasmgate.runtime.service_api import ModelInfo, ModelRequest, TensorMeta
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+EXTENSIONS = ("binary_tensor_data",)
+TRITON_TYPES = {name: f"TYPE_{name}" for name in v2.DTYPES} | {"BYTES": "TYPE_STRING"}
+
+
+def _model_info(request: web.Request) -> ModelInfo:
+    name = request.match_info["model"]
+    return request.app[SERVICE].model_info(name, request.match_info.get("version"))
+
+
+def _tensor(meta: TensorMeta) -> dict[str, Any]:
+    return {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
+
+
+def _config_tensor(meta: TensorMeta, batched: bool) -> dict[str, Any]:
+    dims = meta.shape[1:] if batched and meta.shape else meta.shape
+    return {"name": meta.name, "data_type": TRITON_TYPES[meta.datatype], "dims": list(dims)}
+
+
+async def server_metadata(_request: web.Request) -> web.Response:
+    return web.json_response(
+        {"name": "wasmgate", "version": wasmgate.__version__, "extensions": list(EXTENSIONS)}
+    )
+
+
+async def live(_request: web.Request) -> web.Response:
+    return web.json_response({"live": True})
+
+
+async def ready(request: web.Request) -> web.Response:
+    service = request.app.get(SERVICE)
+    if service is None or not service.ready:
+        raise NotReady("the daemon is not ready (starting or draining)")
+    return web.json_response({"ready": True})
+
+
+async def model_metadata(request: web.Request) -> web.Response:
+    info = _model_info(request)
+    return web.json_response(
+        {
+            "name": info.name,
+            "versions": [str(info.version)],
+            "platform": info.platform,
+            "inputs": [_tensor(t) for t in info.inputs],
+            "outputs": [_tensor(t) for t in info.outputs],
+        }
+    )
+
+
+async def model_ready(request: web.Request) -> web.Response:
+    info = _model_info(request)
+    if not info.ready:
+        raise NotReady(f"{info.kind} {info.name!r} is not ready")
+    return web.json_response({"name": info.name, "ready": True})
+
+
+async def model_config(request: web.Request) -> web.Response:
+    """Triton's model configuration (perf_analyzer needs it: ``max_batch_size`` > 0 makes it
+    treat the first dimension as the batch)."""
+    info = _model_info(request)
+    batched = info.max_batch_size > 0
+    config: dict[str, Any] = {
+        "name": info.name,
+        "platform": info.platform,
+        "max_batch_size": info.max_batch_size,
+        "input": [_config_tensor(t, batched) for t in info.inputs],
+        "output": [_config_tensor(t, batched) for t in info.outputs],
+    }
+    if batched:
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": info.max_queue_delay_us}
+    return web.json_response(config)
+
+
+def _header_length(request: web.Request) -> int | None:
+    raw = request.headers.get(HEADER_LENGTH)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
+
+
+async def _run(
+    request: web.Request, info: ModelInfo, req: v2.InferRequest
+) -> adapters.AdapterOutputs:
+    deadline = deadline_of(request, req.parameters)
+    if info.kind == "adapter":
+        return await adapters.infer_adapter(
+            request, info, req.inputs, req.input_parameters, deadline
+        )
+    v2.check_inputs(req.inputs, info.inputs, f"model {info.name!r}")
+    v2.check_outputs(req.output_names, info.outputs, f"model {info.name!r}")
+    answer = await request.app[SERVICE].infer_model(
+        ModelRequest(
+            model=info.name,
+            inputs=req.inputs,
+            outputs=req.output_names,
+            version=request.match_info.get("version"),
+            deadline=deadline,
+        )
+    )
+    return adapters.AdapterOutputs(
+        dict(answer.outputs), answer.source, answer.version, answer.timings, None
+    )
+
+
+async def infer(request: web.Request) -> web.Response:
+    info = _model_info(request)
+    observation = Observation(request, info.kind, info.name)
+    try:
+        req = v2.parse_request(await request.read(), _header_length(request))
+        result = await _run(request, info, req)
+        encoded = v2.encode_response(
+            info.name,
+            str(result.version),
+            result.outputs,
+            req,
+            parameters={"source": result.source},
+        )
+    except Exception as exc:
+        observation.failed(exc)
+        raise
+    observation.ok(result.source, result.timings)
+    headers = answer_headers(
+        result.source, result.version, result.timings, observation.elapsed(), result.fallback_reason
+    )
+    headers["Content-Type"] = encoded.content_type
+    if encoded.header_length is not None:
+        headers[HEADER_LENGTH] = str(encoded.header_length)
+    return web.Response(body=encoded.body, headers=headers)
+
+
+def setup(app: web.Application) -> None:
+    """Register the V2 routes and the raw adapter endpoint.
+
+    Expects ``app[SERVICE]`` (a `ServiceAPI`) before requests arrive; ``app[METRICS]`` is
+    optional. Install `wasmgate.runtime.http.errors.setup` too for V2 error bodies.
+    """
+    router = app.router
+    router.add_get("/v2", server_metadata)
+    router.add_get("/v2/health/live", live)
+    router.add_get("/v2/health/ready", ready)
+    for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+        router.add_get(base, model_metadata)
+        router.add_get(f"{base}/ready", model_ready)
+        router.add_get(f"{base}/config", model_config)
+        router.add_post(f"{base}/infer", infer)
+    adapters.setup(app)

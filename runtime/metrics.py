@@ -1,0 +1,223 @@
+"""Prometheus metrics of one daemon: a per-instance `CollectorRegistry`, no global state.
+
+Who calls what (so nothing is counted twice):
+
+- bridges (HTTP, MQTT) call `Metrics.observe_request` once per answered or failed request;
+- the service calls `observe_fallback`, `observe_trap`, `set_queue_depth`, `set_in_flight`,
+  `set_breaker_state`, `set_model_backend` / `forget_model`;
+- the batcher calls `observe_batch`.
+
+Label cardinality stays bounded: requests for unknown names (``NotFound``) are counted under
+the name ``"-"``, so a client cannot grow the label set by probing names.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+Kind = Literal["adapter", "model"]
+STAGES = ("queue", "sandbox", "inference", "fallback")
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+UNKNOWN_NAME = "-"
+# Edge inference spans ~100 µs (tiny model) to seconds (cloud fallback).
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class NameStats:
+    """What the status page shows per adapter/model."""
+
+    requests: int
+    errors: int
+    last_ms: float | None
+    p50_ms: float | None
+    p99_ms: float | None
+    sources: Mapping[str, int]
+
+
+class _Recent:
+    """Bounded per-name request history for the status page (Prometheus has no quantiles)."""
+
+    def __init__(self, size: int) -> None:
+        self.latencies: deque[float] = deque(maxlen=size)
+        self.requests = 0
+        self.errors = 0
+        self.sources: dict[str, int] = {}
+
+    def add(self, seconds: float, source: str | None, error: str | None) -> None:
+        self.requests += 1
+        if error is not None:
+            self.errors += 1
+            return
+        self.latencies.append(seconds)
+        if source is not None:
+            self.sources[source] = self.sources.get(source, 0) + 1
+
+    def stats(self) -> NameStats:
+        ms = sorted(v * 1000 for v in self.latencies)
+        return NameStats(
+            requests=self.requests,
+            errors=self.errors,
+            last_ms=self.latencies[-1] * 1000 if self.latencies else None,
+            p50_ms=statistics.median(ms) if ms else None,
+            p99_ms=ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))] if ms else None,
+            sources=dict(self.sources),
+        )
+
+
+class Metrics:
+    """Every daemon metric; thread-safe (prometheus-client is, the recent-history lock too)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, recent: int = 512) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._recent_size = recent
+        self._recent: dict[tuple[Kind, str], _Recent] = {}
+        self._lock = threading.Lock()
+        self._model_labels: dict[str, tuple[str, str, str, str]] = {}
+        self._build()
+
+    def _build(self) -> None:
+        reg = self.registry
+        self.requests = Counter(
+            "wasmgate_requests", "Requests answered, by transport, kind, name and source.",
+            ["transport", "kind", "name", "source"], registry=reg,
+        )  # fmt: skip
+        self.errors = Counter(
+            "wasmgate_request_errors", "Requests that failed, by error type.",
+            ["transport", "kind", "name", "error"], registry=reg,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "wasmgate_request_duration_seconds", "End-to-end request latency at the bridge.",
+            ["transport", "kind", "name"], buckets=LATENCY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.stages = Histogram(
+            "wasmgate_stage_duration_seconds", "Latency per stage (STAGES).",
+            ["kind", "name", "stage"], buckets=LATENCY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.batch = Histogram(
+            "wasmgate_batch_size", "Requests merged into one backend run.",
+            ["model"], buckets=BATCH_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "wasmgate_queue_depth", "Requests waiting for admission or batching.",
+            ["name"], registry=reg,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "wasmgate_in_flight", "Requests running now.", ["name"], registry=reg
+        )
+        self.fallbacks = Counter(
+            "wasmgate_fallbacks", "Cloud fallbacks by reason and outcome.",
+            ["name", "reason", "outcome"], registry=reg,
+        )  # fmt: skip
+        self.breaker = Gauge(
+            "wasmgate_fallback_breaker_state", "Cloud breaker: 0 closed, 1 half-open, 2 open.",
+            registry=reg,
+        )  # fmt: skip
+        self.traps = Counter(
+            "wasmgate_sandbox_traps", "Guest traps by adapter and cause.",
+            ["adapter", "cause"], registry=reg,
+        )  # fmt: skip
+        self.model_backend = Gauge(
+            "wasmgate_model_backend_info", "1 for the EP and precision a model runs on.",
+            ["model", "version", "provider", "precision"], registry=reg,
+        )  # fmt: skip
+
+    # -- bridges -----------------------------------------------------------------------------
+
+    def observe_request(
+        self,
+        kind: Kind,
+        name: str,
+        source: str | None,
+        timings: Mapping[str, float],
+        error: str | None = None,
+        *,
+        transport: str = "http",
+        seconds: float | None = None,
+    ) -> None:
+        """One request at a bridge: ``error`` is the error class name (``"Busy"``) or None;
+        ``seconds`` the bridge-measured total (default: the sum of ``timings``)."""
+        if error == "NotFound":
+            name = UNKNOWN_NAME
+        total = seconds if seconds is not None else sum(timings.values())
+        if error is None:
+            self.requests.labels(transport, kind, name, source or "local").inc()
+            self.latency.labels(transport, kind, name).observe(total)
+            for stage, value in timings.items():
+                if stage in STAGES:
+                    self.stages.labels(kind, name, stage).observe(value)
+        else:
+            self.errors.labels(transport, kind, name, error).inc()
+        with self._lock:
+            recent = self._recent.get((kind, name))
+            if recent is None:
+                recent = self._recent[(kind, name)] = _Recent(self._recent_size)
+            recent.add(total, source, error)
+
+    # -- service, batcher ---------------------------------------------------------------------
+
+    def observe_batch(self, model: str, size: int) -> None:
+        self.batch.labels(model).observe(size)
+
+    def set_queue_depth(self, name: str, depth: int) -> None:
+        self.queue_depth.labels(name).set(depth)
+
+    def set_in_flight(self, name: str, count: int) -> None:
+        self.in_flight.labels(name).set(count)
+
+    def observe_fallback(self, name: str, reason: str, ok: bool) -> None:
+        """``reason``: error/busy/deadline/missing_model/adapter_request."""
+        self.fallbacks.labels(name, reason, "ok" if ok else "failed").inc()
+
+    def set_breaker_state(self, state: str) -> None:
+        """``state``: ``closed``, ``half_open`` or ``open``."""
+        self.breaker.set(BREAKER_STATES[state])
+
+    def observe_trap(self, adapter: str, cause: str) -> None:
+        self.traps.labels(adapter, cause).inc()
+
+    def set_model_backend(self, model: str, version: int, provider: str, precision: str) -> None:
+        """The EP and precision a model (version) really runs on; replaces the previous one."""
+        labels = (model, str(version), provider, precision)
+        with self._lock:
+            old = self._model_labels.get(model)
+            self._model_labels[model] = labels
+        if old is not None and old != labels:
+            self.model_backend.remove(*old)
+        self.model_backend.labels(*labels).set(1)
+
+    def forget_model(self, model: str) -> None:
+        """A model was unloaded: drop its backend info series."""
+        with self._lock:
+            old = self._model_labels.pop(model, None)
+        if old is not None:
+            self.model_backend.remove(*old)
+
+    # -- readers ------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[tuple[Kind, str], NameStats]:
+        """Counters and recent latency per (kind, name), for the status page."""
+        with self._lock:
+            return {key: recent.stats() for key, recent in self._recent.items()}
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

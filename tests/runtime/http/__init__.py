@@ -1,0 +1,1 @@
+"""Tests of the HTTP bridge: KServe V2, raw adapters, errors, metrics, status page."""
