@@ -1,0 +1,82 @@
+"""Admission control: at most N requests running per adapter, at most Q waiting, the rest busy.
+
+Never an unbounded queue: a request that finds N running and Q waiting is refused at once
+with `Busy`; a waiting request whose deadline passes leaves the queue with
+`DeadlineExceeded`. Everything here runs on the event loop (no locks needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from wasmgate.runtime.errors import Busy, DeadlineExceeded
+
+
+@dataclass
+class GateStats:
+    running: int
+    waiting: int
+    max_in_flight: int
+    queue_size: int
+
+
+class Gate:
+    """One adapter's (or model's) admission gate."""
+
+    def __init__(self, name: str, max_in_flight: int, queue_size: int) -> None:
+        self.name = name
+        self._max = max_in_flight
+        self._queue_size = queue_size
+        self._running = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def resize(self, max_in_flight: int, queue_size: int) -> None:
+        """Apply new limits (a new bundle version); running requests are not disturbed."""
+        self._max, self._queue_size = max_in_flight, queue_size
+        self._wake()
+
+    @property
+    def stats(self) -> GateStats:
+        return GateStats(self._running, len(self._waiters), self._max, self._queue_size)
+
+    @contextlib.asynccontextmanager
+    async def admit(self, deadline: float | None) -> AsyncIterator[float]:
+        """Hold one running slot inside the block; yields the seconds spent queued."""
+        start = time.monotonic()
+        if self._running < self._max and not self._waiters:
+            self._running += 1
+        else:
+            await self._wait(deadline)  # _wake() took the slot for us
+        try:
+            yield time.monotonic() - start
+        finally:
+            self._running -= 1
+            self._wake()
+
+    async def _wait(self, deadline: float | None) -> None:
+        if len(self._waiters) >= self._queue_size:
+            raise Busy(f"{self.name}: busy ({self._running} running, {len(self._waiters)} queued)")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except BaseException as e:
+            if fut.done():  # woken in the same instant: give the slot we were handed back
+                self._running -= 1
+                self._wake()
+            else:
+                fut.cancel()
+                self._waiters.remove(fut)
+            if isinstance(e, TimeoutError):
+                raise DeadlineExceeded(f"{self.name}: deadline passed while queued") from None
+            raise
+
+    def _wake(self) -> None:
+        while self._waiters and self._running < self._max:
+            self._waiters.pop(0).set_result(None)
+            self._running += 1  # the slot belongs to the woken waiter from now on

@@ -1,0 +1,190 @@
+"""A bundle as the daemon serves it: compiled adapter, loaded models, limits, reference count.
+
+A `LoadedBundle` is built by `wasmgate.runtime.loader` from a verified manifest and is
+immutable while it serves. Requests hold a lease (`acquire`/`release`); a bundle replaced
+by a newer version is `retire`d and closed by the registry once its last lease is gone, so
+requests in flight always finish on the version they started on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
+
+log = logging.getLogger("wasmgate.bundles")
+
+
+class GuestOutcome(Protocol):
+    """What the service reads from `wasmgate.sandbox.GuestResult`."""
+
+    status: int
+    output: bytes
+    fallback_reason: str | None
+    events: list[bytes]
+    logs: list[str]
+    instantiate_s: float
+    run_s: float
+    infer_s: float
+
+
+class RunnableAdapter(Protocol):
+    """A compiled adapter (`wasmgate.sandbox.Adapter`): blocking, one fresh instance per run."""
+
+    def run(
+        self, payload: bytes, meta: Mapping[str, str], models: ModelProvider, limits: Any
+    ) -> GuestOutcome: ...
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """Per-adapter admission: the manifest's values capped by `settings.limits`."""
+
+    max_in_flight: int
+    queue_size: int
+    deadline_s: float
+    max_input_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """When a request of this bundle may go to the cloud (all off unless the manifest allows)."""
+
+    on_error: bool = False
+    on_busy: bool = False
+    on_deadline: bool = False
+    on_missing_model: bool = False
+    on_adapter_request: bool = False
+    send_payload: bool = False
+
+
+@dataclass
+class ServedModel:
+    """One declared model: its handle (a Batcher, or the LoadedModel when batching is off)."""
+
+    name: str
+    handle: ModelHandle | None
+    """None when the model could not be loaded on this device (``missing_model`` fallback)."""
+    sha256s: frozenset[str] = frozenset()
+    """Digests of every variant file, so ``from_bytes`` accepts only declared models."""
+    platform: str = "onnxruntime_onnx"
+    max_batch_size: int = 0
+    max_queue_delay_us: int = 0
+    details: Mapping[str, str] = field(default_factory=dict)
+    inputs: Sequence[TensorSpec] = ()
+    outputs: Sequence[TensorSpec] = ()
+    closers: Sequence[Callable[[], None]] = ()
+
+
+class BundleModels:
+    """The `ModelProvider` a guest of this bundle sees: only the bundle's declared models."""
+
+    def __init__(self, models: Mapping[str, ServedModel]) -> None:
+        self._models = dict(models)
+
+    def by_name(self, name: str) -> ModelHandle | None:
+        served = self._models.get(name)
+        return served.handle if served is not None else None
+
+    def from_bytes(self, data: bytes, encoding: str, target: str) -> ModelHandle | None:
+        del encoding, target  # the device profile decides where declared models run
+        digest = hashlib.sha256(data).hexdigest()
+        for served in self._models.values():
+            if digest in served.sha256s:
+                return served.handle
+        return None
+
+
+@dataclass
+class LoadedBundle:
+    """One version of one bundle, ready to serve."""
+
+    name: str
+    version: int
+    digest: str
+    adapter_name: str | None
+    adapter: RunnableAdapter | None
+    models: dict[str, ServedModel]
+    admission: AdmissionLimits
+    fallback: FallbackPolicy
+    guest_limits: Callable[[float | None], Any] = lambda _remaining: None
+    """Builds the sandbox `GuestLimits` for a request with ``remaining`` seconds left."""
+    params: Mapping[str, str] = field(default_factory=dict)
+    answer_content_type: str = "application/octet-stream"
+    installed_at: float = 0.0
+    _refs: int = 0
+    _retired: bool = False
+    _closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def provider(self) -> BundleModels:
+        return BundleModels(self.models)
+
+    @property
+    def missing_models(self) -> list[str]:
+        return [m.name for m in self.models.values() if m.handle is None]
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._refs += 1
+
+    def release(self) -> bool:
+        """Drop a lease; True when the bundle is retired and this was the last lease."""
+        with self._lock:
+            self._refs -= 1
+            return self._retired and self._refs == 0 and not self._closed
+
+    def retire(self) -> bool:
+        """Mark as replaced; True when nothing holds it (the caller closes it now)."""
+        with self._lock:
+            self._retired = True
+            return self._refs == 0 and not self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return self._refs
+
+    def close(self) -> None:
+        """Unload the models (stops batchers, frees sessions). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for served in self.models.values():
+            for closer in served.closers:
+                try:
+                    closer()
+                except Exception:
+                    log.exception("closing model failed", extra={"model": served.name})
+        log.info("unloaded", extra={"bundle": self.name, "version": self.version})
+
+
+def check_inputs(
+    served: ServedModel, inputs: Mapping[str, npt.NDArray[np.generic]]
+) -> list[npt.NDArray[Any]]:
+    """Order the inputs as the model declares them; raise ValueError naming what is wrong."""
+    unknown = sorted(set(inputs) - {s.name for s in served.inputs})
+    if unknown:
+        raise ValueError(f"model {served.name!r} has no input {unknown[0]!r}")
+    ordered: list[npt.NDArray[Any]] = []
+    for spec in served.inputs:
+        if spec.name not in inputs:
+            raise ValueError(f"model {served.name!r} needs input {spec.name!r}")
+        array = np.asarray(inputs[spec.name])
+        if len(spec.shape) != array.ndim or any(
+            want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=False)
+        ):
+            raise ValueError(
+                f"input {spec.name!r} has shape {list(array.shape)}, model wants {list(spec.shape)}"
+            )
+        ordered.append(array)
+    return ordered

@@ -1,0 +1,157 @@
+"""Applying a bundle's cloud fallback policy: when to ask the cloud, and what to answer.
+
+The cloud client (`wasmgate.runtime.fallback.CloudFallback`) is anything with the
+`CloudClient` shape. Rules:
+- a flag of the manifest's ``fallback`` (already and-ed with ``allowed`` by the loader)
+  decides per cause: ``on_error`` (adapter error, trap, backend failure), ``on_busy``,
+  ``on_deadline``, ``on_missing_model``, ``on_adapter_request`` (the guest called
+  ``request_fallback``);
+- an adapter request goes to the cloud only when ``send_payload`` allows the raw device
+  payload to leave the gateway;
+- when local and cloud both fail: `FallbackFailed` naming both causes; when the guest asked
+  for fallback and the cloud fails, the local answer is served (it exists, it is just weak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.runtime.bundles import FallbackPolicy, LoadedBundle
+from wasmgate.runtime.errors import (
+    Busy,
+    DaemonError,
+    DeadlineExceeded,
+    FallbackFailed,
+    InferenceFailed,
+)
+from wasmgate.runtime.service_api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
+
+log = logging.getLogger("wasmgate.fallback")
+T = TypeVar("T")
+
+
+class CloudClient(Protocol):
+    """The calls the service makes on the cloud fallback client."""
+
+    async def infer_adapter(
+        self, adapter: str, payload: bytes, content_type: str | None, reason: str
+    ) -> bytes: ...
+
+    async def infer_model(
+        self,
+        model: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        outputs: Sequence[str] | None,
+    ) -> Mapping[str, npt.NDArray[Any]]: ...
+
+
+class FallbackRunner:
+    """Decides and performs cloud fallback for the service."""
+
+    def __init__(self, cloud: CloudClient | None) -> None:
+        self._cloud = cloud
+
+    def enabled(self, flag: bool) -> bool:
+        return self._cloud is not None and flag
+
+    def wants(self, policy: FallbackPolicy, error: DaemonError) -> bool:
+        """True when ``error`` (a local failure) should go to the cloud under ``policy``."""
+        if isinstance(error, Busy):
+            return self.enabled(policy.on_busy)
+        if isinstance(error, DeadlineExceeded):
+            return self.enabled(policy.on_deadline)
+        if isinstance(error, InferenceFailed):
+            return self.enabled(policy.on_error)
+        return False
+
+    async def adapter(  # noqa: PLR0917 - one call site, all positional context
+        self,
+        bundle: LoadedBundle,
+        req: AdapterRequest,
+        reason: str,
+        deadline: float | None,
+        timings: dict[str, float],
+        local_error: DaemonError | None = None,
+        local_answer: AdapterAnswer | None = None,
+    ) -> AdapterAnswer:
+        """Answer ``req`` from the cloud; see the module rules for failures."""
+        cloud = self._cloud
+        if cloud is None or not bundle.fallback.send_payload:
+            if local_answer is not None:
+                return local_answer
+            if local_error is not None:
+                raise local_error
+            raise InferenceFailed(f"{req.adapter}: {reason} (cloud fallback not available)")
+        start = time.monotonic()
+        try:
+            body = await _within(
+                cloud.infer_adapter(req.adapter, req.payload, req.content_type, reason), deadline
+            )
+        except Exception as e:
+            timings["fallback"] = time.monotonic() - start
+            if local_answer is not None:
+                log.warning("cloud fallback failed, serving the local answer", extra={"e": str(e)})
+                return local_answer
+            raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
+        timings["fallback"] = time.monotonic() - start
+        log.info("answered by the cloud", extra={"adapter": req.adapter, "reason": reason})
+        return AdapterAnswer(
+            body=body,
+            content_type=bundle.answer_content_type,
+            source="cloud",
+            version=bundle.version,
+            timings=timings,
+            fallback_reason=reason,
+        )
+
+    async def model(
+        self,
+        bundle: LoadedBundle,
+        req: ModelRequest,
+        reason: str,
+        timings: dict[str, float],
+        local_error: DaemonError | None = None,
+    ) -> ModelAnswer:
+        """Answer a direct model request from the cloud."""
+        cloud = self._cloud
+        if cloud is None:
+            raise local_error or InferenceFailed(f"{req.model}: {reason}")
+        start = time.monotonic()
+        try:
+            outputs = await _within(
+                cloud.infer_model(req.model, req.inputs, req.outputs), req.deadline
+            )
+        except Exception as e:
+            raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
+        finally:
+            timings["fallback"] = time.monotonic() - start
+        return ModelAnswer(
+            outputs={k: np.asarray(v) for k, v in outputs.items()},
+            source="cloud",
+            version=bundle.version,
+            timings=timings,
+        )
+
+
+async def _within(call: Coroutine[Any, Any, T], deadline: float | None) -> T:
+    if deadline is None:
+        return await call
+    left = deadline - time.monotonic()
+    if left <= 0:
+        call.close()
+        raise DeadlineExceeded("no time left for the cloud")
+    try:
+        return await asyncio.wait_for(call, left)
+    except TimeoutError:
+        raise DeadlineExceeded("the cloud did not answer before the deadline") from None
+
+
+def _describe(e: BaseException) -> str:
+    return str(e) or type(e).__name__

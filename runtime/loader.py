@@ -1,0 +1,251 @@
+"""From a verified manifest to a `LoadedBundle`: compile the adapter, load the models, selftest.
+
+Everything here is blocking (wasmtime compilation, ONNX Runtime session creation): the
+registry runs it off the event loop. Any failure raises `BundleRejected` naming the step;
+models already loaded for the failed bundle are closed again.
+Model bytes are re-hashed (`verify_blob_again`) right before each backend load.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import logging
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from wasmgate import __version__
+from wasmgate.device_profiles import DeviceProfile
+from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
+from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
+from wasmgate.runtime.batcher import Batcher, BatchHook, capped
+from wasmgate.runtime.bundles import (
+    AdmissionLimits,
+    FallbackPolicy,
+    LoadedBundle,
+    ServedModel,
+)
+from wasmgate.runtime.config import LimitSettings
+from wasmgate.runtime.errors import BundleRejected, DaemonError
+from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
+from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
+
+log = logging.getLogger("wasmgate.loader")
+
+_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
+_OCTETS = "application/octet-stream"
+_PLATFORMS = {"onnx": "onnxruntime_onnx", "tflite": "tensorflow_lite"}
+
+
+class BlobSource(Protocol):
+    """The part of `wasmgate.signing.BundleStore` the loader reads."""
+
+    def open_blob(self, sha256: str) -> bytes: ...
+    def verify_blob_again(self, sha256: str) -> bytes: ...
+
+
+@dataclass
+class LoaderDeps:
+    """What loading needs from the daemon (built by the composition root)."""
+
+    engine: SandboxEngine
+    profile: DeviceProfile
+    limits: LimitSettings
+    cache_dir: Path | None = None
+    batch_hook: Callable[[str], BatchHook | None] = lambda _model: None
+    backends: dict[str, InferenceBackend] = field(default_factory=dict)
+
+    def backend(self, fmt: str) -> InferenceBackend:
+        if fmt not in self.backends:
+            self.backends[fmt] = create_backend(fmt)
+        return self.backends[fmt]
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()
+        self.backends.clear()
+
+
+def load_bundle(
+    deps: LoaderDeps, blobs: BlobSource, manifest: Manifest, digest: str
+) -> LoadedBundle:
+    """Build a ready `LoadedBundle` (blocking); `BundleRejected` on any failure."""
+    _check_targets(manifest, deps.profile)
+    models: dict[str, ServedModel] = {}
+    try:
+        for entry in manifest.models:
+            models[entry.name] = _load_model(deps, blobs, manifest, entry)
+        bundle = _assemble(deps, blobs, manifest, digest, models)
+        _selftest(bundle, manifest)
+    except BaseException:
+        for served in models.values():
+            for closer in served.closers:
+                closer()
+        raise
+    return bundle
+
+
+def _check_targets(manifest: Manifest, profile: DeviceProfile) -> None:
+    label = manifest.label()
+    if _version_tuple(manifest.min_daemon_version) > _version_tuple(__version__):
+        raise BundleRejected(
+            f"{label}: needs wasmgate >= {manifest.min_daemon_version}, this is {__version__}"
+        )
+    if manifest.targets.profiles and profile.name not in manifest.targets.profiles:
+        wanted = ", ".join(manifest.targets.profiles)
+        raise BundleRejected(
+            f"{label}: targets profiles [{wanted}], this gateway is {profile.name}"
+        )
+    arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
+    if manifest.targets.arch and arch not in manifest.targets.arch:
+        raise BundleRejected(f"{label}: targets arch {manifest.targets.arch}, this is {arch}")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
+
+
+def _specs(sigs: Sequence[TensorSig]) -> list[TensorSpec]:
+    return [TensorSpec(s.name, s.datatype, tuple(s.shape)) for s in sigs]
+
+
+def _load_model(
+    deps: LoaderDeps, blobs: BlobSource, manifest: Manifest, entry: ModelEntry
+) -> ServedModel:
+    digests = {v: manifest.file_digest(f) for v, f in entry.variants.items()}
+    base = ServedModel(
+        name=entry.name,
+        handle=None,
+        sha256s=frozenset(digests.values()),
+        platform=_PLATFORMS.get(entry.format, entry.format),
+        inputs=_specs(entry.inputs),
+        outputs=_specs(entry.outputs),
+    )
+    spec = ModelSpec(entry.name, base.inputs or None, base.outputs or None)
+    variants: dict[str, Callable[[], bytes]] = {
+        v: functools.partial(blobs.verify_blob_again, sha) for v, sha in digests.items()
+    }
+    options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir)
+    try:
+        negotiated = negotiate(deps.backend(entry.format), spec, variants, options)
+    except DaemonError as e:
+        if manifest.fallback.allowed and manifest.fallback.on_missing_model:
+            log.warning("model not loaded, cloud fallback will answer", extra={"error": str(e)})
+            base.details = {"error": str(e)}
+            return base
+        raise BundleRejected(f"{manifest.label()}: model {entry.name!r}: {e}") from e
+    return _serve(deps, base, entry, negotiated.model, negotiated.summary())
+
+
+def _serve(
+    deps: LoaderDeps, base: ServedModel, entry: ModelEntry, model: LoadedModel, summary: str
+) -> ServedModel:
+    size, delay = capped(
+        entry.batching.max_batch_size, entry.batching.max_queue_delay_us, deps.profile.batching
+    )
+    size = min(size, deps.limits.max_batch_size)
+    base.inputs, base.outputs = list(model.inputs), list(model.outputs)
+    base.details = {
+        "backend": model.backend,
+        "provider": ",".join(model.providers),
+        "precision": model.precision,
+        "notes": "; ".join(model.notes),
+        "summary": summary,
+    }
+    if size > 1 and model.dynamic_batch:
+        queue = max(1, deps.limits.queue_size)
+        batcher = Batcher(model, size, delay, queue, on_batch=deps.batch_hook(entry.name))
+        base.handle, base.max_batch_size, base.max_queue_delay_us = batcher, size, delay
+        base.closers = (batcher.close, model.close)
+    else:
+        base.handle, base.closers = model, (model.close,)
+        base.max_batch_size = size if model.dynamic_batch else 0
+    return base
+
+
+def _assemble(
+    deps: LoaderDeps,
+    blobs: BlobSource,
+    manifest: Manifest,
+    digest: str,
+    models: dict[str, ServedModel],
+) -> LoadedBundle:
+    adapter = None
+    if manifest.adapter is not None:
+        sha = manifest.file_digest(manifest.adapter.file)
+        try:
+            compiled = deps.engine.compile(blobs.open_blob(sha), sha, name=manifest.name)
+            adapter = compiled.with_mode(manifest.adapter.mode)
+        except SandboxError as e:
+            raise BundleRejected(f"{manifest.label()}: adapter: {e}") from e
+    lim = manifest.limits
+    ceilings = deps.engine.ceilings
+    return LoadedBundle(
+        name=manifest.name,
+        version=manifest.version,
+        digest=digest,
+        adapter_name=manifest.routes.http if adapter is not None else None,
+        adapter=adapter,
+        models=models,
+        admission=AdmissionLimits(
+            lim.max_in_flight, lim.queue_size, lim.deadline_ms / 1000, lim.max_input_bytes
+        ),
+        fallback=_policy(manifest),
+        guest_limits=lambda left: _guest_limits(manifest, ceilings, left),
+        params={k: _param(v) for k, v in manifest.params.items()},
+        answer_content_type=str(
+            manifest.params.get("answer_content_type", "application/octet-stream")
+        ),
+        installed_at=time.time(),
+    )
+
+
+def _guest_limits(manifest: Manifest, ceilings: Ceilings, left: float | None) -> GuestLimits:
+    return GuestLimits.from_manifest(manifest.limits, ceilings, deadline_s=left)
+
+
+def _param(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _policy(manifest: Manifest) -> FallbackPolicy:
+    fb = manifest.fallback
+    on = fb.allowed
+    return FallbackPolicy(
+        on_error=on and fb.on_error,
+        on_busy=on and fb.on_busy,
+        on_deadline=on and fb.on_deadline,
+        on_missing_model=on and fb.on_missing_model,
+        on_adapter_request=on and fb.on_adapter_request,
+        send_payload=on and fb.send_payload,
+    )
+
+
+def _selftest(bundle: LoadedBundle, manifest: Manifest) -> None:
+    test = manifest.selftest
+    if test is None or bundle.adapter is None:
+        return
+    payload = base64.b64decode(test.payload_b64)
+    meta: Mapping[str, str] = {
+        **{f"param.{k}": v for k, v in bundle.params.items()},
+        "adapter": bundle.adapter_name or bundle.name,
+        "content_type": "",
+        "transport": "selftest",
+    }
+    try:
+        result = bundle.adapter.run(payload, meta, bundle.provider, bundle.guest_limits(None))
+    except SandboxError as e:
+        raise BundleRejected(f"{manifest.label()}: selftest failed: {e}") from e
+    if result.status != test.expect_status:
+        said = result.output[:200].decode("utf-8", errors="replace")
+        raise BundleRejected(
+            f"{manifest.label()}: selftest returned status {result.status}, "
+            f"expected {test.expect_status}: {said}"
+        )
+    log.info("selftest passed", extra={"bundle": manifest.label()})

@@ -1,0 +1,221 @@
+"""`InferenceService`: the one transport-neutral core every bridge (HTTP, MQTT) calls.
+
+Request path: look the adapter up in the registry (a lease keeps its version alive),
+admission control (`Gate`), run the adapter in the sandbox on the worker pool with the
+bundle's models (Batchers) behind wasi-nn ``compute``, map the outcome to an answer or a
+`wasmgate.runtime.errors` type, and apply the bundle's cloud fallback policy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.runtime.admission import Gate
+from wasmgate.runtime.bundles import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
+from wasmgate.runtime.config import LimitSettings
+from wasmgate.runtime.errors import (
+    BadRequest,
+    Busy,
+    DaemonError,
+    DeadlineExceeded,
+    InferenceFailed,
+    NotReady,
+    PayloadTooLarge,
+)
+from wasmgate.runtime.fallback_policy import CloudClient, FallbackRunner
+from wasmgate.runtime.local_run import run_guest, run_model
+from wasmgate.runtime.registry_table import ServingTable
+from wasmgate.runtime.service_api import (
+    AdapterAnswer,
+    AdapterRequest,
+    ModelAnswer,
+    ModelInfo,
+    ModelRequest,
+)
+
+ADAPTER_CONTENT_TYPE = "application/octet-stream"
+
+
+class InferenceService:
+    """Implements `wasmgate.runtime.service_api.ServiceAPI`."""
+
+    def __init__(
+        self,
+        table: ServingTable,
+        pool: Executor,
+        limits: LimitSettings,
+        cloud: CloudClient | None = None,
+    ) -> None:
+        self._table = table
+        self._pool = pool
+        self._limits = limits
+        self._fallback = FallbackRunner(cloud)
+        self._gates: dict[str, Gate] = {}
+        self._draining = False
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._table.started and not self._draining
+
+    def start_draining(self) -> None:
+        """Refuse new requests with NotReady; requests already admitted finish."""
+        self._draining = True
+
+    def update_limits(self, limits: LimitSettings) -> None:
+        """New daemon-wide ceilings (config reload); apply to later admissions."""
+        self._limits = limits
+
+    def in_flight(self) -> int:
+        return sum(g.stats.running + g.stats.waiting for g in self._gates.values())
+
+    def gate_stats(self) -> dict[str, Any]:
+        return {name: vars(g.stats) for name, g in self._gates.items()}
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def adapter_names(self) -> list[str]:
+        return self._table.adapter_names()
+
+    def list_models(self) -> list[ModelInfo]:
+        return self._table.model_infos()
+
+    def model_info(self, name: str, version: str | None = None) -> ModelInfo:
+        return self._table.model_info(name, version)
+
+    # -- adapters ---------------------------------------------------------------------
+
+    async def run_adapter(self, req: AdapterRequest) -> AdapterAnswer:
+        self._check_ready()
+        bundle = self._table.lease_adapter(req.adapter)
+        try:
+            return await self._run_leased(bundle, req)
+        finally:
+            self._table.release(bundle)
+
+    async def _run_leased(self, bundle: LoadedBundle, req: AdapterRequest) -> AdapterAnswer:
+        admission = self._capped(bundle.admission)
+        deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
+        if admission.max_input_bytes is not None and len(req.payload) > admission.max_input_bytes:
+            raise PayloadTooLarge(
+                f"{req.adapter}: payload of {len(req.payload)} bytes exceeds the "
+                f"bundle's max_input_bytes {admission.max_input_bytes}"
+            )
+        if bundle.missing_models and bundle.fallback.on_missing_model:
+            reason = f"model {bundle.missing_models[0]!r} is not loaded on this device"
+            return await self._fallback.adapter(bundle, req, reason, req.deadline, {})
+        timings: dict[str, float] = {}
+        gate = self._gate(f"adapter:{req.adapter}", admission)
+        try:
+            async with gate.admit(deadline) as queued:
+                timings["queue"] = queued
+                answer = await run_guest(self._pool, bundle, req, deadline, timings)
+        except (Busy, DeadlineExceeded, InferenceFailed) as e:
+            if not self._fallback.wants(bundle.fallback, e):
+                raise
+            return await self._fallback.adapter(bundle, req, str(e), req.deadline, timings, e)
+        if answer.fallback_reason is not None and self._fallback.enabled(
+            bundle.fallback.on_adapter_request
+        ):
+            reason = answer.fallback_reason
+            return await self._fallback.adapter(
+                bundle, req, reason, req.deadline, timings, local_answer=answer
+            )
+        return answer
+
+    # -- models -----------------------------------------------------------------------
+
+    async def infer_model(self, req: ModelRequest) -> ModelAnswer:
+        self._check_ready()
+        bundle, served = self._table.lease_model(req.model, req.version)
+        try:
+            return await self._infer_leased(bundle, served, req)
+        finally:
+            self._table.release(bundle)
+
+    async def _infer_leased(
+        self, bundle: LoadedBundle, served: ServedModel, req: ModelRequest
+    ) -> ModelAnswer:
+        if served.handle is None:
+            if self._fallback.enabled(bundle.fallback.on_missing_model):
+                reason = f"model {served.name!r} is not loaded on this device"
+                return await self._fallback.model(bundle, req, reason, {})
+            raise NotReady(f"model {served.name!r} is not loaded on this device")
+        try:
+            ordered = check_inputs(served, req.inputs)
+        except ValueError as e:
+            raise BadRequest(str(e)) from e
+        names = _output_names(served, req.outputs)
+        admission = self._capped(bundle.admission)
+        deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
+        gate = self._gate(f"model:{served.name}", admission)
+        timings: dict[str, float] = {}
+        try:
+            async with gate.admit(deadline) as queued:
+                timings["queue"] = queued
+                outputs = await run_model(self._pool, served, ordered, deadline, timings)
+        except (Busy, DeadlineExceeded, InferenceFailed) as e:
+            if not self._fallback.wants(bundle.fallback, e):
+                raise
+            return await self._fallback.model(bundle, req, str(e), timings, e)
+        by_name = {spec.name: out for spec, out in zip(served.outputs, outputs, strict=False)}
+        return ModelAnswer(
+            outputs={n: by_name[n] for n in names},
+            source="local",
+            version=bundle.version,
+            timings=timings,
+        )
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _check_ready(self) -> None:
+        if self._draining:
+            raise NotReady("the daemon is shutting down")
+        if not self._table.started:
+            raise NotReady("the daemon is still loading bundles")
+
+    def _capped(self, wanted: AdmissionLimits) -> AdmissionLimits:
+        lim = self._limits
+        return AdmissionLimits(
+            max_in_flight=min(wanted.max_in_flight, lim.max_in_flight),
+            queue_size=min(wanted.queue_size, lim.queue_size),
+            deadline_s=min(wanted.deadline_s, lim.deadline_ms / 1000),
+            max_input_bytes=wanted.max_input_bytes,
+        )
+
+    def _gate(self, key: str, admission: AdmissionLimits) -> Gate:
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = Gate(key, admission.max_in_flight, admission.queue_size)
+        else:
+            gate.resize(admission.max_in_flight, admission.queue_size)
+        return gate
+
+
+def _earliest(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+def _output_names(served: ServedModel, wanted: Any) -> list[str]:
+    declared = [spec.name for spec in served.outputs]
+    if wanted is None:
+        return declared
+    unknown = [n for n in wanted if n not in declared]
+    if unknown:
+        raise BadRequest(f"model {served.name!r} has no output {unknown[0]!r}")
+    return list(wanted)
+
+
+def as_arrays(outputs: Mapping[str, Any]) -> dict[str, npt.NDArray[np.generic]]:
+    """Normalise a fallback's outputs to numpy arrays."""
+    return {k: np.asarray(v) for k, v in outputs.items()}
+
+
+__all__ = ["ADAPTER_CONTENT_TYPE", "DaemonError", "InferenceService"]

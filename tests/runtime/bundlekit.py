@@ -1,0 +1,119 @@
+"""Real signed test bundles: an Ed25519 key, a trust store, the ``probe`` guest, an ONNX model.
+
+``BundleKit(tmp).build("probe", 1, tag="v1")`` writes ``probe-1.wgb`` signed by the kit's
+key; ``kit.trust`` trusts that key for every name. The guest (``guests/probe.c``) chooses
+its behaviour by the payload's first byte (see the C file); model ``double`` is y = 2x.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import onnx
+from onnx import TensorProto, helper
+
+from tests.fixtures.zig import compile_c
+from wasmgate.signing.build import build_bundle
+from wasmgate.signing.keys import generate_key
+from wasmgate.signing.trust import TrustStore
+
+GUEST_SRC = Path(__file__).parent / "guests" / "probe.c"
+
+
+def write_double_model(path: Path) -> Path:
+    """y = 2 * x, x and y FP32 [-1, 4] (dynamic batch)."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
+    node = helper.make_node("Mul", ["x", "two"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "double",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        initializer=[two],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)
+
+
+def _section(name: str, table: dict[str, Any]) -> str:
+    return f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in table.items())
+
+
+class BundleKit:
+    """Builds signed bundles into ``root`` with one signing key."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.key: nacl.signing.SigningKey = generate_key()
+        self.trust = TrustStore.empty().with_signer(self.key.verify_key, ["*"], {})
+        self.wasm = compile_c([GUEST_SRC])
+        self.model = write_double_model(root / "double.onnx")
+
+    def save_trust(self, path: Path) -> Path:
+        self.trust.save(path)
+        return path
+
+    def build(
+        self,
+        name: str,
+        version: int,
+        *,
+        tag: str | None = None,
+        model: bool = True,
+        adapter: bool = True,
+        model_name: str = "double",
+        batching: dict[str, int] | None = None,
+        sections: dict[str, dict[str, Any]] | None = None,
+        selftest: bytes | None = None,
+        expect_status: int = 0,
+        out_dir: Path | None = None,
+    ) -> Path:
+        """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...)."""
+        src = self.root / f"src-{name}-{version}"
+        src.mkdir(parents=True, exist_ok=True)
+        text = f"name = {_toml(name)}\nversion = {version}\n\n"
+        if adapter:
+            text += _section("adapter", {"file": str(self.wasm)})
+        params = {"tag": tag or f"v{version}"}
+        extra = dict(sections or {})
+        params.update(extra.pop("params", {}))
+        text += _section("params", params)
+        for table, values in extra.items():
+            text += _section(table, values)
+        if selftest is not None:
+            payload = base64.b64encode(selftest).decode()
+            text += _section("selftest", {"payload_b64": payload, "expect_status": expect_status})
+        if model:
+            entry = {
+                "name": model_name,
+                "format": "onnx",
+                "variants": {"fp32": str(self.model)},
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+                "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
+                "batching": batching or {"max_batch_size": 8, "max_queue_delay_us": 500},
+            }
+            text += "[[models]]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in entry.items())
+        (src / "bundle.toml").write_text(text)
+        out = (out_dir or self.root) / f"{name}-{version}.wgb"
+        build_bundle(src, self.key, out)
+        return out
