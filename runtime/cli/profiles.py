@@ -1,10 +1,28 @@
-"""`wasmgate profiles`: List, show and detect device profiles."""
+"""`wasmgate profiles`: list, show and detect device profiles.
+
+``detect`` reads /proc, /sys, /dev and /etc below ``--root`` (default ``/``), prints the chosen
+profile and the evidence, and the other matching profiles with their priority.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
-from wasmgate.runtime.cli._common import SubParsers, not_implemented
+from wasmgate.device_profiles import (
+    Detection,
+    DeviceProfile,
+    ProfileError,
+    detect,
+    load_all,
+    load_profile,
+)
+from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+
+T = TypeVar("T")
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -13,8 +31,105 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="List, show and detect device profiles.",
         description="List, show and detect device profiles.",
     )
-    parser.set_defaults(func=_run)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("list", help="List the packaged profiles.").set_defaults(func=_list)
+    show = actions.add_parser("show", help="Show one profile (name or path to a TOML file).")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--json", action="store_true", help="Print the validated profile as JSON.")
+    show.set_defaults(func=_show)
+    det = actions.add_parser("detect", help="Detect this machine's profile and show evidence.")
+    det.add_argument(
+        "--root", type=Path, default=Path("/"), help="Read proc/, sys/, dev/ below this directory."
+    )
+    det.add_argument("--json", action="store_true", help="Print the result as JSON.")
+    det.set_defaults(func=_detect)
 
 
-def _run(_args: argparse.Namespace) -> int:
-    return not_implemented(5)
+def _list(_args: argparse.Namespace) -> int:
+    profiles = _guard(load_all)
+    width = max(len(p.name) for p in profiles)
+    for p in profiles:
+        print(f"{p.name:<{width}}  {p.cpu.arch:<7}  {' > '.join(p.precision):<20}  {p.description}")
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    profile = _guard(lambda: load_profile(args.name))
+    if args.json:
+        print(profile.model_dump_json(indent=2))
+    else:
+        print("\n".join(describe(profile)))
+    return EXIT_OK
+
+
+def _detect(args: argparse.Namespace) -> int:
+    root: Path = args.root
+    if not root.is_dir():
+        raise CliError(f"--root {root}: not a directory")
+    result = _guard(lambda: detect(root))
+    if args.json:
+        print(json.dumps(_detection_json(result), indent=2))
+        return EXIT_OK
+    print(f"profile: {result.profile.name} — {result.profile.description}")
+    print("evidence:")
+    for line in result.evidence:
+        print(f"  - {line}")
+    others = result.candidates[1:]
+    if others:
+        print("also matched: " + ", ".join(f"{n} (priority {p})" for n, p, _ in others))
+    return EXIT_OK
+
+
+def describe(p: DeviceProfile) -> list[str]:
+    """Human-readable lines for `profiles show`."""
+    ort = p.onnxruntime
+    lines = [
+        f"{p.name}: {p.description}",
+        f"cpu: {p.cpu.arch}, requires {' '.join(p.cpu.features) or 'nothing'}",
+        f"precision order: {' > '.join(p.precision)}",
+        "onnxruntime providers:",
+    ]
+    for ep in ort.providers:
+        opts = ", ".join(f"{k}={v}" for k, v in ep.options.items())
+        lines.append(f"  - {ep.name}" + (f" ({opts})" if opts else ""))
+    lines.append(
+        f"  threads intra={ort.intra_op_threads or 'auto'} inter={ort.inter_op_threads}, "
+        f"graph optimization {ort.graph_optimization_level}, "
+        f"accelerator required: {'yes' if ort.accelerator_required else 'no'}, "
+        f"optimized-model cache: {'on' if ort.optimized_model_cache else 'off'}"
+    )
+    lines += [f"  session {k} = {v}" for k, v in ort.session_config.items()]
+    delegates = ", ".join(f"{d.name} ({d.library})" for d in p.tflite.delegates) or "none"
+    lines.append(f"tflite: delegates {delegates}; threads {p.tflite.threads or 'auto'}")
+    lines.append(
+        f"batching caps: max_batch_size {p.batching.max_batch_size}, "
+        f"max_queue_delay_us {p.batching.max_queue_delay_us}"
+    )
+    rules = p.detect.model_dump(exclude={"priority"}, exclude_defaults=True)
+    shown = "; ".join(f"{k} {', '.join(v)}" for k, v in rules.items()) or "arch and CPU flags only"
+    lines.append(f"detection (priority {p.detect.priority}): {shown}")
+    return lines
+
+
+def _detection_json(result: Detection) -> dict[str, object]:
+    return {
+        "profile": result.profile.name,
+        "evidence": result.evidence,
+        "candidates": [
+            {"profile": n, "priority": p, "evidence": e} for n, p, e in result.candidates
+        ],
+        "facts": {
+            "arch": result.facts.arch,
+            "dt_model": result.facts.dt_model,
+            "dt_compatible": list(result.facts.dt_compatible),
+            "cpu_parts": sorted(result.facts.cpu_parts),
+            "accel_drivers": sorted(result.facts.accel_drivers),
+        },
+    }
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except ProfileError as e:
+        raise CliError(str(e)) from e
