@@ -115,6 +115,8 @@ class StateFile:
         """Use ``state_dir`` (must exist) for ``state.json`` and ``state.prev.json``."""
         self.path = state_dir / STATE_FILE
         self.prev_path = state_dir / PREV_FILE
+        self.used_previous = False
+        """Set by :meth:`load` when ``state.json`` was unusable and the previous copy won."""
 
     def exists(self) -> bool:
         """True if either copy exists (valid or not)."""
@@ -131,6 +133,7 @@ class StateFile:
                 continue
             except (OSError, ValueError, ValidationError, RecursionError) as e:
                 problems.append(f"{p}: {str(e).splitlines()[0]}")
+        self.used_previous = bool(problems) or not self.path.exists()
         if found:
             return max(found, key=lambda d: d.generation)
         if problems:

@@ -13,6 +13,10 @@ Invariants:
   records by manifest digest (both validated hex).
 - Installs are serialised by a thread lock plus an ``flock`` on ``state_dir/lock``, and
   re-read the state under the lock, so several processes can share one store.
+- Floors never go down: install records are written before the state, so when
+  ``state.json`` is damaged the previous copy is used and raised to the highest record of
+  each name. With no readable state at all the store refuses to open
+  (:class:`StateCorruptedError`) unless ``repair_state=True`` rebuilds it from the records.
 - ``verify_blob_again`` re-hashes a blob so a model is checked right before it is loaded.
 """
 
@@ -123,6 +127,8 @@ class BundleStore:
         self.max_bundle_bytes = max_bundle_bytes
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.Lock()
+        self.state_recovered = False
+        """True once damaged or missing state was recovered from the install records."""
         for d in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
         for leftover in (state_dir / "tmp").iterdir():
@@ -133,41 +139,45 @@ class BundleStore:
 
     # --- state --------------------------------------------------------------------------
 
-    def _load_state(self, repair: bool) -> StateDoc:
+    def _load_state(self, repair: bool = False) -> StateDoc:
+        """Current state from disk, reconciled with the install records when needed."""
         records = sorted((self.state_dir / "records").glob("*.json"))
         try:
             doc = self._state_file.load()
         except StateCorruptedError:
             if not repair:
                 raise
-            return self._rebuild(records)
+            return self._reconcile(StateDoc(), records)
         if doc is None and records:
             if not repair:
                 raise StateCorruptedError(
                     f"anti-rollback state missing in {self.state_dir} but "
                     f"{len(records)} install record(s) exist; refusing to reset floors"
                 )
-            return self._rebuild(records)
+            return self._reconcile(StateDoc(), records)
+        if doc is not None and self._state_file.used_previous:
+            # The newest copy was damaged: the previous one may lag one install behind.
+            return self._reconcile(doc, records)
         return doc or StateDoc()
 
-    def _rebuild(self, records: list[Path]) -> StateDoc:
-        doc = StateDoc()
+    def _reconcile(self, doc: StateDoc, records: list[Path]) -> StateDoc:
+        """Raise floors to the highest installed record of each name, then persist."""
         for path in records:
             try:
                 manifest = self._read_record(path)[0]
             except (SigningError, OSError, ValueError) as e:
                 log.warning("skipping unreadable install record %s: %s", path, e)
                 continue
-            digest = path.stem
             entry = doc.bundles.get(manifest.name)
             if entry is None or manifest.version > entry.floor:
-                active = ActiveBundle(version=manifest.version, digest=digest)
+                active = ActiveBundle(version=manifest.version, digest=path.stem)
                 doc.bundles[manifest.name] = NameState(
-                    floor=manifest.version, floor_digest=digest, active=active
+                    floor=manifest.version, floor_digest=path.stem, active=active
                 )
             doc.advance_clock(manifest.issued_at)
-        log.error("anti-rollback state rebuilt from %d install records", len(records))
+        log.error("anti-rollback state recovered using %d install records", len(records))
         self._state_file.save(doc)
+        self.state_recovered = True
         return doc
 
     @contextmanager
@@ -184,7 +194,7 @@ class BundleStore:
     def install(self, data: bytes | Path) -> InstalledBundle:
         """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically."""
         with self._file_lock():
-            state = self._state_file.load() or self._state
+            state = self._load_state()
             staged: list[Path] = []
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged)
@@ -264,7 +274,7 @@ class BundleStore:
     def remove(self, name: str) -> None:
         """Deactivate ``name``; its floor stays, so older versions remain refused."""
         with self._file_lock():
-            state = self._state_file.load() or self._state
+            state = self._load_state()
             entry = state.bundles.get(name)
             if entry is None or entry.active is None:
                 return

@@ -39,6 +39,7 @@ from wasmgate.signing.envelope import (
     sign,
 )
 from wasmgate.signing.errors import (
+    KeyFileError,
     KeyScopeError,
     LimitCeilingError,
     RevokedBundleError,
@@ -106,7 +107,11 @@ class TrustDoc(_Strict):
         pairs = [(k, s.public) for k, s in self.signers.items()]
         pairs += list(self.root.keys.items()) if self.root else []
         for kid, public in pairs:
-            if key_id_of(decode_public(public)) != kid:
+            try:
+                actual = key_id_of(decode_public(public))
+            except KeyFileError as e:
+                raise ValueError(str(e)) from e
+            if actual != kid:
                 raise ValueError(f"key id {kid[:16]}... does not match its public key")
         if self.root and self.root.threshold > len(self.root.keys):
             raise ValueError("root threshold is larger than the number of root keys")

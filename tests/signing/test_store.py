@@ -1,0 +1,118 @@
+"""Bundle store: install results, blobs, re-hash before load, removal, recheck."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.signing.conftest import MAX_BUNDLE, Kit
+from wasmgate.signing import (
+    BlobIntegrityError,
+    BlobNotFoundError,
+    BundleStore,
+    RevokedKeyError,
+    RollbackError,
+    SigningError,
+    TrustStore,
+    key_id_of,
+    verify_bundle,
+)
+
+
+def test_installed_manifest_fields(kit: Kit, store: BundleStore) -> None:
+    (bundle,) = store.installed()
+    m = bundle.manifest
+    assert (m.name, m.version) == ("digits", 5)
+    assert m.adapter is not None
+    assert m.adapter.file == "adapter.wasm"
+    assert m.models[0].variants == {"fp32": "digits-fp32.onnx", "int8": "digits-int8.onnx"}
+    assert m.models[0].inputs[0].shape == [-1, 64]
+    assert m.routes.http == "digits"
+    assert m.params == {"confidence_threshold": 0.6, "label": "digit"}
+    assert m.fallback.allowed
+    assert not m.fallback.on_error
+    assert m.key_id == key_id_of(kit.key.verify_key)
+
+
+def test_blobs_are_the_file_bytes(kit: Kit, store: BundleStore) -> None:
+    m = store.installed()[0].manifest
+    expected = (kit.root / "src" / "models" / "digits-int8.onnx").read_bytes()
+    digest = m.file_digest("digits-int8.onnx")
+    assert digest == hashlib.sha256(expected).hexdigest()
+    assert store.open_blob(digest) == expected
+    assert store.verify_blob_again(digest) == expected
+
+
+def test_verify_blob_again_detects_tampering(store: BundleStore) -> None:
+    digest = store.installed()[0].manifest.file_digest("digits-fp32.onnx")
+    blob = store.state_dir / "blobs" / digest
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    with pytest.raises(BlobIntegrityError, match=digest):
+        store.verify_blob_again(digest)
+
+
+def test_open_blob_refuses_non_digests(store: BundleStore) -> None:
+    with pytest.raises(BlobNotFoundError, match="not a SHA-256"):
+        store.open_blob("../state.json")
+    with pytest.raises(BlobNotFoundError, match="not in the store"):
+        store.open_blob("0" * 64)
+
+
+def test_reinstall_same_bundle_is_idempotent(kit: Kit, tmp_path: Path, trust: TrustStore) -> None:
+    data = kit.build(2)
+    store = BundleStore(tmp_path / "s2", trust, max_bundle_bytes=MAX_BUNDLE)
+    first = store.install(data)
+    assert store.install(data) == first
+    assert len(store.installed()) == 1
+
+
+def test_install_from_path(kit: Kit, store: BundleStore) -> None:
+    path = kit.root / "digits-6.wgb"
+    path.write_bytes(kit.build(6))
+    assert store.install(path).manifest.version == 6
+
+
+def test_remove_keeps_the_floor(kit: Kit, store: BundleStore) -> None:
+    store.remove("digits")
+    assert store.installed() == []
+    assert store.floors() == {"digits": 5}
+    with pytest.raises(RollbackError):
+        store.install(kit.build(4))
+
+
+def test_recheck_reports_revoked_signer(kit: Kit, store: BundleStore) -> None:
+    assert store.recheck() == {}
+    store.trust = store.trust.with_revoked(key_id=key_id_of(kit.key.verify_key))
+    problems = store.recheck()
+    assert isinstance(problems["digits"], RevokedKeyError)
+
+
+def test_verify_without_store(kit: Kit, trust: TrustStore) -> None:
+    verified = verify_bundle(kit.build(9), trust, max_bundle_bytes=MAX_BUNDLE)
+    assert verified.manifest.version == 9
+    assert verified.digest == hashlib.sha256(verified.manifest_bytes).hexdigest()
+
+
+def test_concurrent_installs_keep_the_highest(kit: Kit, store: BundleStore) -> None:
+    bundles = {v: kit.build(v) for v in (6, 7, 8, 9)}
+    errors: list[SigningError] = []
+
+    def install(v: int) -> None:
+        try:
+            store.install(bundles[v])
+        except RollbackError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=install, args=(v,)) for v in bundles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.floors() == {"digits": 9}
+    assert [b.manifest.version for b in store.installed()] == [9]
+    assert all(isinstance(e, RollbackError) for e in errors)
