@@ -291,8 +291,9 @@ def _post_checks(req: RequestState, status: int, lim: GuestLimits) -> None:
             f"guest passed a bad pointer to the host: {req.violation}", cause="oob", logs=req.logs
         )
     if time.monotonic() > req.deadline:
+        how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
         raise GuestDeadlineExceeded(
-            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms", logs=req.logs
+            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms{how}", logs=req.logs
         )
     if req.output_refused:
         raise GuestOutputTooLarge(

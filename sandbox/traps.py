@@ -42,6 +42,9 @@ def translate(e: Exception, req: RequestState, *, near_memory_limit: bool) -> Gu
     if isinstance(e, wasmtime.Trap):
         return _trap(e, req, near_memory_limit=near_memory_limit)
     text = str(e)
+    if "wasm backtrace" in text:  # a host (WASI) call refused the guest's arguments
+        last = text.strip().splitlines()[-1].strip()
+        return GuestTrap(f"a host call failed: {last[:300]}", cause="host", logs=logs)
     if "memory minimum size" in text or "memory limits" in text:
         return GuestResourceExhausted(
             f"initial memory exceeds the limit of {req.limits.memory_bytes} bytes",
