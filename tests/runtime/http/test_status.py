@@ -1,0 +1,140 @@
+"""The status page: ``/v1/status`` JSON, and the HTML page rendered by headless Chromium.
+
+CI needs Debian's ``chromium`` (``apt-get install -y chromium``); without it these tests fail
+(no skip), because a status page nobody rendered is not tested.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.http.conftest import build_app
+from tests.runtime.http.server import LiveServer
+from tests.runtime.http.service import OrtService
+from wasmgate.runtime.http import status
+from wasmgate.runtime.metrics import Metrics
+
+ADD = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,900",
+)
+
+
+def mqtt_state() -> Mapping[str, object]:
+    return {"connected": True, "broker": "127.0.0.1:1883", "subscriptions": 4}
+
+
+def broken_cloud() -> Mapping[str, object]:
+    raise ConnectionError("cloud endpoint unreachable")
+
+
+@pytest.fixture
+def status_server(service: OrtService, metrics: Metrics) -> Iterator[LiveServer]:
+    app = build_app(service, metrics)
+    status.add_provider(app, "mqtt", mqtt_state)
+    status.add_provider(app, "cloud", broken_cloud)
+    with LiveServer(app) as live:
+        for _ in range(3):
+            reply = live.request("POST", "/v2/models/add/infer", json.dumps(ADD).encode())
+            assert reply.status == 200
+        assert live.request("POST", "/v1/adapters/busy", b"x").status == 429
+        yield live
+
+
+def test_status_json(status_server: LiveServer) -> None:
+    reply = status_server.request("GET", "/v1/status")
+    assert reply.status == 200
+    doc = json.loads(reply.body)
+    assert doc["ready"] is True
+    rows = {row["name"]: row for row in doc["models"]}
+    assert set(rows) >= {"add", "identity", "bf16", "echo", "busy"}
+    add = rows["add"]
+    assert (add["version"], add["provider"], add["precision"]) == (
+        3,
+        "CPUExecutionProvider",
+        "fp32",
+    )
+    assert (add["requests"], add["errors"], add["sources"]) == (3, 0, {"local": 3})
+    assert add["p50_ms"] > 0
+    assert (rows["busy"]["requests"], rows["busy"]["errors"]) == (1, 1)
+    assert rows["bf16"]["precision"] == "bf16"
+    assert doc["components"]["mqtt"]["connected"] is True
+    assert doc["components"]["cloud"] == {"error": "ConnectionError: cloud endpoint unreachable"}
+
+
+class Table(HTMLParser):
+    """Collects the text of every ``<tr data-name=...>`` row's cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self._row: list[str] | None = None
+        self._in_cell = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        name = dict(attrs).get("data-name")
+        if tag == "tr" and name is not None:
+            self._row = self.rows.setdefault(name, [])
+        elif tag == "td" and self._row is not None:
+            self._in_cell = True
+            self._row.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._in_cell = False
+        elif tag == "tr":
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_cell and self._row is not None:
+            self._row[-1] += data
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("chromium")
+    assert binary is not None, "install Debian's chromium: apt-get install -y chromium"
+    profile = tmp_path / "chromium-profile"
+    command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=90, check=True)
+
+
+def test_page_renders_in_headless_chromium(status_server: LiveServer, tmp_path: Path) -> None:
+    url = f"http://{status_server.url}/"
+    dom = chromium(tmp_path, "--virtual-time-budget=3000", "--dump-dom", url).stdout
+    assert 'data-state="loaded"' in dom, dom[-2000:]
+    table = Table()
+    table.feed(dom)
+    add = table.rows["add"]
+    assert add[:7] == ["add", "model", "3", "demo", "CPUExecutionProvider", "fp32", "yes"]
+    assert add[7:9] == ["3", "0"]  # requests, errors
+    assert float(add[9]) > 0  # p50 ms
+    assert add[12] == "local 3"
+    assert table.rows["busy"][7:9] == ["1", "1"]
+    assert table.rows["bf16"][5] == "bf16"
+    assert "ready" in dom
+    assert 'id="component-mqtt"' in dom
+    assert "127.0.0.1:1883" in dom
+    assert "cloud endpoint unreachable" in dom
+
+
+def test_page_screenshot_for_humans(status_server: LiveServer, tmp_path: Path) -> None:
+    shot = tmp_path / "status.png"
+    url = f"http://{status_server.url}/"
+    chromium(tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", url)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 10_000  # a rendered page, not a blank 1x1
