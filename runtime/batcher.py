@@ -6,7 +6,9 @@ request, waits up to ``max_queue_delay_us`` from its arrival for more rows (unti
 trailing shapes; others wait for the next batch), runs the model once and splits the outputs
 back by row counts. A request larger than ``max_batch_size`` runs alone, unsplit.
 Only models whose inputs and outputs all have a dynamic first dimension can be batched.
-`close()` finishes what is queued, then stops the thread.
+``workers`` > 1 runs that many batches concurrently (like Triton's instance count): on a CPU
+two concurrent ORT runs can use the cores better than one. `close()` finishes what is
+queued, then stops the threads.
 """
 
 from __future__ import annotations
@@ -71,14 +73,17 @@ class Batcher:
         max_queue_delay_us: int,
         queue_size: int = 256,
         on_batch: BatchHook | None = None,
+        workers: int = 1,
     ) -> None:
         if not model.dynamic_batch:
             raise BackendError(
                 f"{model.name}: batching needs a dynamic first dimension on every input "
                 "and output; this model has fixed shapes"
             )
-        if max_batch_size < 1 or max_queue_delay_us < 0 or queue_size < 1:
-            raise ValueError("max_batch_size ≥ 1, max_queue_delay_us ≥ 0 and queue_size ≥ 1")
+        if min(max_batch_size, queue_size, workers) < 1 or max_queue_delay_us < 0:
+            raise ValueError(
+                "max_batch_size, queue_size and workers must be ≥ 1, max_queue_delay_us ≥ 0"
+            )
         self.model = model
         self.name: str = model.name
         self.inputs: Sequence[TensorSpec] = model.inputs
@@ -91,10 +96,12 @@ class Batcher:
         self._pending: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(
-            target=self._loop, name=f"batcher-{model.name}", daemon=True
-        )
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"batcher-{model.name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     # -- callers -------------------------------------------------------------------------
 
@@ -139,8 +146,9 @@ class Batcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
 
     def __enter__(self) -> Self:
         return self
@@ -159,17 +167,24 @@ class Batcher:
 
     def _collect(self) -> list[_Item] | None:
         with self._cond:
-            while not self._pending and not self._closed:
-                self._cond.wait()
-            if not self._pending:
-                return None
-            deadline = self._pending[0].arrived + self.max_queue_delay
-            while not self._closed and self._compatible_rows() < self.max_batch_size:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            return self._take()
+            while True:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return None
+                self._wait_for_rows()
+                if self._pending:  # another worker may have taken them meanwhile
+                    return self._take()
+
+    def _wait_for_rows(self) -> None:
+        """Wait (lock held) until a full batch is queued or the oldest request's delay ends."""
+        while self._pending and not self._closed:
+            if self._compatible_rows() >= self.max_batch_size:
+                return
+            remaining = self._pending[0].arrived + self.max_queue_delay - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
 
     def _compatible_rows(self) -> int:
         key = self._pending[0].key

@@ -166,7 +166,7 @@ def test_close_drains_the_queue_then_refuses() -> None:
         assert f.result(0)[0].shape == (1, 8)
     with pytest.raises(BackendError, match="closed"):
         b.submit([_rows(1)])
-    assert not b._thread.is_alive()
+    assert not any(t.is_alive() for t in b._threads)
     b.close()  # idempotent
 
 
@@ -179,3 +179,14 @@ def test_profile_caps_manifest_batching() -> None:
     assert capped(64, 10_000, None) == (64, 10_000)
     with pytest.raises(ValueError, match="max_batch_size"):
         Batcher(_model(), 0, 100)
+
+
+def test_several_workers_share_the_queue() -> None:
+    with Batcher(_model(), 4, 2_000, workers=3) as b:
+        inputs = [_rows(1 + i % 2, i) for i in range(60)]
+        with ThreadPoolExecutor(16) as pool:
+            outputs = list(pool.map(lambda x: b.infer([x], timeout=10)[0], inputs))
+        assert b.stats().requests == 60
+    for x, y in zip(inputs, outputs, strict=True):
+        np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5)
+    assert not any(t.is_alive() for t in b._threads)
