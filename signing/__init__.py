@@ -83,7 +83,7 @@ from wasmgate.signing.manifest import (
 from wasmgate.signing.state import StateDoc, StateFile
 from wasmgate.signing.store import BundleStore, InstalledBundle
 from wasmgate.signing.trust import SignerEntry, TrustDoc, TrustStore, sign_trust
-from wasmgate.signing.verify import VerifiedBundle, verify_bundle
+from wasmgate.signing.verify import BundleInfo, VerifiedBundle, inspect_bundle, verify_bundle
 
 __all__ = [
     "BUNDLE_PAYLOAD_TYPE",
@@ -95,6 +95,7 @@ __all__ = [
     "BlobIntegrityError",
     "BlobNotFoundError",
     "BundleError",
+    "BundleInfo",
     "BundleStore",
     "BundleTooLargeError",
     "DuplicateMemberError",
@@ -148,6 +149,7 @@ __all__ = [
     "decode_public",
     "encode_public",
     "generate_key",
+    "inspect_bundle",
     "key_id_of",
     "load_public_key",
     "pae",

@@ -290,13 +290,23 @@ class TrustStore:
         if self.signed:
             raise TrustFileError("a root-signed trust file cannot be edited here; re-sign it")
         data = self.doc.model_dump(mode="json") | update | {"version": self.doc.version + 1}
-        return TrustStore(TrustDoc.model_validate_json(json.dumps(data)))
+        try:
+            return TrustStore(TrustDoc.model_validate_json(json.dumps(data)))
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise TrustFileError(f"trust edit refused: {where}: {first['msg']}") from e
 
     def with_signer(
-        self, public: nacl.signing.VerifyKey, names: list[str], max_limits: dict[str, int]
+        self,
+        public: nacl.signing.VerifyKey,
+        names: list[str],
+        max_limits: dict[str, int],
+        comment: str = "",
     ) -> TrustStore:
         """A copy that trusts ``public`` for ``names`` (replacing an entry of the same key)."""
         entry = {"public": encode_public(public), "names": names, "max_limits": max_limits}
+        entry |= {"comment": comment} if comment else {}
         signers = self.doc.model_dump(mode="json")["signers"] | {key_id_of(public): entry}
         return self._edited(signers=signers)
 

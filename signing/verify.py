@@ -251,3 +251,31 @@ def verify_bundle(
         return verify_stream(
             f, total, label, trust, max_bundle_bytes=max_bundle_bytes, state=state, now=now
         )
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    """What ``inspect`` shows: the manifest as stated, *not* verified."""
+
+    manifest: Manifest
+    digest: str
+    key_ids: list[str]
+    size: int
+
+
+def inspect_bundle(source: bytes | Path, *, max_bundle_bytes: int) -> BundleInfo:
+    """Read a bundle's manifest and signer key ids without verifying anything else.
+
+    The archive structure and the manifest schema are still checked strictly; use
+    :func:`verify_bundle` before trusting what this returns.
+    """
+    with open_source(source, max_bundle_bytes) as (f, total, label):
+        reader = ArchiveReader(f, total, label, max_bundle_bytes)
+        manifest_bytes = _read_named(reader, label, "manifest.json", MAX_MANIFEST_BYTES)
+        sig_bytes = _read_named(reader, label, "manifest.sig", MAX_SIGNATURE_BYTES)
+    try:
+        key_ids = [s.key_id for s in parse_envelope(sig_bytes).signatures]
+    except EnvelopeFormatError as e:
+        raise ManifestError(label, f"manifest.sig: {e}") from e
+    manifest = parse_manifest(manifest_bytes, label)
+    return BundleInfo(manifest, hashlib.sha256(manifest_bytes).hexdigest(), key_ids, total)

@@ -1,18 +1,163 @@
-"""`wasmgate trust`: Manage the trust store."""
+"""`wasmgate trust`: manage the trust store (which keys may sign which bundle names).
+
+- ``add PUBKEY --names 'pattern*' [--max-limit memory_mb=64 ...]``: PUBKEY is a ``.pub``
+  file, a key file, or the base64 public key.
+- ``list [--json]``; ``revoke KEY_ID`` or ``revoke --bundle DIGEST``.
+- ``sign DOC --key ROOTKEY [--key ...] --out FILE``: sign a trust document that has a
+  ``root`` section (k-of-n root keys) for distribution to gateways.
+
+``--trust FILE_OR_DIR`` picks the file (default: ``paths.trust_file`` from the config).
+Root-signed trust files are not edited in place: edit the document and re-sign it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
-from wasmgate.runtime.cli._common import SubParsers, not_implemented
+from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from wasmgate.runtime.cli.bundle import add_trust_arg, trust_path
+from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
+from wasmgate.signing import (
+    SigningError,
+    TrustDoc,
+    TrustStore,
+    key_id_of,
+    load_public_key,
+    sign_trust,
+)
+from wasmgate.signing.state import atomic_write
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "trust", help="Manage the trust store.", description="Manage the trust store."
     )
-    parser.set_defaults(func=_run)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", help="Trust a signing key for some bundle names.")
+    add.add_argument("pubkey", metavar="PUBKEY", help="Public key file or base64 key.")
+    add.add_argument(
+        "--names", action="append", required=True, help="Name pattern, e.g. 'vision.*'."
+    )
+    add.add_argument(
+        "--max-limit", action="append", default=[], metavar="LIMIT=N", help="Limit ceiling."
+    )
+    add.add_argument("--comment", default="", help="Free text shown by `trust list`.")
+    add_trust_arg(add)
+    add.set_defaults(func=_add)
+    lst = actions.add_parser("list", help="List trusted keys and revocations.")
+    lst.add_argument("--json", action="store_true", help="Print the trust document as JSON.")
+    add_trust_arg(lst)
+    lst.set_defaults(func=_list)
+    rev = actions.add_parser("revoke", help="Revoke a key id or a bundle digest.")
+    rev.add_argument("key_id", nargs="?", metavar="KEY_ID")
+    rev.add_argument("--bundle", metavar="DIGEST", help="Revoke one bundle (manifest digest).")
+    add_trust_arg(rev)
+    rev.set_defaults(func=_revoke)
+    sig = actions.add_parser("sign", help="Sign a trust document with root keys.")
+    sig.add_argument("doc", type=Path, metavar="DOC", help="Trust document (JSON) with root.")
+    sig.add_argument("--key", type=Path, action="append", required=True, help="Root key.")
+    sig.add_argument("--out", type=Path, required=True, help="Signed trust file to write.")
+    add_passphrase_args(sig)
+    sig.set_defaults(func=_sign)
 
 
-def _run(_args: argparse.Namespace) -> int:
-    return not_implemented(3)
+def _load(path: Path) -> TrustStore:
+    try:
+        return TrustStore.load(path, missing_ok=True)
+    except SigningError as e:
+        raise CliError(str(e)) from e
+
+
+def _save(store: TrustStore, path: Path) -> None:
+    try:
+        store.save(path)
+    except (SigningError, OSError) as e:
+        raise CliError(str(e)) from e
+
+
+def _limits(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            raise CliError(f"--max-limit {item!r}: expected LIMIT=N, e.g. memory_mb=64")
+        out[name] = int(value)
+    return out
+
+
+def _add(args: argparse.Namespace) -> int:
+    path = trust_path(args)
+    try:
+        public = load_public_key(args.pubkey)
+        limits = _limits(args.max_limit)
+        store = _load(path).with_signer(public, args.names, limits, args.comment)
+    except SigningError as e:
+        raise CliError(str(e)) from e
+    _save(store, path)
+    print(f"trusted key {key_id_of(public)} for {', '.join(args.names)} in {path}")
+    return EXIT_OK
+
+
+def _list(args: argparse.Namespace) -> int:
+    path = trust_path(args)
+    doc = _load(path).doc
+    if args.json:
+        print(doc.to_json().decode(), end="")
+        return EXIT_OK
+    root = f", root {doc.root.threshold} of {len(doc.root.keys)}" if doc.root else ""
+    print(f"{path}: version {doc.version}{root}, {len(doc.signers)} signer(s)")
+    for kid, s in sorted(doc.signers.items()):
+        state = "REVOKED" if kid in doc.revoked.keys else "trusted"
+        limits = " ".join(f"{k}<={v}" for k, v in s.max_limits.items())
+        extra = f"  [{limits}]" if limits else ""
+        note = f"  # {s.comment}" if s.comment else ""
+        print(f"  {kid}  {state:<7}  {', '.join(s.names)}{extra}{note}")
+    for kid in doc.revoked.keys:
+        if kid not in doc.signers:
+            print(f"  {kid}  REVOKED  (not a signer)")
+    for digest in doc.revoked.bundles:
+        print(f"  bundle {digest}  REVOKED")
+    return EXIT_OK
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    if (args.key_id is None) == (args.bundle is None):
+        raise CliError("give either KEY_ID or --bundle DIGEST", 2)
+    value = (args.key_id or args.bundle).lower()
+    if not _HEX64.fullmatch(value):
+        raise CliError(f"{value!r}: expected 64 hex digits")
+    path = trust_path(args)
+    store = _load(path)
+    try:
+        if args.key_id:
+            store = store.with_revoked(key_id=value)
+        else:
+            store = store.with_revoked(digest=value)
+    except SigningError as e:
+        raise CliError(str(e)) from e
+    _save(store, path)
+    what = "key" if args.key_id else "bundle"
+    print(f"revoked {what} {value} in {path}")
+    return EXIT_OK
+
+
+def _sign(args: argparse.Namespace) -> int:
+    try:
+        doc = TrustDoc.model_validate_json(args.doc.read_bytes())
+    except (OSError, ValueError) as e:
+        raise CliError(f"{args.doc}: not a valid trust document: {e}") from e
+    if doc.root is None:
+        raise CliError(f"{args.doc}: a signed trust file needs a 'root' section")
+    keys = [load_signing_key(k, args) for k in args.key]
+    data = sign_trust(doc, keys)
+    try:
+        TrustStore.from_bytes(data, str(args.out))
+        atomic_write(args.out, data, 0o644)
+    except (SigningError, OSError) as e:
+        raise CliError(str(e)) from e
+    print(f"signed trust version {doc.version} with {len(keys)} key(s) -> {args.out}")
+    return EXIT_OK
