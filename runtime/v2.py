@@ -19,16 +19,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
-import ml_dtypes
-import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.service_api import TensorMeta
 from wasmgate.runtime.v2_tensors import (
+    DTYPES,
+    datatype_of,
     decode_binary,
     decode_json,
     encode_binary,
@@ -36,26 +35,6 @@ from wasmgate.runtime.v2_tensors import (
 )
 
 Array = npt.NDArray[Any]
-
-DTYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
-    {
-        "BOOL": np.dtype(np.bool_),
-        "UINT8": np.dtype(np.uint8),
-        "UINT16": np.dtype(np.uint16),
-        "UINT32": np.dtype(np.uint32),
-        "UINT64": np.dtype(np.uint64),
-        "INT8": np.dtype(np.int8),
-        "INT16": np.dtype(np.int16),
-        "INT32": np.dtype(np.int32),
-        "INT64": np.dtype(np.int64),
-        "FP16": np.dtype(np.float16),
-        "FP32": np.dtype(np.float32),
-        "FP64": np.dtype(np.float64),
-        "BF16": np.dtype(ml_dtypes.bfloat16),
-        "BYTES": np.dtype(np.object_),
-    }
-)
-"""V2 datatype name -> numpy dtype of the decoded array."""
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -94,17 +73,6 @@ class Encoded:
     body: bytes
     content_type: str
     header_length: int | None = None
-
-
-def datatype_of(array: Array) -> str:
-    """The V2 datatype name of a numpy array (``str``/``bytes`` arrays are BYTES)."""
-    kind = array.dtype.kind
-    if kind in "OSU":
-        return "BYTES"
-    for name, dtype in DTYPES.items():
-        if dtype == array.dtype and name != "BYTES":
-            return name
-    raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype")
 
 
 def _load_json(data: bytes, what: str) -> dict[str, Any]:
