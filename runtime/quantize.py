@@ -16,6 +16,7 @@ array named ``x`` for a one-input model. An array ``y`` (labels) enables the acc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +168,7 @@ def quantize_model(
     """
     try:
         model = onnx.load(str(src))
-    except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError, Exception) as e:
+    except Exception as e:  # OSError, protobuf DecodeError, ...
         raise QuantizeError(f"{src}: not a readable ONNX model ({e})") from e
     if calibration is None and is_convolutional(model):
         raise QuantizeError(
@@ -175,6 +176,8 @@ def quantize_model(
             "Pass calibration data (--calibration DATA.npz) for static QDQ quantization."
         )
     dst.parent.mkdir(parents=True, exist_ok=True)
+    hint_filter = _DropPreprocessHint()
+    logging.getLogger().addFilter(hint_filter)
     try:
         if calibration is not None:
             feeds = calibration_inputs(model, calibration)
@@ -191,6 +194,8 @@ def quantize_model(
         raise
     except Exception as e:  # ORT raises bare Exception/RuntimeError/ValueError for bad graphs
         raise QuantizeError(f"quantizing {src} failed: {e}") from e
+    finally:
+        logging.getLogger().removeFilter(hint_filter)
     result = QuantizeResult(mode, src.stat().st_size, dst.stat().st_size)
     if labelled is not None:
         x, y = labelled
@@ -198,6 +203,13 @@ def quantize_model(
             mode, result.fp32_bytes, result.int8_bytes, accuracy(src, x, y), accuracy(dst, x, y)
         )
     return result
+
+
+class _DropPreprocessHint(logging.Filter):
+    """ORT logs "Please consider to run pre-processing" on every call; our models need none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider")
 
 
 def _static(

@@ -1,20 +1,140 @@
-"""`wasmgate quantize`: Quantize an ONNX model to INT8."""
+"""`wasmgate quantize`: quantize an ONNX model to INT8 (static QDQ with calibration data).
+
+    wasmgate quantize MODEL.onnx --calibration TRAIN.npz [--labels TEST.npz] --out MODEL-int8.onnx
+    wasmgate quantize MODEL.onnx --out MODEL-int8.onnx          # dynamic; refused for CNNs
+
+``.npz`` files hold one float array per model input (by input name, or ``x`` for a one-input
+model); ``--labels`` files also hold ``y`` (class per row; for a one-output sigmoid model,
+0/1). Without ``--labels``, a ``y`` array in the calibration file is used for the accuracy line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from wasmgate.runtime.cli._common import SubParsers, not_implemented
+import numpy as np
+import numpy.typing as npt
+from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the test extras
+
+from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
+from wasmgate.runtime.quantize import (
+    QuantizeError,
+    QuantizeResult,
+    load_npz,
+    quantize_model,
+)
+
+DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "quantize",
         help="Quantize an ONNX model to INT8.",
-        description="Quantize an ONNX model to INT8.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="fp32 ONNX model")
+    parser.add_argument(
+        "--out", type=Path, required=True, metavar="OUT.onnx", help="int8 model to write"
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DATA.npz",
+        help="representative inputs: static QDQ quantization (without: dynamic, not for CNNs)",
+    )
+    parser.add_argument(
+        "--labels",
+        type=Path,
+        metavar="TEST.npz",
+        help="labelled data (x, y): print both accuracies",
+    )
+    parser.add_argument(
+        "--per-tensor",
+        action="store_true",
+        help="one weight scale per tensor instead of per channel",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=_run)
 
 
-def _run(_args: argparse.Namespace) -> int:
-    return not_implemented(5)
+def _labelled(
+    arrays: dict[str, npt.NDArray[np.generic]], source: Path
+) -> tuple[npt.NDArray[np.generic], npt.NDArray[np.generic]]:
+    xs = [k for k in arrays if k != "y"]
+    if "y" not in arrays or len(xs) != 1:
+        raise CliError(
+            f"{source}: labelled data needs arrays 'y' and exactly one input array, "
+            f"got {sorted(arrays)}"
+        )
+    return arrays[xs[0]], arrays["y"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return _quantize(args)
+    except QuantizeError as e:
+        raise CliError(str(e)) from e
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    model: Path = args.model
+    out: Path = args.out
+    if not model.is_file():
+        raise CliError(f"{model}: no such model file")
+    if out.resolve() == model.resolve():
+        raise CliError(
+            "--out must differ from the input model (it would be overwritten)", EXIT_USAGE
+        )
+    calibration = load_npz(args.calibration) if args.calibration else None
+    labelled, label_note = None, ""
+    if args.labels:
+        labelled = _labelled(load_npz(args.labels), args.labels)
+    elif calibration is not None and "y" in calibration:
+        labelled, label_note = (
+            _labelled(calibration, args.calibration),
+            " (on the calibration data)",
+        )
+        calibration = {k: v for k, v in calibration.items() if k != "y"}
+    total = len(next(iter(calibration.values()))) if calibration else 1
+    desc = "calibrating" if calibration else "quantizing weights"
+    with tqdm(total=total, desc=desc, unit=" samples" if calibration else " model",
+              file=sys.stderr, disable=args.no_progress) as bar:  # fmt: skip
+        result = quantize_model(
+            model, out, calibration=calibration, labelled=labelled,
+            progress=bar.update, per_channel=not args.per_tensor,
+        )  # fmt: skip
+        bar.update(total - bar.n)
+    _report(result, out, args, label_note, labelled)
+    return EXIT_OK
+
+
+def _report(
+    result: QuantizeResult,
+    out: Path,
+    args: argparse.Namespace,
+    label_note: str,
+    labelled: tuple[npt.NDArray[np.generic], npt.NDArray[np.generic]] | None,
+) -> None:
+    weights = "per-tensor" if args.per_tensor else "per-channel"
+    if result.mode == "static":
+        print(f"mode: static QDQ int8 (S8 activations, {weights} S8 weights, MinMax calibration)")
+    else:
+        print(f"mode: dynamic int8 ({weights} S8 weights, activations quantized at run time)")
+    ratio = result.int8_bytes / result.fp32_bytes
+    print(f"size: fp32 {result.fp32_bytes:,} B -> int8 {result.int8_bytes:,} B ({ratio:.2f}x)")
+    if (
+        labelled is not None
+        and result.accuracy_fp32 is not None
+        and result.accuracy_int8 is not None
+    ):
+        delta = (result.accuracy_int8 - result.accuracy_fp32) * 100
+        print(
+            f"accuracy on {len(labelled[1])} labelled samples{label_note}: "
+            f"fp32 {result.accuracy_fp32:.4f}, int8 {result.accuracy_int8:.4f} "
+            f"({delta:+.2f} points)"
+        )
+    print(f"wrote {out}")
