@@ -144,9 +144,11 @@ class Adapter:
             ready = time.perf_counter()
             status = self._call(inst, req, payload)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
+            req.flush()
             raise translate(e, req, near_memory_limit=self._near_memory_limit(inst, lim)) from e
         finally:
             self._tls.req = self._tls.nn = None
+            req.flush()
         done = time.perf_counter()
         _post_checks(req, status, lim)
         self._release(inst)

@@ -44,6 +44,7 @@ class RequestState:
     log_bytes: int = 0
     violation: str | None = None
     slept_past_deadline: bool = False
+    pending: dict[str, bytes] = field(default_factory=dict)  # partial stdout/stderr lines
 
     def __post_init__(self) -> None:
         """Start the wall-clock deadline now unless one was given."""
@@ -65,10 +66,21 @@ class RequestState:
         """A WASI stdout/stderr callback writing ``stream: line`` entries into the log."""
 
         def write(data: bytes) -> None:
-            for line in data.decode(errors="replace").splitlines():
-                self.log(f"{stream}: {line}")
+            if self.log_bytes >= self.limits.max_log_bytes:
+                return  # budget spent: drop, and never buffer without bound
+            *lines, rest = (self.pending.get(stream, b"") + data).split(b"\n")
+            for line in lines:
+                self.log(f"{stream}: {line.decode(errors='replace')}")
+            self.pending[stream] = rest[: self.limits.max_log_bytes]
 
         return write
+
+    def flush(self) -> None:
+        """Log what is left of unterminated stdout/stderr lines (end of the request)."""
+        for stream, rest in sorted(self.pending.items()):
+            if rest:
+                self.log(f"{stream}: {rest.decode(errors='replace')}")
+        self.pending.clear()
 
     def violate(self, what: str) -> None:
         """Record the first ABI violation (the request will fail with ``cause='oob'``)."""
