@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
@@ -27,8 +27,15 @@ class GateStats:
 class Gate:
     """One adapter's (or model's) admission gate."""
 
-    def __init__(self, name: str, max_in_flight: int, queue_size: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_in_flight: int,
+        queue_size: int,
+        on_change: Callable[[str, GateStats], None] | None = None,
+    ) -> None:
         self.name = name
+        self._on_change = on_change
         self._max = max_in_flight
         self._queue_size = queue_size
         self._running = 0
@@ -51,17 +58,24 @@ class Gate:
             self._running += 1
         else:
             await self._wait(deadline)  # _wake() took the slot for us
+        self._changed()
         try:
             yield time.monotonic() - start
         finally:
             self._running -= 1
             self._wake()
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self.name, self.stats)
 
     async def _wait(self, deadline: float | None) -> None:
         if len(self._waiters) >= self._queue_size:
             raise Busy(f"{self.name}: busy ({self._running} running, {len(self._waiters)} queued)")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
+        self._changed()
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)

@@ -1,17 +1,184 @@
-"""The composition root: settings in, a fully wired aiohttp application out."""
+"""The composition root: settings in, a fully wired aiohttp application out.
+
+Every long-lived resource is created, stored under a typed `AppKey` and closed by one
+aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
+
+1. worker pool (guests and un-batched models), sandbox engine, device profile, backends;
+2. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
+   listens) and the bundle-directory watcher; on close the service drains, then unloads;
+3. the MQTT bridge, when ``mqtt.host`` is set.
+No module-level singletons: two apps in one process share nothing.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
 from aiohttp import web
 
+from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.config import Settings
-from wasmgate.runtime.http import health
-from wasmgate.runtime.http.keys import SETTINGS
+from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.http import errors, manage, metrics, status, v2
+from wasmgate.runtime.http.keys import LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
+from wasmgate.runtime.live import LiveSettings
+from wasmgate.runtime.loader import LoaderDeps
+from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.registry import Registry
+from wasmgate.runtime.service import InferenceService
+from wasmgate.runtime.watcher import DirWatcher, bundle_files
+from wasmgate.sandbox import Ceilings, SandboxEngine
+from wasmgate.sandbox.limits import MIB
+from wasmgate.signing.errors import SigningError
+from wasmgate.signing.store import BundleStore
+from wasmgate.signing.trust import TrustStore
+
+log = logging.getLogger("wasmgate.app")
+
+DEPS = web.AppKey("loader_deps", LoaderDeps)
+WATCHER = web.AppKey("bundle_watcher", DirWatcher)
+POOL = web.AppKey("worker_pool", ThreadPoolExecutor)
 
 
-def build_app(settings: Settings) -> web.Application:
-    """Build the aiohttp app; every long-lived resource is owned by a cleanup_ctx entry."""
+def build_app(settings: Settings, live: LiveSettings | None = None) -> web.Application:
+    """Build the app; nothing is started until the runner sets it up."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
-    health.setup(app)
+    app[LIVE] = live or LiveSettings(settings)
+    app[METRICS] = Metrics()
+    errors.setup(app)
+    v2.setup(app)
+    metrics.setup(app)
+    status.setup(app)
+    manage.setup(app)
+    app.cleanup_ctx.append(_engine_ctx)
+    app.cleanup_ctx.append(_service_ctx)
+    if settings.mqtt.host is not None:
+        app.cleanup_ctx.append(_mqtt_ctx)
     return app
+
+
+def resolve_profile(settings: Settings) -> DeviceProfile:
+    """The configured device profile, or the detected one; ConfigError when unusable."""
+    try:
+        if settings.profile is not None:
+            return load_profile(settings.profile)
+        detection = detect()
+    except ProfileError as e:
+        raise ConfigError(f"device profile: {e}") from e
+    log.info("device profile detected", extra={"profile": detection.profile.name})
+    return detection.profile
+
+
+def ceilings(settings: Settings) -> Ceilings:
+    lim = settings.limits
+    return Ceilings(
+        memory_bytes=lim.memory_mb * MIB,
+        deadline_s=lim.deadline_ms / 1000,
+        fuel=lim.fuel,
+        max_output_bytes=lim.max_output_bytes,
+        max_log_bytes=lim.max_log_bytes,
+        max_module_bytes=lim.max_module_bytes,
+        fuel_enabled=True,  # a manifest's fuel limit is honoured (see limits.fuel)
+    )
+
+
+async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    cache = settings.paths.resolved("cache_dir")
+    workers = settings.limits.workers or 2 * (os.cpu_count() or 1)
+    profile = resolve_profile(settings)
+    m = app[METRICS]
+    with (
+        ThreadPoolExecutor(workers, thread_name_prefix="wasmgate-worker") as pool,
+        SandboxEngine(cache / "modules", ceilings(settings)) as engine,
+    ):
+        deps = LoaderDeps(
+            engine=engine,
+            profile=profile,
+            limits=settings.limits,
+            cache_dir=cache / "models",
+            batch_hook=lambda model: lambda rows, _n, _s: m.observe_batch(model, rows),
+        )
+        app[POOL], app[DEPS] = pool, deps
+        try:
+            yield
+        finally:
+            deps.close()
+
+
+def open_store(settings: Settings) -> BundleStore:
+    trust_file = settings.paths.resolved_trust_file()
+    try:
+        trust = TrustStore.load(trust_file, missing_ok=True)
+        store = BundleStore(
+            settings.paths.resolved("state_dir"),
+            trust,
+            max_bundle_bytes=settings.limits.max_bundle_bytes,
+        )
+    except SigningError as e:
+        raise ConfigError(str(e)) from e
+    if not trust.doc.signers:
+        log.warning(
+            "the trust store trusts no signer: every bundle will be refused",
+            extra={"trust_file": str(trust_file)},
+        )
+    return store
+
+
+async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    m = app[METRICS]
+    registry = Registry(open_store(settings), app[DEPS])
+    registry.on_change.append(lambda: _publish_backends(registry, m))
+    service = InferenceService(registry.table, app[POOL], settings.limits, metrics=m)
+    bundle_dir = settings.paths.resolved("bundle_dir")
+    bundle_dir.mkdir(parents=True, exist_ok=True)
+    watcher = DirWatcher(bundle_dir, lambda p: registry.install(p, source=f"file {p.name}"))
+    files = bundle_files(bundle_dir)
+    watcher.mark_seen(files)
+    await registry.start(files)
+    app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
+    status.add_provider(app, "bundles", lambda: _bundle_status(registry))
+    try:
+        async with watcher.running():
+            yield
+    finally:
+        service.start_draining()
+        await service.drained(settings.drain_s)
+        await registry.close(settings.drain_s)
+
+
+def _bundle_status(registry: Registry) -> dict[str, object]:
+    return {
+        "serving": registry.status(),
+        "failures": [vars(e) for e in registry.failures()],
+    }
+
+
+def _publish_backends(registry: Registry, m: Metrics) -> None:
+    for slot in registry.table.slots().values():
+        bundle = slot.current
+        for name, served in bundle.models.items():
+            d = served.details
+            provider, precision = d.get("provider", "-"), d.get("precision", "-")
+            m.set_model_backend(name, bundle.version, provider, precision)
+
+
+async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
+    from wasmgate.runtime.mqtt import MqttBridge  # noqa: PLC0415 - paho only when used
+
+    settings = app[SETTINGS]
+    registry = app[REGISTRY]
+    async with MqttBridge(settings.mqtt, app[SERVICE], drain_s=settings.drain_s) as bridge:
+        registry.on_change.append(bridge.refresh_metadata)
+        status.add_provider(app, "mqtt", bridge.state.as_dict)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ValueError):
+                registry.on_change.remove(bridge.refresh_metadata)

@@ -1,4 +1,15 @@
-"""The daemon's lifecycle: build the app, serve until a signal, drain, stop."""
+"""The daemon's lifecycle: build the app, serve, reload on SIGHUP, drain on SIGTERM, stop.
+
+systemd (``Type=notify``): ``READY=1`` once start-up bundles are loaded and the listeners
+are up; ``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
+around a reload; ``STOPPING=1`` when the drain starts.
+
+SIGHUP re-reads the config file: the log level, management token and limits apply at once;
+the trust store is re-read (bundles it no longer accepts are unloaded) and the bundle
+directory rescanned. Settings that need a restart (listen address, paths, MQTT, cloud,
+profile) are logged and keep their running value. An invalid file changes nothing.
+SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then exit 0.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +17,24 @@ import asyncio
 import logging
 import signal
 import ssl
+from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import build_app
-from wasmgate.runtime.config import Settings
+from wasmgate.runtime.app import WATCHER, build_app
+from wasmgate.runtime.config import Settings, load_settings
+from wasmgate.runtime.errors import ConfigError, DaemonError
+from wasmgate.runtime.http.keys import LIVE, REGISTRY, SERVICE
+from wasmgate.runtime.live import LiveSettings
 from wasmgate.runtime.logs import setup_logging
+from wasmgate.runtime.service import InferenceService
+from wasmgate.runtime.systemd import Notifier
+from wasmgate.signing.errors import SigningError
+from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.daemon")
+
+_RESTART_ONLY = ("http", "mqtt", "paths", "cloud", "profile")
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -25,25 +46,94 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
-async def run_daemon(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``."""
+def _summary(app: web.Application) -> str:
+    service = app[SERVICE]
+    infos = service.list_models()
+    models = sum(1 for i in infos if i.kind == "model")
+    return f"serving {len(service.adapter_names())} adapters, {models} models"
+
+
+async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
+    """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
+
+    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
+    """
     setup_logging(settings.log.format, settings.log.level)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    app = build_app(settings)
+    notifier = Notifier()
+    app = build_app(settings, LiveSettings(settings, config_path))
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, settings.http.host, settings.http.port, ssl_context=_ssl_context(settings)
-    )
-    await site.start()
-    log.info("listening", extra={"addresses": [str(a) for a in runner.addresses]})
+    notifier.status("loading bundles")
     try:
-        await stop.wait()
+        await runner.setup()
+        site = web.TCPSite(
+            runner, settings.http.host, settings.http.port, ssl_context=_ssl_context(settings)
+        )
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    log.info("listening", extra={"addresses": [str(a) for a in runner.addresses]})
+    notifier.ready(_summary(app))
+    try:
+        await _serve(app, notifier)
     finally:
+        notifier.stopping()
+        service = app[SERVICE]
+        if isinstance(service, InferenceService):
+            service.start_draining()
         log.info("stopping", extra={"drain_s": settings.drain_s})
         await runner.cleanup()
         log.info("stopped")
     return 0
+
+
+async def _serve(app: web.Application, notifier: Notifier) -> None:
+    loop = asyncio.get_running_loop()
+    stop, hup = asyncio.Event(), asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, hup.set)
+    try:
+        async with notifier.watchdog():
+            while not stop.is_set():
+                waiters = [asyncio.create_task(e.wait()) for e in (stop, hup)]
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+                if hup.is_set() and not stop.is_set():
+                    hup.clear()
+                    notifier.reloading()
+                    await reload(app)
+                    notifier.ready(_summary(app))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+async def reload(app: web.Application) -> bool:
+    """Apply the config file again (see the module docstring); False when it was refused."""
+    live = app[LIVE]
+    old = live.settings
+    try:
+        new = load_settings(live.config_path)
+        trust = TrustStore.load(new.paths.resolved_trust_file(), missing_ok=True)
+    except (ConfigError, SigningError) as e:
+        log.error("reload refused, keeping the running configuration: %s", e)  # noqa: TRY400
+        return False
+    for section in _RESTART_ONLY:
+        if getattr(old, section) != getattr(new, section):
+            log.warning("%s changed: takes effect after a restart", section)
+    kept = {section: getattr(old, section) for section in _RESTART_ONLY}
+    live.settings = new.model_copy(update=kept)
+    setup_logging(new.log.format, new.log.level)
+    service = app[SERVICE]
+    if isinstance(service, InferenceService):
+        service.update_limits(new.limits)
+    try:
+        unloaded = await app[REGISTRY].apply_trust(trust)
+        await app[WATCHER].rescan()
+    except DaemonError:
+        log.exception("reload: bundle rescan failed")
+    else:
+        log.info("reloaded", extra={"unloaded_by_trust": unloaded})
+    return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -55,8 +55,15 @@ class CloudClient(Protocol):
 class FallbackRunner:
     """Decides and performs cloud fallback for the service."""
 
-    def __init__(self, cloud: CloudClient | None) -> None:
+    def __init__(
+        self, cloud: CloudClient | None, observe: Callable[[str, str, bool], None] | None = None
+    ) -> None:
         self._cloud = cloud
+        self._observe = observe
+
+    def _note(self, name: str, error: DaemonError | None, asked: bool, ok: bool) -> None:
+        if self._observe is not None:
+            self._observe(name, _kind(error, asked), ok)
 
     def enabled(self, flag: bool) -> bool:
         return self._cloud is not None and flag
@@ -96,11 +103,13 @@ class FallbackRunner:
             )
         except Exception as e:
             timings["fallback"] = time.monotonic() - start
+            self._note(req.adapter, local_error, local_answer is not None, ok=False)
             if local_answer is not None:
                 log.warning("cloud fallback failed, serving the local answer", extra={"e": str(e)})
                 return local_answer
             raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
         timings["fallback"] = time.monotonic() - start
+        self._note(req.adapter, local_error, local_answer is not None, ok=True)
         log.info("answered by the cloud", extra={"adapter": req.adapter, "reason": reason})
         return AdapterAnswer(
             body=body,
@@ -129,9 +138,11 @@ class FallbackRunner:
                 cloud.infer_model(req.model, req.inputs, req.outputs), req.deadline
             )
         except Exception as e:
-            raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
-        finally:
             timings["fallback"] = time.monotonic() - start
+            self._note(req.model, local_error, asked=False, ok=False)
+            raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
+        timings["fallback"] = time.monotonic() - start
+        self._note(req.model, local_error, asked=False, ok=True)
         return ModelAnswer(
             outputs={k: np.asarray(v) for k, v in outputs.items()},
             source="cloud",
@@ -151,6 +162,16 @@ async def _within(call: Coroutine[Any, Any, T], deadline: float | None) -> T:
         return await asyncio.wait_for(call, left)
     except TimeoutError:
         raise DeadlineExceeded("the cloud did not answer before the deadline") from None
+
+
+def _kind(error: DaemonError | None, asked: bool) -> str:
+    if asked:
+        return "adapter_request"
+    if isinstance(error, Busy):
+        return "busy"
+    if isinstance(error, DeadlineExceeded):
+        return "deadline"
+    return "missing_model" if error is None else "error"
 
 
 def _describe(e: BaseException) -> str:

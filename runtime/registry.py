@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from wasmgate.runtime.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.registry_table import ServingTable
 from wasmgate.signing.errors import SigningError
 from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.registry")
 
@@ -41,6 +42,9 @@ class Store(BlobSource, Protocol):
     def install(self, data: bytes | Path) -> Installed: ...
     def installed(self) -> Sequence[Installed]: ...
     def remove(self, name: str) -> None: ...
+    def recheck(self) -> Mapping[str, SigningError]: ...
+
+    trust: TrustStore
 
 
 @dataclass
@@ -70,6 +74,8 @@ class Registry:
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
         self.events: list[Event] = []
+        self.on_change: list[Callable[[], None]] = []
+        """Called after every switch or removal (MQTT metadata, metrics)."""
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -119,6 +125,7 @@ class Registry:
             self._record(source, ok=False, name=man.name, version=man.version, message=msg)
             raise BundleRejected(msg)
         self.table.activate(bundle, percent)
+        self._changed()
         staged = f" (staged at {percent}%)" if percent < 100 else ""
         self._record(
             source, ok=True, name=man.name, version=man.version, message=f"serving{staged}"
@@ -131,13 +138,31 @@ class Registry:
         """Stop serving ``name``; it stays off across restarts until installed again."""
         async with self._lock:
             slot = self.table.remove(name)
+            self._changed()
             await asyncio.to_thread(self._store.remove, name)
             self._record("api", ok=True, name=name, version=slot.current.version, message="removed")
             return slot.current
 
+    async def apply_trust(self, trust: TrustStore) -> list[str]:
+        """Use a reloaded trust store; unload bundles it no longer accepts (revocations)."""
+        async with self._lock:
+            self._store.trust = trust
+            refused = await asyncio.to_thread(self._store.recheck)
+            for name, why in refused.items():
+                if name in self.table.slots():
+                    slot = self.table.remove(name)
+                    msg = f"unloaded: the trust store no longer accepts it: {why}"
+                    self._record(
+                        "trust", ok=False, name=name, version=slot.current.version, message=msg
+                    )
+            if refused:
+                self._changed()
+            return sorted(refused)
+
     async def promote(self, name: str) -> LoadedBundle:
         async with self._lock:
             bundle = self.table.promote(name)
+            self._changed()
             self._record("api", ok=True, name=name, version=bundle.version, message="promoted")
             return bundle
 
@@ -169,6 +194,13 @@ class Registry:
             log.warning("bundle not installed: %s", event.message, extra={"source": source})
         else:
             log.info("bundle %s", event.message, extra={"bundle": name, "version": event.version})
+
+    def _changed(self) -> None:
+        for hook in self.on_change:
+            try:
+                hook()
+            except Exception:
+                log.exception("registry change hook failed")
 
     def _schedule_close(self, bundle: LoadedBundle) -> None:
         loop = asyncio.get_running_loop()

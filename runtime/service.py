@@ -8,15 +8,14 @@ bundle's models (Batchers) behind wasi-nn ``compute``, map the outcome to an ans
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from wasmgate.runtime.admission import Gate
+from wasmgate.runtime.admission import Gate, GateStats
 from wasmgate.runtime.bundles import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
 from wasmgate.runtime.config import LimitSettings
 from wasmgate.runtime.errors import (
@@ -30,6 +29,7 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.fallback_policy import CloudClient, FallbackRunner
 from wasmgate.runtime.local_run import run_guest, run_model
+from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.registry_table import ServingTable
 from wasmgate.runtime.service_api import (
     AdapterAnswer,
@@ -38,6 +38,7 @@ from wasmgate.runtime.service_api import (
     ModelInfo,
     ModelRequest,
 )
+from wasmgate.sandbox.errors import GuestTrap
 
 ADAPTER_CONTENT_TYPE = "application/octet-stream"
 
@@ -51,13 +52,18 @@ class InferenceService:
         pool: Executor,
         limits: LimitSettings,
         cloud: CloudClient | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._table = table
         self._pool = pool
         self._limits = limits
-        self._fallback = FallbackRunner(cloud)
+        self._metrics = metrics
+        self._fallback = FallbackRunner(cloud, metrics.observe_fallback if metrics else None)
         self._gates: dict[str, Gate] = {}
         self._draining = False
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     # -- state ------------------------------------------------------------------------
 
@@ -69,12 +75,32 @@ class InferenceService:
         """Refuse new requests with NotReady; requests already admitted finish."""
         self._draining = True
 
+    async def drained(self, wait_s: float) -> bool:
+        """Wait until no request is running or queued (at most ``wait_s``); True if so."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), wait_s)
+        except TimeoutError:
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def _track(self) -> Iterator[None]:
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
     def update_limits(self, limits: LimitSettings) -> None:
         """New daemon-wide ceilings (config reload); apply to later admissions."""
         self._limits = limits
 
     def in_flight(self) -> int:
-        return sum(g.stats.running + g.stats.waiting for g in self._gates.values())
+        """Requests inside the service now (queued, running or in fallback)."""
+        return self._active
 
     def gate_stats(self) -> dict[str, Any]:
         return {name: vars(g.stats) for name, g in self._gates.items()}
@@ -96,7 +122,8 @@ class InferenceService:
         self._check_ready()
         bundle = self._table.lease_adapter(req.adapter)
         try:
-            return await self._run_leased(bundle, req)
+            with self._track():
+                return await self._run_leased(bundle, req)
         finally:
             self._table.release(bundle)
 
@@ -118,6 +145,7 @@ class InferenceService:
                 timings["queue"] = queued
                 answer = await run_guest(self._pool, bundle, req, deadline, timings)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
+            self._note_trap(req.adapter, e)
             if not self._fallback.wants(bundle.fallback, e):
                 raise
             return await self._fallback.adapter(bundle, req, str(e), req.deadline, timings, e)
@@ -136,7 +164,8 @@ class InferenceService:
         self._check_ready()
         bundle, served = self._table.lease_model(req.model, req.version)
         try:
-            return await self._infer_leased(bundle, served, req)
+            with self._track():
+                return await self._infer_leased(bundle, served, req)
         finally:
             self._table.release(bundle)
 
@@ -190,10 +219,21 @@ class InferenceService:
             max_input_bytes=wanted.max_input_bytes,
         )
 
+    def _note_trap(self, adapter: str, error: DaemonError) -> None:
+        cause = error.__cause__
+        if self._metrics is not None and isinstance(cause, GuestTrap):
+            self._metrics.observe_trap(adapter, cause.cause)
+
+    def _gate_changed(self, key: str, stats: GateStats) -> None:
+        if self._metrics is not None:
+            self._metrics.set_in_flight(key, stats.running)
+            self._metrics.set_queue_depth(key, stats.waiting)
+
     def _gate(self, key: str, admission: AdmissionLimits) -> Gate:
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = Gate(key, admission.max_in_flight, admission.queue_size)
+            gate = Gate(key, admission.max_in_flight, admission.queue_size, self._gate_changed)
+            self._gates[key] = gate
         else:
             gate.resize(admission.max_in_flight, admission.queue_size)
         return gate
@@ -211,11 +251,6 @@ def _output_names(served: ServedModel, wanted: Any) -> list[str]:
     if unknown:
         raise BadRequest(f"model {served.name!r} has no output {unknown[0]!r}")
     return list(wanted)
-
-
-def as_arrays(outputs: Mapping[str, Any]) -> dict[str, npt.NDArray[np.generic]]:
-    """Normalise a fallback's outputs to numpy arrays."""
-    return {k: np.asarray(v) for k, v in outputs.items()}
 
 
 __all__ = ["ADAPTER_CONTENT_TYPE", "DaemonError", "InferenceService"]

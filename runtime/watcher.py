@@ -67,12 +67,25 @@ class DirWatcher:
                 continue
             del self._pending[path]
             self._seen[path] = key
-            try:
-                await self._install(path)
-            except BundleRejected:
-                pass  # recorded by the registry; retried when the file changes
-            except Exception:
-                log.exception("installing a dropped bundle failed", extra={"file": str(path)})
+            await self._try(path)
+
+    async def rescan(self) -> None:
+        """Install every new or changed file now, without waiting for it to settle (SIGHUP)."""
+        for path in bundle_files(self._dir):
+            key = _key(path)
+            if key is None or self._seen.get(path) == key:
+                continue
+            self._pending.pop(path, None)
+            self._seen[path] = key
+            await self._try(path)
+
+    async def _try(self, path: Path) -> None:
+        try:
+            await self._install(path)
+        except BundleRejected:
+            pass  # recorded by the registry; retried when the file changes
+        except Exception:
+            log.exception("installing a dropped bundle failed", extra={"file": str(path)})
 
     async def run(self) -> None:
         while True:

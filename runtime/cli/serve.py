@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers
-from wasmgate.runtime.config import load_settings
+from wasmgate.runtime.config import DEFAULT_CONFIG_PATH, load_settings
 from wasmgate.runtime.errors import ConfigError
 
 
@@ -25,10 +25,26 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--host", default=None, help="Override http.host.")
     parser.add_argument("--port", type=int, default=None, help="Override http.port.")
+    parser.add_argument(
+        "--print-unit",
+        action="store_true",
+        help="Print the hardened systemd unit for this installation and exit "
+        "(save it as /etc/systemd/system/wasmgate.service).",
+    )
     parser.set_defaults(func=_run)
 
 
+def _print_unit(args: argparse.Namespace) -> int:
+    from wasmgate.runtime.unit import DEFAULT_CONFIG, current_executable, render_unit  # noqa: PLC0415
+
+    config = str(args.config.resolve()) if args.config is not None else DEFAULT_CONFIG
+    print(render_unit(current_executable(), config), end="")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.print_unit:
+        return _print_unit(args)
     from wasmgate.runtime.daemon import run_daemon  # noqa: PLC0415 - keep `--help` fast
 
     try:
@@ -38,4 +54,12 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
         settings = settings.model_copy(update={"http": settings.http.model_copy(update=overrides)})
-    return asyncio.run(run_daemon(settings))
+    config_path = args.config if args.config is not None else _default_config()
+    try:
+        return asyncio.run(run_daemon(settings, config_path))
+    except ConfigError as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+
+
+def _default_config() -> Path | None:
+    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None

@@ -11,7 +11,9 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from wasmgate.runtime.config import Settings
+from wasmgate.runtime.live import LiveSettings
 from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.registry import Registry
 from wasmgate.runtime.service_api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -25,3 +27,8 @@ StatusProvider = Callable[[], Mapping[str, object]]
 """Returns one JSON-able section of ``GET /v1/status`` (e.g. MQTT or cloud state)."""
 STATUS_PROVIDERS = web.AppKey[dict[str, StatusProvider]]("status_providers")
 """Section name -> provider; register with `wasmgate.runtime.http.status.add_provider`."""
+
+LIVE = web.AppKey("live_settings", LiveSettings)
+"""The settings in force now (SIGHUP replaces ``.settings``); read per request."""
+REGISTRY = web.AppKey("registry", Registry)
+"""The bundle registry (management API, status, reload)."""

@@ -1,0 +1,132 @@
+"""Management API: list, upload, stage, promote and remove bundles, behind a bearer token.
+
+- ``GET /v1/bundles``: what is serving, staged versions, recent failures.
+- ``PUT /v1/bundles[?stage=PERCENT]``: body = a signed ``.wgb``. The signature decides
+  what is installed; the token only gates access. 201 when serving, 422 when refused
+  (the old version keeps serving), 413 beyond ``limits.max_bundle_bytes``.
+- ``POST /v1/bundles/{name}/promote``: a staged version takes all traffic.
+- ``DELETE /v1/bundles/{name}``: stop serving it (also after a restart).
+
+No ``http.management_token`` configured → every route answers 403 "disabled". A missing or
+wrong token → 401 before the body is read, and nothing changes. Tokens are compared with
+`hmac.compare_digest`. The token is read per request, so a SIGHUP reload applies at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from wasmgate.runtime.errors import BundleRejected, NotFound
+from wasmgate.runtime.http.keys import LIVE, REGISTRY
+from wasmgate.runtime.registry import describe
+
+log = logging.getLogger("wasmgate.manage")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_CHUNK = 256 * 1024
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _refusal(request: web.Request) -> web.Response | None:
+    token = request.app[LIVE].settings.http.management_token
+    if not token:
+        return _error(403, "management API disabled: set http.management_token to enable it")
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        log.warning("management call refused", extra={"remote": request.remote})
+        challenge = {"WWW-Authenticate": 'Bearer realm="wasmgate"'}
+        return _error(401, "missing or wrong bearer token", challenge)
+    return None
+
+
+def guarded(handler: Handler) -> Handler:
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        refusal = _refusal(request)
+        return refusal if refusal is not None else await handler(request)
+
+    return wrapper
+
+
+async def list_bundles(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY]
+    failures = [vars(e) for e in registry.failures()]
+    return web.json_response({"bundles": registry.status(), "failures": failures})
+
+
+def _stage(request: web.Request) -> int | web.Response:
+    raw = request.query.get("stage")
+    if raw is None:
+        return 100
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        return _error(400, f"stage must be a percentage 1..100, got {raw!r}")
+    return int(raw)
+
+
+async def _receive(request: web.Request, dest: Path, limit: int) -> web.Response | None:
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"bundle of {request.content_length} bytes exceeds {limit}")
+    size = 0
+    with dest.open("xb") as f:
+        async for chunk in request.content.iter_chunked(_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                return _error(413, f"bundle exceeds limits.max_bundle_bytes ({limit})")
+            f.write(chunk)
+    if size == 0:
+        return _error(400, "empty body: PUT the .wgb bundle file as the request body")
+    return None
+
+
+async def put_bundle(request: web.Request) -> web.Response:
+    stage = _stage(request)
+    if isinstance(stage, web.Response):
+        return stage
+    settings = request.app[LIVE].settings
+    uploads = settings.paths.resolved("state_dir") / "uploads"
+    uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dest = uploads / f"{secrets.token_hex(8)}.wgb"
+    try:
+        refused = await _receive(request, dest, settings.limits.max_bundle_bytes)
+        if refused is not None:
+            return refused
+        bundle = await request.app[REGISTRY].install(dest, source="api", percent=stage)
+    except BundleRejected as e:
+        return _error(422, f"bundle refused: {e}")
+    finally:
+        dest.unlink(missing_ok=True)
+    return web.json_response({"installed": describe(bundle), "percent": stage}, status=201)
+
+
+async def promote_bundle(request: web.Request) -> web.Response:
+    try:
+        bundle = await request.app[REGISTRY].promote(request.match_info["name"])
+    except NotFound as e:
+        return _error(404, str(e))
+    return web.json_response({"promoted": describe(bundle)})
+
+
+async def delete_bundle(request: web.Request) -> web.Response:
+    try:
+        bundle = await request.app[REGISTRY].remove(request.match_info["name"])
+    except NotFound as e:
+        return _error(404, str(e))
+    return web.json_response({"removed": bundle.name, "version": bundle.version})
+
+
+def setup(app: web.Application) -> None:
+    """Register the routes; they read ``app[REGISTRY]`` and ``app[LIVE]`` per request."""
+    app.router.add_get("/v1/bundles", guarded(list_bundles))
+    app.router.add_put("/v1/bundles", guarded(put_bundle))
+    app.router.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
+    app.router.add_delete("/v1/bundles/{name}", guarded(delete_bundle))

@@ -1,0 +1,111 @@
+"""The hardened systemd unit (``deploy/wasmgate.service`` is this, rendered with defaults).
+
+``wasmgate serve --print-unit`` prints it with ``ExecStart`` pointing at the running
+``wasmgate`` executable. Choices (see ``shared/research/security.md`` §4):
+``Type=notify`` with ``WatchdogSec``; DynamicUser with state/cache directories; no
+``MemoryDenyWriteExecute`` (wasmtime's JIT needs W→X pages); no ``ProcSubset=pid`` (ONNX
+Runtime reads /proc/cpuinfo); ``@resources`` stays allowed (ORT sets thread affinity);
+``IPAddressAllow=localhost`` by default — widen it in a drop-in for a remote MQTT broker or
+cloud endpoint, and give NPUs their device node there (``DeviceAllow=``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+DEFAULT_EXEC = "/usr/local/bin/wasmgate"
+DEFAULT_CONFIG = "/etc/wasmgate/config.toml"
+
+UNIT_TEMPLATE = """\
+# wasmgate: WebAssembly-sandboxed edge inference daemon (Type=notify, hardened).
+# Install: wasmgate serve --print-unit > /etc/systemd/system/wasmgate.service
+#          systemctl daemon-reload && systemctl enable --now wasmgate
+# Per-device relaxations (NPU device nodes, a remote MQTT broker) belong in a drop-in:
+#   /etc/systemd/system/wasmgate.service.d/override.conf (see docs/deploy.md).
+[Unit]
+Description=wasmgate edge inference daemon
+Documentation=https://github.com/wasmgate/wasmgate
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=300
+StartLimitBurst=5
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart={exec_start} serve --config {config}
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=on-failure
+RestartSec=2s
+WatchdogSec=30s
+TimeoutStartSec=120s
+TimeoutStopSec=30s
+Environment=WASMGATE_PATHS__DATA_DIR=/var/lib/wasmgate
+Environment=WASMGATE_PATHS__CACHE_DIR=/var/cache/wasmgate
+Environment=WASMGATE_PATHS__TRUST_FILE=/etc/wasmgate/trust.json
+Environment=HOME=/var/lib/wasmgate
+DynamicUser=yes
+StateDirectory=wasmgate
+StateDirectoryMode=0700
+CacheDirectory=wasmgate
+CacheDirectoryMode=0700
+ConfigurationDirectory=wasmgate
+RuntimeDirectory=wasmgate
+UMask=0077
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=invisible
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+# wasmtime's JIT maps code pages writable then executable: MemoryDenyWriteExecute breaks it.
+MemoryDenyWriteExecute=no
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged
+SystemCallErrorNumber=EPERM
+CapabilityBoundingSet=
+AmbientCapabilities=
+PrivateUsers=yes
+RemoveIPC=yes
+KeyringMode=private
+DevicePolicy=closed
+IPAddressDeny=any
+IPAddressAllow=localhost
+MemoryMax=1G
+MemoryHigh=900M
+TasksMax=128
+LimitNOFILE=4096
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def render_unit(exec_path: str = DEFAULT_EXEC, config: str = DEFAULT_CONFIG) -> str:
+    """The unit text with ``ExecStart`` running ``exec_path serve --config config``."""
+    return UNIT_TEMPLATE.replace("{exec_start}", shlex.quote(exec_path)).replace(
+        "{config}", shlex.quote(config)
+    )
+
+
+def current_executable() -> str:
+    """The ``wasmgate`` script next to this Python, else on PATH, else the default."""
+    beside = Path(sys.executable).with_name("wasmgate")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("wasmgate") or DEFAULT_EXEC
