@@ -72,6 +72,7 @@ class Batcher:
         max_batch_size: int,
         max_queue_delay_us: int,
         queue_size: int = 256,
+        *,
         on_batch: BatchHook | None = None,
         workers: int = 1,
     ) -> None:
