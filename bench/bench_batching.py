@@ -1,0 +1,139 @@
+"""Dynamic batching on vs off: throughput at concurrency 1, 8 and 32.
+
+``python -m bench.bench_batching [--seconds S] [--rounds R] [--json OUT]``
+
+Closed-loop clients (threads) send batch-1 requests for S seconds. "off": every client calls
+the loaded model directly (ORT runs concurrent calls itself); "on": every client goes through
+one `Batcher` (max_batch_size 32, max_queue_delay 2 ms). Rounds alternate off/on; the table
+shows the median throughput of R rounds and the on/off ratio (higher is better), plus the
+median request latency. Models: the MobileNet-class CNN from the shared model fixtures
+(dynamic batch) and a 3x1024 MLP built here (GEMM-bound: where batching pays on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from bench.common import Figure, format_table, write_json
+from tests.fixtures.models import get_models
+from wasmgate.device_profiles import detect
+from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
+from wasmgate.runtime.batcher import Batcher
+
+Array = npt.NDArray[Any]
+Infer = Callable[[Sequence[Array]], list[Array]]
+CONCURRENCY = (1, 8, 32)
+
+
+def mlp1024() -> bytes:
+    rng = np.random.default_rng(5)
+    nodes, inits, cur = [], [], "x"
+    for i in range(3):
+        w = rng.normal(0, 1 / 32, (1024, 1024)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(w[0], f"b{i}")]
+        nodes += [
+            helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        cur = f"r{i}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp1024",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
+        [helper.make_tensor_value_info(cur, TensorProto.FLOAT, ["N", 1024])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return bytes(model.SerializeToString())
+
+
+def closed_loop(infer: Infer, x: Array, clients: int, seconds: float) -> tuple[float, float]:
+    """(requests per second, median latency in ms) of ``clients`` closed-loop threads."""
+    stop = time.perf_counter() + seconds
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+
+    def client(out: list[float]) -> None:
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            infer([x])
+            out.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(lat,)) for lat in latencies]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    flat = [v for lat in latencies for v in lat]
+    return len(flat) / elapsed, statistics.median(flat) * 1e3
+
+
+def bench_model(name: str, model: LoadedModel, x: Array, args: argparse.Namespace) -> list[Figure]:
+    figures = []
+    for clients in CONCURRENCY:
+        off: list[tuple[float, float]] = []
+        on: list[tuple[float, float]] = []
+        batcher = Batcher(model, 32, 2000, queue_size=256)
+        try:
+            closed_loop(model.infer, x, clients, 0.3)  # warm-up both paths
+            closed_loop(batcher.infer, x, clients, 0.3)
+            for _ in range(args.rounds):
+                off.append(closed_loop(model.infer, x, clients, args.seconds))
+                on.append(closed_loop(batcher.infer, x, clients, args.seconds))
+            mean_rows = batcher.stats().mean_batch_rows
+        finally:
+            batcher.close()
+        tput_off = statistics.median(r for r, _ in off)
+        tput_on = statistics.median(r for r, _ in on)
+        lat_off = statistics.median(ms for _, ms in off)
+        lat_on = statistics.median(ms for _, ms in on)
+        scenario = f"{name} c={clients}"
+        figures += [
+            Figure(scenario, f"batched req/s (mean batch {mean_rows:.1f})", tput_on, "/s",
+                   "unbatched", tput_off, lower_is_better=False),
+            Figure(scenario, "batched median latency", lat_on, "ms", "unbatched", lat_off),
+        ]  # fmt: skip
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per cell")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    args = parser.parse_args()
+    profile = detect().profile
+    backend = create_backend("onnx")
+    options = LoadOptions(profile)
+    models = get_models()
+    mobilenet = backend.load(models.mobilenet_fp32.read_bytes(), ModelSpec("mobilenet"), options)
+    mlp = backend.load(mlp1024(), ModelSpec("mlp1024"), options)
+    rng = np.random.default_rng(0)
+    cases = [
+        ("mobilenet", mobilenet, rng.normal(size=(1, 3, 128, 128)).astype(np.float32)),
+        ("mlp1024", mlp, rng.normal(size=(1, 1024)).astype(np.float32)),
+    ]
+    figures = [f for name, m, x in cases for f in bench_model(name, m, x, args)]
+    print(f"profile {profile.name}, ORT {ort.__version__}, {os.cpu_count()} CPUs")
+    print("ratio = batched / unbatched (req/s: higher is better; latency: lower is better)")
+    print(format_table(figures))
+    if args.json:
+        write_json(figures, args.json, {"profile": profile.name, "cpus": os.cpu_count()})
+
+
+if __name__ == "__main__":
+    main()
