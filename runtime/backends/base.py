@@ -82,6 +82,9 @@ class LoadedModel(ABC):
     precision: Precision
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._input_dtypes = [_dtype_or_none(s.datatype) for s in self.inputs]
+
     @property
     def fallback_notes(self) -> list[str]:
         return self.notes
@@ -104,8 +107,7 @@ class LoadedModel(ABC):
         """Refuse a wrong count, dtype or shape with a message naming the tensor."""
         if len(inputs) != len(self.inputs):
             raise BadRequest(f"{self.name}: expected {len(self.inputs)} inputs, got {len(inputs)}")
-        for spec, array in zip(self.inputs, inputs, strict=True):
-            want = _dtype_or_none(spec.datatype)
+        for spec, want, array in zip(self.inputs, self._input_dtypes, inputs, strict=True):
             if want is not None and array.dtype != want:
                 raise BadRequest(
                     f"{self.name}: input {spec.name!r} must be {spec.datatype}, got {array.dtype}"

@@ -48,6 +48,11 @@ class _Io:
     def quantized(self) -> bool:
         return self.scale != 0.0 and self.raw.kind in "iu"
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        info = np.iinfo(self.raw)
+        return int(info.min), int(info.max)
+
 
 def import_runtime() -> tuple[Any, Callable[..., Any], str]:
     """(Interpreter class, load_delegate, package name); ImportError when neither exists."""
@@ -83,6 +88,7 @@ class TfliteModel(LoadedModel):
         )
         self._interpreter: Any = interpreter
         self._lock = threading.Lock()
+        self._shapes = {d["index"]: tuple(d["shape"]) for d in interpreter.get_input_details()}
 
     def infer(self, inputs: Sequence[Array]) -> list[Array]:
         self.check_inputs(inputs)
@@ -99,10 +105,10 @@ class TfliteModel(LoadedModel):
 
     def _set_inputs(self, it: Any, inputs: Sequence[Array]) -> None:
         resized = False
-        current = {d["index"]: tuple(d["shape"]) for d in it.get_input_details()}
         for io, array in zip(self._ins, inputs, strict=True):
-            if current[io.index] != array.shape:
+            if self._shapes[io.index] != array.shape:
                 it.resize_tensor_input(io.index, list(array.shape), strict=True)
+                self._shapes[io.index] = array.shape
                 resized = True
         if resized:
             it.allocate_tensors()
@@ -204,9 +210,12 @@ def _io(detail: dict[str, Any]) -> _Io:
 def _quantize(io: _Io, array: Array) -> Array:
     if not io.quantized:
         return array
-    info = np.iinfo(io.raw)
-    q = np.round(array / np.float32(io.scale)) + io.zero_point
-    return np.clip(q, info.min, info.max).astype(io.raw)
+    q = array / np.float32(io.scale)
+    np.rint(q, out=q)
+    q += np.float32(io.zero_point)
+    lo, hi = io.bounds
+    np.clip(q, lo, hi, out=q)
+    return q.astype(io.raw)
 
 
 def _dequantize(io: _Io, array: Array) -> Array:
