@@ -9,7 +9,7 @@ Invariants (details in each module's docstring):
 - This package never imports ``wasmgate.runtime``: models arrive through ``ModelProvider``.
 """
 
-from wasmgate.sandbox.adapter import ABI_VERSION, Adapter, GuestResult
+from wasmgate.sandbox.adapter import ABI_VERSION, Adapter, GuestResult, NoModels
 from wasmgate.sandbox.engine import SandboxEngine
 from wasmgate.sandbox.errors import (
     AdapterLoadError,
@@ -21,20 +21,25 @@ from wasmgate.sandbox.errors import (
 )
 from wasmgate.sandbox.limits import Ceilings, GuestLimits
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
+from wasmgate.sandbox.runner import DirMapping, GuestRunner, NnPreload
 
 __all__ = [
     "ABI_VERSION",
     "Adapter",
     "AdapterLoadError",
     "Ceilings",
+    "DirMapping",
     "GuestDeadlineExceeded",
     "GuestLimits",
     "GuestOutputTooLarge",
     "GuestResourceExhausted",
     "GuestResult",
+    "GuestRunner",
     "GuestTrap",
     "ModelHandle",
     "ModelProvider",
+    "NnPreload",
+    "NoModels",
     "SandboxEngine",
     "SandboxError",
     "TensorSpec",
