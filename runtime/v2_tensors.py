@@ -46,15 +46,20 @@ _LENGTH = struct.Struct("<I")
 _JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 
 
+_NAMES: Mapping[np.dtype[Any], str] = MappingProxyType(
+    {dtype: name for name, dtype in DTYPES.items() if name != "BYTES"}
+)
+
+
 def datatype_of(array: Array) -> str:
     """The V2 datatype name of a numpy array (``str``/``bytes`` arrays are BYTES)."""
     kind = array.dtype.kind
     if kind in "OSU":
         return "BYTES"
-    for name, dtype in DTYPES.items():
-        if dtype == array.dtype and name != "BYTES":
-            return name
-    raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype")
+    name = _NAMES.get(array.dtype)
+    if name is None:
+        raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype")
+    return name
 
 
 def element_count(shape: Sequence[int]) -> int:

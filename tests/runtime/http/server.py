@@ -14,6 +14,26 @@ from typing import Self
 
 from aiohttp import web
 
+from wasmgate.runtime.http import errors, status, v2
+from wasmgate.runtime.http import metrics as metrics_routes
+from wasmgate.runtime.http.keys import METRICS, SERVICE
+from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.service_api import ServiceAPI
+
+MAX_BODY = 256 * 1024
+
+
+def build_app(service: ServiceAPI, metrics: Metrics) -> web.Application:
+    """Wired the way the composition root wires it (errors, V2, adapters, metrics, status)."""
+    app = web.Application(client_max_size=MAX_BODY)
+    app[SERVICE] = service
+    app[METRICS] = metrics
+    errors.setup(app)
+    v2.setup(app)
+    metrics_routes.setup(app)
+    status.setup(app)
+    return app
+
 
 @dataclass
 class Reply:

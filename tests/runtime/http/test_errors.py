@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from tests.runtime.http.conftest import MAX_BODY
-from tests.runtime.http.server import LiveServer, Reply
+from tests.runtime.http.server import MAX_BODY, LiveServer, Reply
 from tests.runtime.http.service import OrtService
 from wasmgate.runtime import errors
 from wasmgate.runtime.http.errors import INTERNAL_ERROR, status_for

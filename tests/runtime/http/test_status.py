@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.http.conftest import build_app
-from tests.runtime.http.server import LiveServer
+from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
 from wasmgate.runtime.http import status
 from wasmgate.runtime.metrics import Metrics
