@@ -25,7 +25,7 @@ import numpy as np
 
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends.base import Array, LoadedModel
-from wasmgate.runtime.errors import BackendError, Busy, DaemonError
+from wasmgate.runtime.errors import BackendError, Busy, DaemonError, DeadlineExceeded, NotReady
 from wasmgate.sandbox.models import TensorSpec
 
 BatchHook = Callable[[int, int, float], None]
@@ -52,6 +52,27 @@ class _Item:
     key: tuple[tuple[str, tuple[int, ...]], ...]
     future: Future[list[Array]]
     arrived: float
+    deadline: float | None
+
+
+def batched(
+    model: LoadedModel,
+    request: tuple[int, int] | None,
+    cap: BatchingCap | None = None,
+    queue_size: int = 256,
+    *,
+    on_batch: BatchHook | None = None,
+) -> LoadedModel | Batcher:
+    """The handle callers should use: a `Batcher` when the manifest asks for batching
+    (``request`` = (max_batch_size, max_queue_delay_us)) and the model can be batched,
+    else the model itself. A fixed-shape model asked to batch runs unbatched, with a note."""
+    if request is None:
+        return model
+    if not model.dynamic_batch:
+        model.notes.append("batching requested but the model has no dynamic batch dimension")
+        return model
+    size, delay = capped(*request, cap)
+    return Batcher(model, size, delay, queue_size, on_batch=on_batch)
 
 
 def capped(
@@ -106,18 +127,22 @@ class Batcher:
 
     # -- callers -------------------------------------------------------------------------
 
-    def submit(self, inputs: Sequence[Array]) -> Future[list[Array]]:
-        """Queue one request; the future resolves to its outputs (or the backend's error)."""
+    def submit(self, inputs: Sequence[Array], deadline: float | None = None) -> Future[list[Array]]:
+        """Queue one request; the future resolves to its outputs (or the backend's error).
+
+        ``deadline`` (``time.monotonic()`` based): a request still queued when it passes is
+        failed with `DeadlineExceeded` instead of being computed.
+        """
         self.model.check_inputs(inputs)
         rows = int(inputs[0].shape[0]) if inputs else 0
         if any(int(a.shape[0]) != rows for a in inputs):
             raise BackendError(f"{self.name}: inputs disagree on the batch dimension")
         key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
         future: Future[list[Array]] = Future()
-        item = _Item(list(inputs), rows, key, future, time.monotonic())
+        item = _Item(list(inputs), rows, key, future, time.monotonic(), deadline)
         with self._cond:
             if self._closed:
-                raise BackendError(f"{self.name}: batcher is closed")
+                raise NotReady(f"model {self.name} is shutting down (batcher closed)")
             if len(self._pending) >= self.queue_size:
                 self._stats.rejected_busy += 1
                 raise Busy(
@@ -128,9 +153,11 @@ class Batcher:
             self._cond.notify()
         return future
 
-    def infer(self, inputs: Sequence[Array], timeout: float | None = None) -> list[Array]:
+    def infer(self, inputs: Sequence[Array], deadline: float | None = None) -> list[Array]:
         """Blocking ModelHandle call (used by wasi-nn compute from worker threads)."""
-        return self.submit(inputs).result(timeout)
+        future = self.submit(inputs, deadline)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic()) + 1.0
+        return future.result(timeout)
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (for metrics)."""
@@ -204,8 +231,22 @@ class Batcher:
         self._pending.extendleft(reversed(keep))
         return batch
 
+    def _start(self, batch: list[_Item]) -> list[_Item]:
+        """Drop cancelled requests and fail the ones whose deadline passed while queued."""
+        now, live = time.monotonic(), []
+        for item in batch:
+            if not item.future.set_running_or_notify_cancel():
+                continue
+            if item.deadline is not None and item.deadline <= now:
+                waited = (now - item.arrived) * 1e3
+                message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
+                item.future.set_exception(DeadlineExceeded(message))
+                continue
+            live.append(item)
+        return live
+
     def _run(self, batch: list[_Item]) -> None:
-        live = [item for item in batch if item.future.set_running_or_notify_cancel()]
+        live = self._start(batch)
         if not live:
             return
         rows = sum(item.rows for item in live)

@@ -65,7 +65,7 @@ class LoadOptions:
         return self.host if self.host is not None else HostInfo.current()
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: models are dict keys in the daemon
 class LoadedModel(ABC):
     """A model ready to run. Satisfies `wasmgate.sandbox.models.ModelHandle`.
 

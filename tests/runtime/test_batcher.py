@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,8 +14,8 @@ from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.base import Array
-from wasmgate.runtime.batcher import Batcher, capped
-from wasmgate.runtime.errors import BackendError, BadRequest, Busy
+from wasmgate.runtime.batcher import Batcher, batched, capped
+from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
 from wasmgate.sandbox.models import ModelHandle
 
 
@@ -75,7 +76,9 @@ def test_concurrent_requests_are_batched_and_split_back() -> None:
 def test_a_lone_request_is_answered_after_the_delay() -> None:
     with Batcher(_model(), 8, 1_000) as b:
         x = _rows(2)
-        np.testing.assert_allclose(b.infer([x], timeout=5)[0], mlp_reference(x), rtol=1e-5)
+        np.testing.assert_allclose(
+            b.infer([x], deadline=time.monotonic() + 5)[0], mlp_reference(x), rtol=1e-5
+        )
         assert b.stats().batch_sizes == {2: 1}
 
 
@@ -164,7 +167,7 @@ def test_close_drains_the_queue_then_refuses() -> None:
     assert not closer.is_alive()
     for f in [blocker, *pending]:
         assert f.result(0)[0].shape == (1, 8)
-    with pytest.raises(BackendError, match="closed"):
+    with pytest.raises(NotReady, match="shutting down"):
         b.submit([_rows(1)])
     assert not any(t.is_alive() for t in b._threads)
     b.close()  # idempotent
@@ -185,8 +188,38 @@ def test_several_workers_share_the_queue() -> None:
     with Batcher(_model(), 4, 2_000, workers=3) as b:
         inputs = [_rows(1 + i % 2, i) for i in range(60)]
         with ThreadPoolExecutor(16) as pool:
-            outputs = list(pool.map(lambda x: b.infer([x], timeout=10)[0], inputs))
+            outputs = list(
+                pool.map(lambda x: b.infer([x], deadline=time.monotonic() + 10)[0], inputs)
+            )
         assert b.stats().requests == 60
     for x, y in zip(inputs, outputs, strict=True):
         np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5)
     assert not any(t.is_alive() for t in b._threads)
+
+
+def test_expired_requests_are_not_computed() -> None:
+    gated = GatedModel(_model())
+    with Batcher(gated, 8, 0) as b:
+        blocker = b.submit([_rows(1)])
+        assert gated.entered.wait(5)
+        late = b.submit([_rows(1)], deadline=time.monotonic() + 0.01)
+        fine = b.submit([_rows(1)], deadline=time.monotonic() + 30)
+        time.sleep(0.05)
+        gated.gate.set()
+        blocker.result(5)
+        with pytest.raises(DeadlineExceeded, match="deadline passed after"):
+            late.result(5)
+        assert fine.result(5)[0].shape == (1, 8)
+        assert b.stats().requests == 2
+
+
+def test_batched_helper_applies_caps_and_degrades() -> None:
+    model = _model()
+    assert batched(model, None) is model
+    handle = batched(model, (64, 50_000), BatchingCap(max_batch_size=8, max_queue_delay_us=100))
+    assert isinstance(handle, Batcher)
+    assert (handle.max_batch_size, handle.max_queue_delay) == (8, 100 / 1e6)
+    handle.close()
+    fixed = _model(mlp_onnx(batch=1))
+    assert batched(fixed, (8, 1000)) is fixed
+    assert "no dynamic batch dimension" in fixed.notes[-1]
