@@ -1,0 +1,140 @@
+"""Sandbox overhead: a sandboxed request vs raw ONNX Runtime ``session.run``, same run.
+
+    python bench/bench_sandbox.py [--rounds N] [--json out.json]
+
+Per request the sandbox creates a fresh store + instance of a C adapter, runs its handler,
+and does one wasi-nn round trip (load_by_name, set_input, compute, get_output) on the same
+ORT session the raw baseline calls with the same input. Models: the digits MLP (64→32→10,
+``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class CNN (the shared
+``mobilenet-fp32.onnx`` from the test cache, else built with ``gen_mobilenet.build()``).
+Also: instantiate cost, and cold compile vs cached load of the adapter module.
+Goals: <= 1.3x raw on digits, <= 1.05x on MobileNet-class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+
+from bench.common import Figure, format_table, median, timed, write_json
+from tests.fixtures.zig import compile_c
+from wasmgate.runtime.guest_models import OrtModel
+from wasmgate.sandbox import GuestLimits, SandboxEngine
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "guest_adapters" / "models"
+GUEST = REPO / "tests" / "sandbox" / "guests" / "bench_adapter.c"
+
+
+class Named:
+    """The provider the adapter sees: one model under its name."""
+
+    def __init__(self, model: OrtModel) -> None:
+        self.model = model
+
+    def by_name(self, name: str) -> OrtModel | None:
+        return self.model if name == self.model.name else None
+
+    def from_bytes(self, data: bytes, encoding: str, target: str) -> None:  # noqa: ARG002
+        return None
+
+
+def mobilenet_bytes() -> bytes:
+    root = Path(os.environ.get("WASMGATE_TEST_CACHE") or Path.home() / ".cache" / "wasmgate-tests")
+    for path in sorted(root.glob("models-*/mobilenet-fp32.onnx")):
+        return path.read_bytes()
+    spec = importlib.util.spec_from_file_location("gen_mobilenet", MODELS / "gen_mobilenet.py")
+    assert spec is not None
+    assert spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    model: onnx.ModelProto = gen.build()
+    return bytes(model.SerializeToString())
+
+
+def payload(x: npt.NDArray[np.float32]) -> bytes:
+    return struct.pack(f"<{1 + x.ndim}I", x.ndim, *x.shape) + x.tobytes()
+
+
+def bench_model(  # noqa: PLR0917
+    engine: SandboxEngine, wasm: bytes, label: str, data: bytes, x: npt.NDArray[Any], rounds: int
+) -> list[Figure]:
+    model = OrtModel(data, label)
+    adapter = engine.compile(wasm, name="bench")
+    provider, body = Named(model), payload(x)
+    meta = {"param.model": label}
+    limits = GuestLimits(deadline_s=10.0)
+    feed = {model.session.get_inputs()[0].name: x}
+    want = model.session.run(None, feed)[0].tobytes()
+    assert adapter.run(body, meta, provider, limits).output == want
+    raw: list[float] = []
+    sandboxed: list[float] = []
+    instantiate: list[float] = []
+    for _ in range(rounds):  # interleaved, so drift on a shared VM hits both alike
+        raw += timed(lambda: model.session.run(None, feed), repeat=1, warmup=0)
+        sandboxed += timed(
+            lambda: instantiate.append(adapter.run(body, meta, provider, limits).instantiate_s),
+            repeat=1,
+            warmup=0,
+        )
+    r, s = median(raw), median(sandboxed)
+    return [
+        Figure(label, "sandboxed request", s * 1e6, "us", "raw session.run", r * 1e6),
+        Figure(label, "overhead per request", (s - r) * 1e6, "us", "raw session.run", r * 1e6),
+        Figure(label, "instantiate (+_initialize)", median(instantiate) * 1e6, "us",
+               "raw session.run", r * 1e6),
+    ]  # fmt: skip
+
+
+def bench_compile(wasm: bytes, rounds: int) -> list[Figure]:
+    cold: list[float] = []
+    cached: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            with SandboxEngine(Path(tmp) / f"c{i}") as eng:
+                cold += timed(lambda e=eng: e.load_module(wasm), repeat=1, warmup=0)  # type: ignore[misc]
+                cached += timed(lambda e=eng: e.load_module(wasm), repeat=1, warmup=0)  # type: ignore[misc]
+    c, k = median(cold), median(cached)
+    return [
+        Figure(
+            "adapter module", "cached load (deserialize)", k * 1e3, "ms", "cold compile", c * 1e3
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    wasm = compile_c([GUEST]).read_bytes()
+    rng = np.random.default_rng(0)
+    digits_x = rng.uniform(0, 16, (1, 64)).astype(np.float32)
+    mobile_x = rng.standard_normal((1, 3, 128, 128)).astype(np.float32)
+    figures: list[Figure] = []
+    with SandboxEngine(Path(tempfile.mkdtemp()) / "cache") as engine:
+        figures += bench_model(engine, wasm, "digits", (MODELS / "digits-fp32.onnx").read_bytes(),
+                               digits_x, args.rounds)  # fmt: skip
+        figures += bench_model(engine, wasm, "mobilenet", mobilenet_bytes(), mobile_x,
+                               max(20, args.rounds // 10))  # fmt: skip
+    figures += bench_compile(wasm, 10)
+    print(format_table(figures))
+    ratios = {f.scenario: f.ratio for f in figures if f.name == "sandboxed request"}
+    print(f"\ngoal digits <= 1.30x: {ratios['digits']:.2f}x; "
+          f"mobilenet <= 1.05x: {ratios['mobilenet']:.2f}x")  # fmt: skip
+    if args.json:
+        write_json(figures, args.json, {"machine": platform.machine(), "cpus": os.cpu_count()})
+
+
+if __name__ == "__main__":
+    main()
