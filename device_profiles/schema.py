@@ -1,13 +1,13 @@
 """The device-profile schema: one TOML file per hardware kind, validated strictly.
 
-Every field carries a description (``wasmgate profiles show NAME --schema`` prints them) and
+Every field carries a description (``wasmgate profiles schema`` prints them all) and
 unknown keys are refused: a typo in a profile must fail loudly, because ONNX Runtime itself
 accepts unknown session-config keys silently.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -248,6 +248,26 @@ class DetectionRules(_Strict):
             or self.accel_drivers
             or self.dmi_product
         )
+
+
+def field_docs(
+    model: type[BaseModel] | None = None, prefix: str = ""
+) -> list[tuple[str, str, str]]:
+    """(dotted path, type, description) of every profile field, nested tables included."""
+    rows = []
+    for name, info in (model or DeviceProfile).model_fields.items():
+        path, annotation = f"{prefix}{name}", info.annotation
+        args = get_args(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows.append((path, "table", info.description or ""))
+            rows += field_docs(annotation, f"{path}.")
+        elif args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+            rows.append((path, "array of tables", info.description or ""))
+            rows += field_docs(args[0], f"{path}[].")
+        else:
+            kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+            rows.append((path, kind.replace("typing.", ""), info.description or ""))
+    return rows
 
 
 class DeviceProfile(_Strict):

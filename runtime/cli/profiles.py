@@ -20,6 +20,7 @@ from wasmgate.device_profiles import (
     load_all,
     load_profile,
 )
+from wasmgate.device_profiles.schema import field_docs
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
 
 T = TypeVar("T")
@@ -43,6 +44,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     det.add_argument("--json", action="store_true", help="Print the result as JSON.")
     det.set_defaults(func=_detect)
+    actions.add_parser("schema", help="Describe every profile field.").set_defaults(func=_schema)
 
 
 def _list(_args: argparse.Namespace) -> int:
@@ -77,6 +79,14 @@ def _detect(args: argparse.Namespace) -> int:
     others = result.candidates[1:]
     if others:
         print("also matched: " + ", ".join(f"{n} (priority {p})" for n, p, _ in others))
+    return EXIT_OK
+
+
+def _schema(_args: argparse.Namespace) -> int:
+    for path, kind, doc in field_docs():
+        print(f"{path}  ({kind})")
+        if doc:
+            print(f"    {doc}")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from wasmgate.device_profiles import (
     load_profile,
     parse_profile,
 )
+from wasmgate.device_profiles.schema import field_docs
 
 BASE = """
 name = "x"
@@ -105,3 +106,10 @@ def test_bf16_only_on_arm64_with_the_feature() -> None:
 def test_not_toml() -> None:
     with pytest.raises(InvalidProfile, match=r"bad\.toml: not valid TOML"):
         parse_profile("name = ", "bad.toml")
+
+
+def test_every_field_is_documented() -> None:
+    rows = field_docs()
+    assert len(rows) > 30
+    undocumented = [path for path, _, doc in rows if not doc]
+    assert not undocumented

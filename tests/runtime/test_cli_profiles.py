@@ -76,3 +76,11 @@ def test_detect_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["detect"], capsys)
     assert code == 0
     assert out.startswith("profile: ")
+
+
+def test_schema_documents_every_field(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["schema"], capsys)
+    assert code == 0
+    assert "onnxruntime.providers[].options  (dict[str, str | int | float | bool])" in out
+    assert "onnxruntime.accelerator_required  (bool)" in out
+    assert "detect.accel_drivers  (list[str])" in out
