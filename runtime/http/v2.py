@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -25,6 +27,9 @@ from wasmgate.runtime.service_api import ModelInfo, ModelRequest, TensorMeta
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ("binary_tensor_data",)
+OFFLOAD_BYTES = 256 * 1024
+"""Bodies (or outputs) larger than this are decoded (encoded) in a worker thread."""
+T = TypeVar("T")
 TRITON_TYPES = {name: f"TYPE_{name}" for name in v2.DTYPES} | {"BYTES": "TYPE_STRING"}
 
 
@@ -130,19 +135,27 @@ async def _run(
     )
 
 
+async def _off_loop(size: int, fn: Callable[[], T]) -> T:
+    # Decoding or encoding megabytes of JSON takes long enough to stall every other client.
+    return await asyncio.to_thread(fn) if size > OFFLOAD_BYTES else fn()
+
+
 async def infer(request: web.Request) -> web.Response:
     info = _model_info(request)
     observation = Observation(request, info.kind, info.name)
     try:
-        req = v2.parse_request(await request.read(), _header_length(request))
+        body = await request.read()
+        length = _header_length(request)
+        req = await _off_loop(len(body), lambda: v2.parse_request(body, length))
         result = await _run(request, info, req)
-        encoded = v2.encode_response(
-            info.name,
-            str(result.version),
-            result.outputs,
-            req,
-            parameters={"source": result.source},
-        )
+        size = sum(a.nbytes for a in result.outputs.values())
+        encoded = await _off_loop(
+            size,
+            lambda: v2.encode_response(
+                info.name, str(result.version), result.outputs, req,
+                parameters={"source": result.source},
+            ),
+        )  # fmt: skip
     except Exception as exc:
         observation.failed(exc)
         raise

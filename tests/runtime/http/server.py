@@ -20,7 +20,7 @@ from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.service_api import ServiceAPI
 
-MAX_BODY = 256 * 1024
+MAX_BODY = 1024 * 1024
 
 
 def build_app(service: ServiceAPI, metrics: Metrics) -> web.Application:

@@ -197,3 +197,11 @@ def test_unknown_model_is_404(client: triton.InferenceServerClient) -> None:
         client.get_model_metadata("nope")
     assert err.value.status() == "404"
     assert not client.is_model_ready("nope")
+
+
+def test_large_tensors_round_trip(client: triton.InferenceServerClient) -> None:
+    # 320 KB in, 640 KB out: above OFFLOAD_BYTES, so decoding and encoding run off the loop
+    x = np.random.default_rng(1).normal(size=(20_000, 4)).astype(np.float32)
+    result = client.infer("add", [as_input("INPUT0", x, "FP32", True)])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + 1)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), x * 2)
