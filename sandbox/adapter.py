@@ -29,6 +29,7 @@ from wasmgate.sandbox.errors import (
     AdapterLoadError,
     GuestDeadlineExceeded,
     GuestOutputTooLarge,
+    GuestResourceExhausted,
     GuestTrap,
     SandboxError,
 )
@@ -220,7 +221,7 @@ class Adapter:
         store = inst.store
         ptr = inst.alloc(store, len(payload))
         if not isinstance(ptr, int) or (ptr == 0 and payload):
-            raise GuestTrap(
+            raise GuestResourceExhausted(
                 f"{self.name}: wasmgate_alloc({len(payload)}) failed", cause="memory", logs=req.logs
             )
         try:

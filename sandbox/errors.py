@@ -45,6 +45,7 @@ class GuestTrap(SandboxError):
         logs: list[str] | None = None,
         exit_code: int | None = None,
     ) -> None:
+        """Record the message, the cause word, the captured logs and any exit code."""
         super().__init__(message)
         self.cause = cause
         self.logs: list[str] = list(logs or [])
@@ -55,6 +56,7 @@ class GuestDeadlineExceeded(GuestTrap):
     """The request ran past its wall-clock deadline (epoch interruption), ``cause='deadline'``."""
 
     def __init__(self, message: str, *, logs: list[str] | None = None) -> None:
+        """A deadline failure (``cause='deadline'``)."""
         super().__init__(message, cause="deadline", logs=logs)
 
 
@@ -69,4 +71,5 @@ class GuestOutputTooLarge(GuestTrap):
     """The guest tried to return more than ``max_output_bytes``, ``cause='output'``."""
 
     def __init__(self, message: str, *, logs: list[str] | None = None) -> None:
+        """An output-limit failure (``cause='output'``)."""
         super().__init__(message, cause="output", logs=logs)

@@ -52,13 +52,24 @@ class ManifestLimits(Protocol):
     """The subset of a signed manifest's ``limits`` section the sandbox reads."""
 
     @property
-    def memory_mb(self) -> int | None: ...
+    def memory_mb(self) -> int | None:
+        """Linear memory limit in MiB."""
+        ...
+
     @property
-    def deadline_ms(self) -> int | None: ...
+    def deadline_ms(self) -> int | None:
+        """Wall-clock deadline in ms."""
+        ...
+
     @property
-    def fuel(self) -> int | None: ...
+    def fuel(self) -> int | None:
+        """Fuel per request, if metered."""
+        ...
+
     @property
-    def max_output_bytes(self) -> int | None: ...
+    def max_output_bytes(self) -> int | None:
+        """Largest response in bytes."""
+        ...
 
 
 @dataclass(frozen=True)

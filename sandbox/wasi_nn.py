@@ -66,6 +66,7 @@ class NnError(Exception):
     """An errno with the reason logged for the operator."""
 
     def __init__(self, errno: int, reason: str) -> None:
+        """``errno`` goes back to the guest, ``reason`` into the request log."""
         super().__init__(reason)
         self.errno = errno
 
