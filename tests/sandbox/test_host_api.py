@@ -60,7 +60,7 @@ def test_unterminated_stdout_line_is_flushed(host: Adapter) -> None:
 
 
 def test_bad_pointer_in_log_fails_the_request(host: Adapter) -> None:
-    with pytest.raises(GuestTrap, match="wasmgate.log") as info:
+    with pytest.raises(GuestTrap, match=r"wasmgate\.log") as info:
         host.run(b"\x07", {}, NoModels(), GuestLimits())
     assert info.value.cause == "oob"
 
