@@ -32,7 +32,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.common import Figure, format_table, write_json
+from bench.common import Figure, format_table, percentile, write_json
 from tests.fixtures.models import get_models
 from wasmgate.device_profiles import detect
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
@@ -66,8 +66,8 @@ def mlp1024() -> bytes:
     return bytes(model.SerializeToString())
 
 
-def closed_loop(infer: Infer, x: Array, clients: int, seconds: float) -> tuple[float, float]:
-    """(requests per second, median latency in ms) of ``clients`` closed-loop threads."""
+def closed_loop(infer: Infer, x: Array, clients: int, seconds: float) -> tuple[float, float, float]:
+    """(requests per second, median and p95 latency in ms) of ``clients`` closed-loop threads."""
     stop = time.perf_counter() + seconds
     latencies: list[list[float]] = [[] for _ in range(clients)]
 
@@ -85,14 +85,14 @@ def closed_loop(infer: Infer, x: Array, clients: int, seconds: float) -> tuple[f
         t.join()
     elapsed = time.perf_counter() - start
     flat = [v for lat in latencies for v in lat]
-    return len(flat) / elapsed, statistics.median(flat) * 1e3
+    return len(flat) / elapsed, statistics.median(flat) * 1e3, percentile(flat, 95) * 1e3
 
 
 def bench_model(name: str, model: LoadedModel, x: Array, args: argparse.Namespace) -> list[Figure]:
     figures = []
     for clients in CONCURRENCY:
-        off: list[tuple[float, float]] = []
-        on: list[tuple[float, float]] = []
+        off: list[tuple[float, float, float]] = []
+        on: list[tuple[float, float, float]] = []
         batcher = Batcher(
             model, args.max_batch, args.delay_us, queue_size=256, workers=args.workers
         )
@@ -105,15 +105,14 @@ def bench_model(name: str, model: LoadedModel, x: Array, args: argparse.Namespac
             mean_rows = batcher.stats().mean_batch_rows
         finally:
             batcher.close()
-        tput_off = statistics.median(r for r, _ in off)
-        tput_on = statistics.median(r for r, _ in on)
-        lat_off = statistics.median(ms for _, ms in off)
-        lat_on = statistics.median(ms for _, ms in on)
+        tput_off, lat_off, p95_off = (statistics.median(col) for col in zip(*off, strict=True))
+        tput_on, lat_on, p95_on = (statistics.median(col) for col in zip(*on, strict=True))
         scenario = f"{name} c={clients}"
         figures += [
             Figure(scenario, f"batched req/s (mean batch {mean_rows:.1f})", tput_on, "/s",
                    "unbatched", tput_off, lower_is_better=False),
             Figure(scenario, "batched median latency", lat_on, "ms", "unbatched", lat_off),
+            Figure(scenario, "batched p95 latency", p95_on, "ms", "unbatched", p95_off),
         ]  # fmt: skip
     return figures
 
