@@ -119,10 +119,18 @@ class OnnxBackend(InferenceBackend):
             return _session(
                 cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
             )
-        unique = f".tmp{os.getpid()}-{threading.get_ident()}"
-        tmp = None if cache is None else cache.with_suffix(unique)
-        session = _session(data, spec, settings, providers, bf16=bf16, optimized=tmp, extra=extra)
-        if cache is not None and tmp is not None and tmp.exists():
+        if cache is None:
+            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        try:
+            session = _session(
+                data, spec, settings, providers, bf16=bf16, optimized=tmp, extra=extra
+            )
+        except BackendError as e:  # some EPs refuse to save optimized graphs: load uncached
+            tmp.unlink(missing_ok=True)
+            notes.append(f"optimized-model cache disabled for this model: {e}")
+            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
+        if tmp.exists():
             _commit_cache(tmp, cache)
             notes.append(f"optimized graph saved to cache {cache.name[:16]}")
         return session
