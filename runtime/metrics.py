@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from prometheus_client import (
@@ -51,6 +52,12 @@ class NameStats:
     p50_ms: float | None
     p99_ms: float | None
     sources: Mapping[str, int]
+    ok_seconds: float = 0.0
+    """Summed latency of answered requests (Triton's ``success.ns``)."""
+    error_seconds: float = 0.0
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Summed ``timings`` per stage of answered requests."""
+    last_unix_ms: int = 0
 
 
 class _Recent:
@@ -61,13 +68,24 @@ class _Recent:
         self.requests = 0
         self.errors = 0
         self.sources: dict[str, int] = {}
+        self.ok_seconds = 0.0
+        self.error_seconds = 0.0
+        self.stage_seconds: dict[str, float] = {}
+        self.last_unix_ms = 0
 
-    def add(self, seconds: float, source: str | None, error: str | None) -> None:
+    def add(
+        self, seconds: float, source: str | None, error: str | None, timings: Mapping[str, float]
+    ) -> None:
         self.requests += 1
+        self.last_unix_ms = int(time.time() * 1000)
         if error is not None:
             self.errors += 1
+            self.error_seconds += seconds
             return
         self.latencies.append(seconds)
+        self.ok_seconds += seconds
+        for stage, value in timings.items():
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + value
         if source is not None:
             self.sources[source] = self.sources.get(source, 0) + 1
 
@@ -80,6 +98,10 @@ class _Recent:
             p50_ms=statistics.median(ms) if ms else None,
             p99_ms=ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))] if ms else None,
             sources=dict(self.sources),
+            ok_seconds=self.ok_seconds,
+            error_seconds=self.error_seconds,
+            stage_seconds=dict(self.stage_seconds),
+            last_unix_ms=self.last_unix_ms,
         )
 
 
@@ -170,7 +192,7 @@ class Metrics:
             recent = self._recent.get((kind, name))
             if recent is None:
                 recent = self._recent[(kind, name)] = _Recent(self._recent_size)
-            recent.add(total, source, error)
+            recent.add(total, source, error, timings)
 
     # -- service, batcher ---------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
   ``/stats`` in Triton's exact format if ``statistics`` were listed),
 - ``GET /v2/health/live|ready`` with ``{"live": true}`` / ``{"ready": true}`` bodies (the
   kserve SDK parses them); ready is 503 until the service is ready and while draining,
-- ``GET /v2/models/{m}[/versions/{v}]``, ``…/ready``, Triton's ``…/config``,
+- ``GET /v2/models/{m}[/versions/{v}]``, ``…/ready``, Triton's ``…/config`` and ``…/stats``,
 - ``POST /v2/models/{m}[/versions/{v}]/infer``: JSON or binary tensors both ways; no
   ``Content-Type`` required (tritonclient sends none). Adapters are V2 models too.
 """
@@ -20,7 +20,7 @@ from aiohttp import web
 import wasmgate
 from wasmgate.runtime import v2
 from wasmgate.runtime.errors import BadRequest, NotReady
-from wasmgate.runtime.http import adapters
+from wasmgate.runtime.http import adapters, stats
 from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.service_api import ModelInfo, ModelRequest, TensorMeta
@@ -179,6 +179,7 @@ def setup(app: web.Application) -> None:
     router.add_get("/v2", server_metadata)
     router.add_get("/v2/health/live", live)
     router.add_get("/v2/health/ready", ready)
+    stats.setup(app)
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         router.add_get(base, model_metadata)
         router.add_get(f"{base}/ready", model_ready)

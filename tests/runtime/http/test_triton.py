@@ -205,3 +205,20 @@ def test_large_tensors_round_trip(client: triton.InferenceServerClient) -> None:
     result = client.infer("add", [as_input("INPUT0", x, "FP32", True)])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + 1)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), x * 2)
+
+
+def test_inference_statistics(client: triton.InferenceServerClient) -> None:
+    x = np.ones((1, 4), dtype=np.float32)
+    for _ in range(2):
+        client.infer("add", [as_input("INPUT0", x, "FP32", True)])
+    with pytest.raises(InferenceServerException):
+        client.infer("add", [as_input("INPUT0", np.ones((1, 5), np.float32), "FP32", True)])
+    (entry,) = client.get_inference_statistics("add")["model_stats"]
+    assert (entry["name"], entry["version"], entry["inference_count"]) == ("add", "3", 2)
+    assert entry["inference_stats"]["success"]["count"] == 2
+    assert entry["inference_stats"]["success"]["ns"] > 0
+    assert entry["inference_stats"]["fail"]["count"] == 1
+    assert entry["inference_stats"]["compute_infer"]["ns"] == 2 * 300_000  # 0.3 ms each
+    every = client.get_inference_statistics()["model_stats"]
+    assert {e["name"] for e in every} >= {"add", "identity", "echo"}
+    assert "statistics" not in client.get_server_metadata()["extensions"]

@@ -1,0 +1,67 @@
+"""Triton's statistics extension, read-only: ``GET /v2/models[/{m}[/versions/{v}]]/stats``.
+
+Built from `Metrics.snapshot()` (answered/failed counts and summed latencies since start).
+Not listed in ``/v2`` extensions on purpose: perf_analyzer then never asks for it (it aborts
+on any stats body that is not exactly Triton's), while ``tritonclient``'s
+``get_inference_statistics`` and curl get the numbers. No batch statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from wasmgate.runtime.http.keys import METRICS, SERVICE
+from wasmgate.runtime.metrics import NameStats
+from wasmgate.runtime.service_api import ModelInfo
+
+
+def _duration(count: int, seconds: float) -> dict[str, int]:
+    return {"count": count, "ns": round(seconds * 1e9)}
+
+
+def model_stats(info: ModelInfo, stats: NameStats | None) -> dict[str, Any]:
+    """One ``model_stats`` entry in Triton's format."""
+    if stats is None:
+        stats = NameStats(0, 0, None, None, None, {})
+    ok = stats.requests - stats.errors
+    stage = stats.stage_seconds
+    return {
+        "name": info.name,
+        "version": str(info.version),
+        "last_inference": stats.last_unix_ms,
+        "inference_count": ok,
+        "execution_count": ok,
+        "inference_stats": {
+            "success": _duration(ok, stats.ok_seconds),
+            "fail": _duration(stats.errors, stats.error_seconds),
+            "queue": _duration(ok, stage.get("queue", 0.0)),
+            "compute_input": _duration(ok, 0.0),
+            "compute_infer": _duration(ok, stage.get("inference", 0.0)),
+            "compute_output": _duration(ok, 0.0),
+            "cache_hit": _duration(0, 0.0),
+            "cache_miss": _duration(0, 0.0),
+        },
+        "batch_stats": [],
+    }
+
+
+async def stats(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    name = request.match_info.get("model")
+    if name is None:
+        infos = service.list_models()
+    else:
+        infos = [service.model_info(name, request.match_info.get("version"))]
+    metrics = request.app.get(METRICS)
+    snapshot = metrics.snapshot() if metrics is not None else {}
+    body = [model_stats(info, snapshot.get((info.kind, info.name))) for info in infos]
+    return web.json_response({"model_stats": body})
+
+
+def setup(app: web.Application) -> None:
+    """Register the stats routes (before ``/v2/models/{model}``: ``stats`` is not a model)."""
+    app.router.add_get("/v2/models/stats", stats)
+    app.router.add_get("/v2/models/{model}/stats", stats)
+    app.router.add_get("/v2/models/{model}/versions/{version}/stats", stats)
