@@ -22,6 +22,7 @@ import io
 import re
 import tarfile
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,7 +38,9 @@ from wasmgate.signing.manifest import FILE_NAME_RE
 BLOCK = 512
 RECORD = 20 * BLOCK
 CHUNK = 1024 * 1024
+VIEW_CHUNK = 4 * CHUNK
 _ZERO = bytes(BLOCK)
+Chunk = bytes | memoryview
 _NAME = re.compile(FILE_NAME_RE)
 _TYPES = {
     b"1": "a hard link",
@@ -80,6 +83,10 @@ def _checksum_ok(hdr: bytes) -> bool:
     return stored == sum(hdr[:148]) + 8 * 32 + sum(hdr[156:])
 
 
+def _split(size: int, chunk: int) -> list[int]:
+    return [min(chunk, size - off) for off in range(0, size, chunk)]
+
+
 def check_member_name(bundle: str, raw: str) -> str:
     """Return ``raw`` if it is a plain file name, else raise :class:`UnsafeMemberError`."""
     if raw.startswith("/"):
@@ -94,19 +101,33 @@ def check_member_name(bundle: str, raw: str) -> str:
 
 
 class ArchiveReader:
-    """Sequential, strict reader of a ``.wgb`` archive of known total length."""
+    """Sequential, strict reader of a ``.wgb`` archive of known total length.
 
-    def __init__(self, f: BinaryIO, total: int, bundle: str, max_member: int) -> None:
-        """Read from ``f`` (positioned at 0) holding ``total`` bytes; ``bundle`` labels errors."""
-        self._f = f
+    The source is a file (positioned at 0) or a memoryview (bytes or an mmap). With a
+    memoryview, chunks are zero-copy slices of it.
+    """
+
+    def __init__(
+        self, src: BinaryIO | memoryview, total: int, bundle: str, max_member: int
+    ) -> None:
+        """Read ``total`` bytes from ``src``; ``bundle`` labels errors."""
+        self._f = None if isinstance(src, memoryview) else src
+        self._view = src if isinstance(src, memoryview) else None
         self._total = total
         self._bundle = bundle
         self._max_member = max_member
         self._pos = 0
         self._pending: Member | None = None
 
-    def _read(self, n: int, what: str) -> bytes:
-        data = self._f.read(n)
+    def _take(self, n: int) -> Chunk:
+        if self._view is not None:
+            return self._view[self._pos : self._pos + n]
+        if self._f is None:
+            raise RuntimeError("reader has no source")
+        return self._f.read(n)
+
+    def _read(self, n: int, what: str) -> Chunk:
+        data = self._take(n)
         if len(data) != n:
             raise TruncatedArchiveError(self._bundle, f"archive ends inside {what}")
         self._pos += n
@@ -117,7 +138,7 @@ class ArchiveReader:
             raise MalformedArchiveError(self._bundle, "empty file")
         if self._total - self._pos < BLOCK:
             raise TruncatedArchiveError(self._bundle, "archive ends without an end marker")
-        hdr = self._read(BLOCK, "a header")
+        hdr = bytes(self._read(BLOCK, "a header"))
         if hdr == _ZERO:
             self._finish()
             return None
@@ -130,7 +151,7 @@ class ArchiveReader:
         if self._read(BLOCK, "the end marker") != _ZERO:
             raise MalformedArchiveError(self._bundle, "incomplete end-of-archive marker")
         rest = self._total - self._pos
-        if rest > RECORD or self._f.read(rest).count(0) != rest:
+        if rest > RECORD or bytes(self._take(rest)).count(0) != rest:
             raise MalformedArchiveError(self._bundle, "data after the end-of-archive marker")
 
     def next_member(self) -> Member | None:
@@ -170,19 +191,36 @@ class ArchiveReader:
                 self._bundle, f"member {name!r} declares {size} bytes, only {left} remain"
             )
 
-    def chunks(self, chunk: int = CHUNK) -> Iterator[bytes]:
-        """Yield the pending member's data in chunks, then skip its padding."""
+    def chunks(self, chunk: int = CHUNK) -> Iterator[Chunk]:
+        """Yield the pending member's data in chunks, then skip its padding.
+
+        Large members are read one chunk ahead on a helper thread, so reading overlaps
+        with whatever the caller does with the current chunk (hashing, copying).
+        """
         member = self._pending
         if member is None:
             raise RuntimeError("no member pending")
-        remaining = member.size
-        while remaining:
-            data = self._read(min(chunk, remaining), f"member {member.name!r}")
-            remaining -= len(data)
-            yield data
+        what = f"member {member.name!r}"
+        sizes = _split(member.size, chunk)
+        if self._f is None:  # zero-copy slices: bigger is cheaper
+            yield from (self._read(n, what) for n in _split(member.size, VIEW_CHUNK))
+        elif len(sizes) <= 1:
+            yield from (self._read(n, what) for n in sizes)
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="wasmgate-read") as pool:
+                f = self._f
+                ahead = pool.submit(f.read, sizes[0])
+                for i, n in enumerate(sizes):
+                    data = ahead.result()
+                    if i + 1 < len(sizes):
+                        ahead = pool.submit(f.read, sizes[i + 1])
+                    if len(data) != n:
+                        raise TruncatedArchiveError(self._bundle, f"archive ends inside {what}")
+                    self._pos += n
+                    yield data
         pad = -member.size % BLOCK
         if pad:
-            self._read(pad, f"member {member.name!r} padding")
+            self._read(pad, f"{what} padding")
         self._pending = None
 
     def read_all(self) -> bytes:

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from wasmgate.signing.archive import Chunk
 from wasmgate.signing.errors import (
     BlobIntegrityError,
     BlobNotFoundError,
@@ -82,10 +83,10 @@ class _StagedFile:
         staged.append(self.path)
         self._f: BinaryIO = self.path.open("xb")
         self._pool = pool
-        self._pending: Future[int] | None = None
+        self._pending: Future[object] | None = None
         self.sha256: str | None = None
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: Chunk) -> None:
         # One write in flight: hashing chunk N overlaps with writing chunk N-1.
         if self._pending is not None:
             self._pending.result()
