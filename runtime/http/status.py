@@ -35,7 +35,10 @@ def static_dir() -> Path:
 
 
 def add_provider(app: web.Application, name: str, provider: StatusProvider) -> None:
-    """Show ``provider()`` as section ``name`` of ``/v1/status`` (call before the app starts)."""
+    """Show ``provider()`` as section ``name`` of ``/v1/status``.
+
+    After `setup` ran, this only mutates the existing dict, so it is fine from a cleanup_ctx
+    at start-up (no change to a frozen app)."""
     app.setdefault(STATUS_PROVIDERS, {})[name] = provider
 
 
