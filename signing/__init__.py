@@ -82,7 +82,8 @@ from wasmgate.signing.manifest import (
 )
 from wasmgate.signing.state import StateDoc, StateFile
 from wasmgate.signing.store import BundleStore, InstalledBundle
-from wasmgate.signing.trust import SignerEntry, TrustDoc, TrustStore, sign_trust
+from wasmgate.signing.trust import TrustStore
+from wasmgate.signing.trustdoc import SignerEntry, TrustDoc, sign_trust
 from wasmgate.signing.verify import BundleInfo, VerifiedBundle, inspect_bundle, verify_bundle
 
 __all__ = [

@@ -27,19 +27,15 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import re
-import secrets
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
 
-from wasmgate.signing.archive import Chunk
 from wasmgate.signing.errors import (
     BlobIntegrityError,
     BlobNotFoundError,
@@ -47,6 +43,7 @@ from wasmgate.signing.errors import (
     StateCorruptedError,
 )
 from wasmgate.signing.manifest import Manifest, parse_manifest
+from wasmgate.signing.source import StagedFile, open_source
 from wasmgate.signing.state import (
     ActiveBundle,
     NameState,
@@ -56,12 +53,7 @@ from wasmgate.signing.state import (
     fsync_dir,
 )
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import (
-    VerifiedBundle,
-    authenticate,
-    open_source,
-    verify_stream,
-)
+from wasmgate.signing.verify import VerifiedBundle, authenticate, verify_stream
 
 log = logging.getLogger("wasmgate.signing")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -73,37 +65,6 @@ class InstalledBundle:
 
     manifest: Manifest
     digest: str
-
-
-class _StagedFile:
-    """Copies one member into ``tmp/`` on a writer thread while the caller hashes it."""
-
-    def __init__(self, tmp_dir: Path, pool: ThreadPoolExecutor, staged: list[Path]) -> None:
-        self.path = tmp_dir / f"{secrets.token_hex(8)}.part"
-        staged.append(self.path)
-        self._f: BinaryIO = self.path.open("xb")
-        self._pool = pool
-        self._pending: Future[object] | None = None
-        self.sha256: str | None = None
-
-    def write(self, chunk: Chunk) -> None:
-        # One write in flight: hashing chunk N overlaps with writing chunk N-1.
-        if self._pending is not None:
-            self._pending.result()
-        self._pending = self._pool.submit(self._f.write, chunk)
-
-    def finish(self, sha256: str) -> None:
-        self.close()
-        self.sha256 = sha256
-
-    def close(self) -> None:
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
 
 
 class BundleStore:
@@ -209,15 +170,15 @@ class BundleStore:
 
     def _verify_into_tmp(
         self, data: bytes | Path, state: StateDoc, staged: list[Path]
-    ) -> tuple[VerifiedBundle, list[_StagedFile]]:
-        sinks: list[_StagedFile] = []
+    ) -> tuple[VerifiedBundle, list[StagedFile]]:
+        sinks: list[StagedFile] = []
         with (
             open_source(data, self.max_bundle_bytes) as (f, total, label),
             ThreadPoolExecutor(1, thread_name_prefix="wasmgate-blob") as pool,
         ):
 
-            def sink_for(_name: str) -> _StagedFile:
-                sinks.append(_StagedFile(self.state_dir / "tmp", pool, staged))
+            def sink_for(_name: str) -> StagedFile:
+                sinks.append(StagedFile(self.state_dir / "tmp", pool, staged))
                 return sinks[-1]
 
             try:
@@ -230,7 +191,7 @@ class BundleStore:
                     s.close()
         return verified, sinks
 
-    def _commit(self, v: VerifiedBundle, blobs: list[_StagedFile], state: StateDoc) -> None:
+    def _commit(self, v: VerifiedBundle, blobs: list[StagedFile], state: StateDoc) -> None:
         blob_dir = self.state_dir / "blobs"
         for staged in blobs:
             if staged.sha256 is None:

@@ -16,11 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-import mmap
-import os
-import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +46,7 @@ from wasmgate.signing.errors import (
     VersionConflictError,
 )
 from wasmgate.signing.manifest import Manifest, parse_manifest
+from wasmgate.signing.source import open_source
 from wasmgate.signing.state import StateDoc
 from wasmgate.signing.trust import TrustStore
 
@@ -88,63 +85,6 @@ class _NullSink:
 
     def finish(self, sha256: str) -> None:
         pass
-
-
-@contextmanager
-def open_source(
-    source: bytes | Path, max_bytes: int, *, zero_copy: bool = False
-) -> Iterator[tuple[BinaryIO | memoryview, int, str]]:
-    """Open a bundle (path or bytes) after the size cap; yields (source, size, label).
-
-    Bytes are always read zero-copy. A file is memory-mapped with ``zero_copy`` (for pure
-    verification: nothing read is kept), else read into private buffers, so what install
-    hashes is exactly what it stores even if someone rewrites the file meanwhile.
-    """
-    if isinstance(source, bytes | bytearray):
-        label = "<upload>"
-        _cap(label, len(source), max_bytes)
-        yield memoryview(bytes(source)), len(source), label
-        return
-    label = source.name
-    try:
-        f = source.open("rb")
-    except OSError as e:
-        raise MalformedArchiveError(label, f"cannot open ({e.strerror})") from e
-    with f:
-        size = _regular_size(f, label)
-        _cap(label, size, max_bytes)
-        if not zero_copy or size == 0:
-            yield f, size, label
-            return
-        # MAP_POPULATE maps the (cached) pages in one call instead of one fault per page.
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mapped = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
-        view = memoryview(mapped)
-        try:
-            yield view, size, label
-        finally:
-            _release(view, mapped)
-
-
-def _release(view: memoryview, mapped: mmap.mmap) -> None:
-    try:
-        view.release()
-        mapped.close()
-    except BufferError:
-        # A traceback still holds a slice; the mapping is freed when that goes away.
-        pass
-
-
-def _regular_size(f: BinaryIO, label: str) -> int:
-    st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):
-        raise MalformedArchiveError(label, "not a regular file")
-    return st.st_size
-
-
-def _cap(label: str, size: int, max_bytes: int) -> None:
-    if size > max_bytes:
-        raise BundleTooLargeError(label, f"{size} bytes, cap is {max_bytes}")
 
 
 def _read_named(reader: ArchiveReader, label: str, name: str, cap: int) -> bytes:

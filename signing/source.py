@@ -1,0 +1,114 @@
+"""Where bundle bytes come from and where installed bytes go before the commit.
+
+Invariants:
+- The size cap is checked (``fstat`` / ``len``) before a single byte is read, and a path
+  must name a regular file.
+- Bytes sources are read zero-copy (``bytes`` are immutable). A file is memory-mapped only
+  for pure verification; for installs it is read into private buffers, so the bytes that
+  are hashed are exactly the bytes that are stored, whoever rewrites the file meanwhile.
+- A :class:`StagedFile` is created exclusively in the store's private ``tmp/``; it is
+  flushed and ``fsync``-ed before it can be renamed into the blob store.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from wasmgate.signing.archive import Chunk
+from wasmgate.signing.errors import BundleTooLargeError, MalformedArchiveError
+
+
+@contextmanager
+def open_source(
+    source: bytes | Path, max_bytes: int, *, zero_copy: bool = False
+) -> Iterator[tuple[BinaryIO | memoryview, int, str]]:
+    """Open a bundle (path or bytes) after the size cap; yields (source, size, label).
+
+    Bytes are always read zero-copy. A file is memory-mapped with ``zero_copy`` (for pure
+    verification: nothing read is kept), else read into private buffers, so what install
+    hashes is exactly what it stores even if someone rewrites the file meanwhile.
+    """
+    if isinstance(source, bytes | bytearray):
+        label = "<upload>"
+        _cap(label, len(source), max_bytes)
+        yield memoryview(bytes(source)), len(source), label
+        return
+    label = source.name
+    try:
+        f = source.open("rb")
+    except OSError as e:
+        raise MalformedArchiveError(label, f"cannot open ({e.strerror})") from e
+    with f:
+        size = _regular_size(f, label)
+        _cap(label, size, max_bytes)
+        if not zero_copy or size == 0:
+            yield f, size, label
+            return
+        # MAP_POPULATE maps the (cached) pages in one call instead of one fault per page.
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapped = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+        view = memoryview(mapped)
+        try:
+            yield view, size, label
+        finally:
+            _release(view, mapped)
+
+
+def _release(view: memoryview, mapped: mmap.mmap) -> None:
+    try:
+        view.release()
+        mapped.close()
+    except BufferError:
+        # A traceback still holds a slice; the mapping is freed when that goes away.
+        pass
+
+
+def _regular_size(f: BinaryIO, label: str) -> int:
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        raise MalformedArchiveError(label, "not a regular file")
+    return st.st_size
+
+
+def _cap(label: str, size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise BundleTooLargeError(label, f"{size} bytes, cap is {max_bytes}")
+
+
+class StagedFile:
+    """Copies one member into ``tmp/`` on a writer thread while the caller hashes it."""
+
+    def __init__(self, tmp_dir: Path, pool: ThreadPoolExecutor, staged: list[Path]) -> None:
+        self.path = tmp_dir / f"{secrets.token_hex(8)}.part"
+        staged.append(self.path)
+        self._f: BinaryIO = self.path.open("xb")
+        self._pool = pool
+        self._pending: Future[object] | None = None
+        self.sha256: str | None = None
+
+    def write(self, chunk: Chunk) -> None:
+        # One write in flight: hashing chunk N overlaps with writing chunk N-1.
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(self._f.write, chunk)
+
+    def finish(self, sha256: str) -> None:
+        self.close()
+        self.sha256 = sha256
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()

@@ -1,0 +1,120 @@
+"""The trust document schema and trust-file signing.
+
+Invariants:
+- Unknown fields are refused; every key id equals the SHA-256 of its public key.
+- A root threshold never exceeds the number of root keys.
+- Trust signatures use the trust payload type, so they can never pass as bundle signatures.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Literal, Self
+
+import nacl.signing
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from wasmgate.signing.envelope import (
+    HEX64,
+    TRUST_PAYLOAD_TYPE,
+    Envelope,
+    count_valid,
+    sign,
+)
+from wasmgate.signing.errors import KeyFileError, TrustFileError, TrustSignatureError
+from wasmgate.signing.keys import decode_public, key_id_of
+
+TRUST_FORMAT = "wasmgate-trust/1"
+KeyId = Annotated[str, Field(pattern=HEX64)]
+Pattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?-]{1,64}$")]
+LimitName = Literal[
+    "memory_mb", "deadline_ms", "fuel", "max_input_bytes", "max_output_bytes",
+    "max_in_flight", "queue_size",
+]  # fmt: skip
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SignerEntry(_Strict):
+    """A bundle-signing key, the names it may sign and its optional limit ceilings."""
+
+    public: str
+    names: list[Pattern] = Field(min_length=1, max_length=64)
+    max_limits: dict[LimitName, int] = Field(default_factory=dict)
+    comment: str = Field(default="", max_length=200)
+
+
+class RootSection(_Strict):
+    """Root keys (key id -> base64 public key) and how many must sign the trust file."""
+
+    keys: dict[KeyId, str] = Field(min_length=1, max_length=32)
+    threshold: int = Field(ge=1)
+
+
+class Revoked(_Strict):
+    """Revoked signer key ids and revoked bundle manifest digests."""
+
+    keys: list[KeyId] = Field(default_factory=list)
+    bundles: list[KeyId] = Field(default_factory=list)
+
+
+class TrustDoc(_Strict):
+    """The trust document (the payload of a signed trust file, or the plain file)."""
+
+    format: Literal["wasmgate-trust/1"] = "wasmgate-trust/1"
+    version: int = Field(default=1, ge=1)
+    expires: AwareDatetime | None = None
+    root: RootSection | None = None
+    signers: dict[KeyId, SignerEntry] = Field(default_factory=dict, max_length=1024)
+    revoked: Revoked = Field(default_factory=Revoked)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        pairs = [(k, s.public) for k, s in self.signers.items()]
+        pairs += list(self.root.keys.items()) if self.root else []
+        for kid, public in pairs:
+            try:
+                actual = key_id_of(decode_public(public))
+            except KeyFileError as e:
+                raise ValueError(str(e)) from e
+            if actual != kid:
+                raise ValueError(f"key id {kid[:16]}... does not match its public key")
+        if self.root and self.root.threshold > len(self.root.keys):
+            raise ValueError("root threshold is larger than the number of root keys")
+        return self
+
+    def root_keys(self) -> dict[str, nacl.signing.VerifyKey]:
+        """The root keys by key id (empty when unsigned)."""
+        keys = self.root.keys.items() if self.root else ()
+        return {k: decode_public(v) for k, v in keys}
+
+    def to_json(self) -> bytes:
+        """Serialise (stable field order, indented)."""
+        return self.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+
+
+def parse_doc(data: bytes, source: str) -> TrustDoc:
+    try:
+        return TrustDoc.model_validate_json(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        raise TrustFileError(f"trust file {source}: {where}: {first['msg']}") from e
+
+
+def verify_threshold(
+    doc_bytes: bytes, env: Envelope, keys: dict[str, nacl.signing.VerifyKey], k: int, who: str
+) -> None:
+    good = count_valid(keys, TRUST_PAYLOAD_TYPE, doc_bytes, env)
+    if len(good) < k:
+        raise TrustSignatureError(f"{who}: {len(good)} valid root signature(s), need {k}")
+
+
+def sign_trust(doc: TrustDoc, keys: list[nacl.signing.SigningKey]) -> bytes:
+    """Return a signed trust file (envelope) for ``doc``, signed by every key in ``keys``."""
+    payload = doc.to_json()
+    sigs = [sign(k, TRUST_PAYLOAD_TYPE, payload) for k in keys]
+    b64 = base64.b64encode(payload).decode()
+    return Envelope(payload_type=TRUST_PAYLOAD_TYPE, payload=b64, signatures=sigs).to_json()
