@@ -31,6 +31,7 @@ from wasmgate.runtime.mqtt.messages import (
     JSON,
     Incoming,
     Outgoing,
+    RequestId,
     deadline_of,
     error_body,
     json_object,
@@ -86,7 +87,7 @@ class BridgeState:
 class _Reply:
     topic: str | None
     correlation: bytes | None
-    rid: str | None
+    rid: RequestId | None
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class MqttBridge:
         done.set_result(None)
         return True
 
-    def _reply_to(self, msg: Incoming, route: Route, rid: str | None) -> _Reply:
+    def _reply_to(self, msg: Incoming, route: Route, rid: RequestId | None) -> _Reply:
         if msg.response_topic:
             return _Reply(msg.response_topic, msg.correlation_data, rid)
         return _Reply(self.topics.paired_reply(route), None, rid)
@@ -338,7 +339,7 @@ def _dedupe_key(reply: _Reply) -> bytes | None:
     if reply.correlation is not None:
         return b"c\0" + reply.topic.encode() + b"\0" + reply.correlation
     if reply.rid is not None:
-        return b"i\0" + reply.topic.encode() + b"\0" + reply.rid.encode()
+        return b"i\0" + reply.topic.encode() + b"\0" + str(reply.rid).encode()
     return None
 
 

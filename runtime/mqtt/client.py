@@ -23,6 +23,7 @@ import logging
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,12 @@ class ClientState:
     outbox: int = 0
     outbox_dropped: int = 0
     since: float = field(default_factory=time.time)
+
+
+def _consume(fut: asyncio.Future[None]) -> None:
+    """Mark a future's exception as retrieved (its waiter may have timed out already)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _make_properties(msg: Outgoing) -> Properties | None:
@@ -128,6 +135,9 @@ class MqttClient:
         self._task: asyncio.Task[None] | None = None
         self._misc: asyncio.TimerHandle | None = None
         self._opening = False
+        self._stopping = False
+        self._fd: int | None = None
+        self._loop_thread = threading.get_ident()
         self._client = self._build(client_id, will)
 
     def _build(self, client_id: str, will: Outgoing) -> paho.Client:
@@ -170,6 +180,7 @@ class MqttClient:
 
     async def stop(self, last: Outgoing | None) -> None:
         """Publish ``last`` (e.g. retained ``offline``) if connected, disconnect, release all."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -182,10 +193,8 @@ class MqttClient:
                 log.warning("could not publish %s before disconnect", last.topic)
         self._client.disconnect()
         self._client.loop_write()  # flush DISCONNECT now; the loop may stop any moment
-        sock = self._client.socket()
-        if sock is not None:
-            self._release(sock)
         self._client._sock_close()  # paho has no public close for external loops
+        self._unwatch(self._fd)
         for fut in [*self._pending.values(), *(f for _, f in self._outbox)]:
             fut.cancel()
         self._pending.clear()
@@ -208,6 +217,7 @@ class MqttClient:
     async def _open(self) -> None:
         self._lost.clear()
         self._connack = self._loop.create_future()
+        self._connack.add_done_callback(_consume)
         self._opening = True
         try:
             await self._loop.run_in_executor(None, self._connect_blocking)
@@ -231,10 +241,8 @@ class MqttClient:
             raise ConnectionError(f"connect: {paho.error_string(rc)}")
 
     def _drop_socket(self) -> None:
-        sock = self._client.socket()
-        if sock is not None:
-            self._release(sock)
-            self._client._sock_close()
+        self._client._sock_close()  # calls _on_socket_close first: the loop lets go of it
+        self._unwatch(self._fd)
 
     def _schedule_misc(self) -> None:
         self._misc = self._loop.call_later(_MISC_INTERVAL_S, self._tick)
@@ -245,35 +253,47 @@ class MqttClient:
         self._schedule_misc()
 
     # -- socket hand-off (paho may call these from the executor thread) -------------------
+    # The loop watches one fd at a time, tracked by number: asyncio's selector would keep a
+    # stale key for a socket closed behind its back and silently ignore a new socket that
+    # reuses the number, so registrations are dropped before paho closes the socket.
+
+    def _in_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)
 
     def _on_socket_open(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._watch, sock)
+        self._in_loop(self._watch, sock)
 
     def _watch(self, sock: socket.socket) -> None:
-        if self._client.socket() is sock:
-            self._loop.add_reader(sock, self._client.loop_read)
+        if self._client.socket() is sock and sock.fileno() >= 0:
+            self._unwatch(self._fd)
+            self._fd = sock.fileno()
+            self._loop.add_reader(self._fd, self._client.loop_read)
 
     def _on_socket_close(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._release, sock)
+        self._in_loop(self._unwatch, sock.fileno())
 
-    def _release(self, sock: Any) -> None:
-        if sock.fileno() >= 0:
-            self._loop.remove_reader(sock)
-            self._loop.remove_writer(sock)
+    def _unwatch(self, fd: int | None) -> None:
+        if fd is not None and fd == self._fd:
+            self._loop.remove_reader(fd)
+            self._loop.remove_writer(fd)
+            self._fd = None
 
     def _on_socket_register_write(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._want_write, sock)
+        self._in_loop(self._want_write, sock)
 
     def _want_write(self, sock: socket.socket) -> None:
-        if self._client.socket() is sock:
-            self._loop.add_writer(sock, self._client.loop_write)
+        if self._client.socket() is sock and self._fd is not None and sock.fileno() == self._fd:
+            self._loop.add_writer(self._fd, self._client.loop_write)
 
     def _on_socket_unregister_write(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._release_write, sock)
+        self._in_loop(self._drop_write, sock.fileno())
 
-    def _release_write(self, sock: socket.socket) -> None:
-        if sock.fileno() >= 0:
-            self._loop.remove_writer(sock)
+    def _drop_write(self, fd: int) -> None:
+        if fd == self._fd:
+            self._loop.remove_writer(fd)
 
     # -- paho callbacks (loop thread; never raise, never block) --------------------------
 
@@ -299,7 +319,7 @@ class MqttClient:
     def _on_disconnect(
         self, _client: paho.Client, _userdata: Any, _flags: Any, rc: Any, _props: Any
     ) -> None:
-        if self.state.connected:
+        if self.state.connected and not self._stopping:
             self.state.disconnects += 1
             log.warning("mqtt connection lost: %s", rc)
         self.state.connected = False

@@ -66,13 +66,16 @@ def json_object(payload: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def request_id(obj: Mapping[str, Any] | None) -> str | None:
-    """The requester's ``id`` field (string or number), if any."""
+RequestId = str | int
+
+
+def request_id(obj: Mapping[str, Any] | None) -> RequestId | None:
+    """The requester's ``id`` field (string or integer, echoed as given), if any."""
     if obj is None:
         return None
     value = obj.get("id")
     if isinstance(value, str | int) and not isinstance(value, bool):
-        return str(value)
+        return value
     return None
 
 
@@ -109,14 +112,14 @@ def _number(value: object) -> float | None:
     return None
 
 
-def error_body(message: str, code: int, rid: str | None) -> bytes:
+def error_body(message: str, code: int, rid: RequestId | None) -> bytes:
     body: dict[str, Any] = {"error": message, "code": code}
     if rid is not None:
         body["id"] = rid
     return json.dumps(body).encode()
 
 
-def with_id(body: bytes, content_type: str, rid: str | None) -> bytes:
+def with_id(body: bytes, content_type: str, rid: RequestId | None) -> bytes:
     """Echo the 3.1.1 requester's ``id`` into a JSON-object answer that lacks one."""
     if rid is None or "json" not in content_type:
         return body

@@ -17,8 +17,13 @@ def service() -> FakeService:
 
 def bridge_settings(port: int, **over: object) -> MqttSettings:
     base: dict[str, object] = {
-        "host": "127.0.0.1", "port": port, "gateway_id": "gw1", "client_id": "wg-test",
-        "reconnect_max_s": 0.5, "keepalive_s": 5, "max_payload_bytes": 4096,
+        "host": "127.0.0.1",
+        "port": port,
+        "gateway_id": "gw1",
+        "client_id": "wg-test",
+        "reconnect_max_s": 0.5,
+        "keepalive_s": 5,
+        "max_payload_bytes": 4096,
     }
     base.update(over)
     return MqttSettings.model_validate(base)

@@ -7,7 +7,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
@@ -25,13 +25,15 @@ class Reply:
     content_type: str | None
     props: dict[str, str]
     retain: bool
+    dup: bool = False
 
 
 class Requester:
     """Publishes requests and collects everything arriving on its subscriptions."""
 
-    def __init__(self, port: int, *, v5: bool = True, client_id: str | None = None,
-                 persistent: bool = False) -> None:
+    def __init__(
+        self, port: int, *, v5: bool = True, client_id: str | None = None, persistent: bool = False
+    ) -> None:
         self.v5 = v5
         self.client_id = client_id or f"req-{next(_ids)}-{time.monotonic_ns()}"
         self.replies: list[Reply] = []
@@ -42,7 +44,8 @@ class Requester:
 
     def _build(self) -> paho.Client:
         client = paho.Client(
-            CallbackAPIVersion.VERSION2, client_id=self.client_id,
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
             protocol=paho.MQTTv5 if self.v5 else paho.MQTTv311,
             clean_session=None if self.v5 else not self._persistent,
         )
@@ -52,23 +55,30 @@ class Requester:
     def _on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
         props = msg.properties
         user = dict(getattr(props, "UserProperty", None) or [])
-        reply = Reply(msg.topic, bytes(msg.payload), getattr(props, "CorrelationData", None),
-                      getattr(props, "ContentType", None), user, bool(msg.retain))
+        reply = Reply(
+            msg.topic,
+            bytes(msg.payload),
+            getattr(props, "CorrelationData", None),
+            getattr(props, "ContentType", None),
+            user,
+            bool(msg.retain),
+        )
         with self._lock:
             self.replies.append(reply)
 
-    def connect(self, *topics: str) -> Requester:
+    def connect(self, *topics: str, qos: int = 1) -> Requester:
         if self.v5:
             props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = 600 if self._persistent else 0
-            self._client.connect("127.0.0.1", self._port, clean_start=not self._persistent,
-                                 properties=props)
+            self._client.connect(
+                "127.0.0.1", self._port, clean_start=not self._persistent, properties=props
+            )
         else:
             self._client.connect("127.0.0.1", self._port)
         self._client.loop_start()
         done = threading.Event()
         self._client.on_subscribe = lambda *_: done.set()
-        self._client.subscribe([(t, 1) for t in topics])
+        self._client.subscribe([(t, qos) for t in topics])
         if not done.wait(5):
             raise TimeoutError("subscribe not acknowledged")
         return self
@@ -77,15 +87,23 @@ class Requester:
         self._client.disconnect()
         self._client.loop_stop()
 
-    def __enter__(self) -> Requester:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, topic: str, payload: bytes, *, response_topic: str | None = None,
-                correlation: bytes | None = None, qos: int = 1, expiry: int | None = None,
-                user: list[tuple[str, str]] | None = None) -> None:
+    def request(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        response_topic: str | None = None,
+        correlation: bytes | None = None,
+        qos: int = 1,
+        expiry: int | None = None,
+        user: list[tuple[str, str]] | None = None,
+    ) -> None:
         props = None
         if self.v5:
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]

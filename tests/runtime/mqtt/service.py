@@ -38,12 +38,16 @@ def affine_model() -> bytes:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])
     two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
     one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
-    nodes = [helper.make_node("Mul", ["x", "two"], ["t"]), helper.make_node("Add", ["t", "one"], ["y"])]
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["y"]),
+    ]
     graph = helper.make_graph(nodes, "affine", [x], [y], initializer=[two, one])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    data: bytes = model.SerializeToString()
+    return data
 
 
 def _sum(payload: bytes) -> float:
@@ -80,8 +84,13 @@ class FakeService:
         if req.adapter == "fail":
             raise errors.InferenceFailed("fail: adapter trapped (unreachable)")
         if req.adapter == "echo":
-            return AdapterAnswer(req.payload, req.content_type or "application/octet-stream",
-                                 "local", 1, events=[req.payload])
+            return AdapterAnswer(
+                req.payload,
+                req.content_type or "application/octet-stream",
+                "local",
+                1,
+                events=[req.payload],
+            )
         body = json.dumps({"sum": _sum(req.payload)}).encode()
         return AdapterAnswer(body, "application/json", "local", 3)
 
@@ -104,7 +113,9 @@ class FakeService:
         spec = (TensorMeta("x", "FP32", (-1, 4)),)
         out = (TensorMeta("y", "FP32", (-1, 4)),)
         byte = (TensorMeta("payload", "BYTES", (1,)),)
-        adapters = [ModelInfo(a, 1, "wasmgate-adapter", byte, byte, kind="adapter") for a in ADAPTERS]
+        adapters = [
+            ModelInfo(a, 1, "wasmgate-adapter", byte, byte, kind="adapter") for a in ADAPTERS
+        ]
         return [ModelInfo("affine", 2, "onnxruntime_onnx", spec, out), *adapters]
 
     def adapter_names(self) -> list[str]:

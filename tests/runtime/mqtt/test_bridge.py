@@ -13,15 +13,25 @@ from tests.runtime.mqtt.service import FakeService
 from wasmgate.runtime.mqtt import MqttBridge
 
 
-async def test_mqtt5_request_response_with_properties(mosquitto: Broker, service: FakeService) -> None:
+async def test_mqtt5_request_response_with_properties(
+    mosquitto: Broker, service: FakeService
+) -> None:
     async with MqttBridge(bridge_settings(mosquitto.port), service) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         with Requester(mosquitto.port).connect("client/a/res") as dev:
-            dev.request(f"{ROOT}/adapters/sum/req", b'{"values": [1, 2, 3.5]}',
-                        response_topic="client/a/res", correlation=b"\x00c1")
-            dev.request(f"{ROOT}/adapters/sum/req", b"10,20",
-                        response_topic="client/a/res", correlation=b"c2")
+            dev.request(
+                f"{ROOT}/adapters/sum/req",
+                b'{"values": [1, 2, 3.5]}',
+                response_topic="client/a/res",
+                correlation=b"\x00c1",
+            )
+            dev.request(
+                f"{ROOT}/adapters/sum/req",
+                b"10,20",
+                response_topic="client/a/res",
+                correlation=b"c2",
+            )
             replies = {r.correlation: r for r in await dev.wait_for(2)}
     assert json.loads(replies[b"\x00c1"].payload) == {"sum": 6.5}
     assert json.loads(replies[b"c2"].payload) == {"sum": 30.0}
@@ -32,14 +42,27 @@ async def test_mqtt5_request_response_with_properties(mosquitto: Broker, service
 
 
 async def test_mqtt5_model_inference_runs_onnx(mosquitto: Broker, service: FakeService) -> None:
-    request = {"id": "r1", "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4],
-                                       "data": [0, 1, 2, 3, -1, -2, 0.5, 10]}]}
+    request = {
+        "id": "r1",
+        "inputs": [
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "shape": [2, 4],
+                "data": [0, 1, 2, 3, -1, -2, 0.5, 10],
+            }
+        ],
+    }
     async with MqttBridge(bridge_settings(mosquitto.port), service) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         with Requester(mosquitto.port).connect("client/m") as dev:
-            dev.request(f"{ROOT}/models/affine/infer", json.dumps(request).encode(),
-                        response_topic="client/m", correlation=b"m1")
+            dev.request(
+                f"{ROOT}/models/affine/infer",
+                json.dumps(request).encode(),
+                response_topic="client/m",
+                correlation=b"m1",
+            )
             (reply,) = await dev.wait_for(1)
     doc = json.loads(reply.payload)
     assert reply.props["status"] == "200"
@@ -54,11 +77,16 @@ async def test_mqtt311_topic_pairs_echo_id(mosquitto: Broker, service: FakeServi
     async with MqttBridge(bridge_settings(mosquitto.port, protocol="3.1.1"), service) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
-        with Requester(mosquitto.port, v5=False).connect(f"{ROOT}/adapters/sum/res/dev7",
-                                                          f"{ROOT}/models/affine/result/dev7") as dev:
+        with Requester(mosquitto.port, v5=False).connect(
+            f"{ROOT}/adapters/sum/res/dev7", f"{ROOT}/models/affine/result/dev7"
+        ) as dev:
             dev.request(f"{ROOT}/adapters/sum/req/dev7", b'{"id": "a-1", "values": [4, 5]}')
-            x = {"id": "m-1", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
-                                          "data": [1, 1, 1, 1]}]}
+            x = {
+                "id": "m-1",
+                "inputs": [
+                    {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 1, 1, 1]}
+                ],
+            }
             dev.request(f"{ROOT}/models/affine/infer/dev7", json.dumps(x).encode())
             replies = {r.topic: r for r in await dev.wait_for(2)}
     assert json.loads(replies[f"{ROOT}/adapters/sum/res/dev7"].payload) == {"id": "a-1", "sum": 9.0}
@@ -73,15 +101,46 @@ async def test_mosquitto_cli_clients(mosquitto: Broker, service: FakeService) ->
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         sub = await asyncio.create_subprocess_exec(
-            "mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-V", "mqttv5", "-C", "1", "-W", "10",
-            "-t", "cli/answer", "-F", "%p|%C|%P", stdout=subprocess.PIPE,
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-V",
+            "mqttv5",
+            "-C",
+            "1",
+            "-W",
+            "10",
+            "-t",
+            "cli/answer",
+            "-F",
+            "%p|%C|%P",
+            stdout=subprocess.PIPE,
         )
         await asyncio.sleep(0.3)  # let mosquitto_sub subscribe
         pub = await asyncio.create_subprocess_exec(
-            "mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-V", "mqttv5", "-q", "1",
-            "-t", f"{ROOT}/adapters/sum/req", "-m", "1,2,3",
-            "-D", "publish", "response-topic", "cli/answer",
-            "-D", "publish", "correlation-data", "corr-9",
+            "mosquitto_pub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-V",
+            "mqttv5",
+            "-q",
+            "1",
+            "-t",
+            f"{ROOT}/adapters/sum/req",
+            "-m",
+            "1,2,3",
+            "-D",
+            "publish",
+            "response-topic",
+            "cli/answer",
+            "-D",
+            "publish",
+            "correlation-data",
+            "corr-9",
         )
         assert await pub.wait() == 0
         out, _ = await sub.communicate()
@@ -98,14 +157,33 @@ async def test_mosquitto_cli_311_pair(mosquitto: Broker, service: FakeService) -
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         sub = await asyncio.create_subprocess_exec(
-            "mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-C", "1", "-W", "10",
-            "-t", f"{ROOT}/adapters/sum/res/cli", stdout=subprocess.PIPE,
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-C",
+            "1",
+            "-W",
+            "10",
+            "-t",
+            f"{ROOT}/adapters/sum/res/cli",
+            stdout=subprocess.PIPE,
         )
         await asyncio.sleep(0.3)
         pub = await asyncio.create_subprocess_exec(
-            "mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-q", "1",
-            "-t", f"{ROOT}/adapters/sum/req/cli", "-m", '{"id": 7, "values": [2, 2]}',
+            "mosquitto_pub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-q",
+            "1",
+            "-t",
+            f"{ROOT}/adapters/sum/req/cli",
+            "-m",
+            '{"id": 7, "values": [2, 2]}',
         )
         assert await pub.wait() == 0
         out, _ = await sub.communicate()
-    assert json.loads(out) == {"id": "7", "sum": 4.0}
+    assert json.loads(out) == {"id": 7, "sum": 4.0}
