@@ -93,9 +93,11 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     workers = settings.limits.workers or 2 * (os.cpu_count() or 1)
     profile = resolve_profile(settings)
     m = app[METRICS]
+    # The pool closes first: a guest still running needs the epoch ticker to reach its
+    # deadline, and the ticker stops with the engine.
     with (
-        ThreadPoolExecutor(workers, thread_name_prefix="wasmgate-worker") as pool,
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
+        ThreadPoolExecutor(workers, thread_name_prefix="wasmgate-worker") as pool,
     ):
         deps = LoaderDeps(
             engine=engine,

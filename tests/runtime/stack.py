@@ -1,0 +1,83 @@
+"""The daemon's core, in process and real: bundle store, sandbox engine, ORT, registry, service.
+
+Used by the service and registry tests; the HTTP, systemd and hot-swap tests run the
+daemon itself (``daemon_factory``) or the composed app instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.runtime.bundlekit import BundleKit
+from wasmgate.device_profiles import DeviceProfile, load_profile
+from wasmgate.runtime.app import ceilings
+from wasmgate.runtime.config import LimitSettings, Settings
+from wasmgate.runtime.fallback_policy import CloudClient
+from wasmgate.runtime.loader import LoaderDeps
+from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.registry import Registry
+from wasmgate.runtime.service import InferenceService
+from wasmgate.sandbox import SandboxEngine
+from wasmgate.signing.store import BundleStore
+
+
+def host_profile_name() -> str:
+    machine = platform.machine().lower()
+    return "generic-arm64" if machine in ("aarch64", "arm64") else "generic-x86_64"
+
+
+def host_profile() -> DeviceProfile:
+    return load_profile(host_profile_name())
+
+
+@dataclass
+class Stack:
+    kit: BundleKit
+    store: BundleStore
+    registry: Registry
+    service: InferenceService
+    metrics: Metrics
+    state_dir: Path
+
+    async def install(self, path: Path, **kw: Any) -> None:
+        await self.registry.install(path, source="test", **kw)
+
+
+@contextlib.asynccontextmanager
+async def open_stack(
+    tmp: Path,
+    kit: BundleKit,
+    *,
+    limits: LimitSettings | None = None,
+    cloud: CloudClient | None = None,
+    start: tuple[Path, ...] = (),
+    state_dir: Path | None = None,
+) -> AsyncIterator[Stack]:
+    """A started registry + service over a fresh (or given) store; everything closed after."""
+    lim = limits or LimitSettings()
+    settings = Settings(limits=lim)
+    state = state_dir or tmp / "state"
+    store = BundleStore(state, kit.trust, max_bundle_bytes=lim.max_bundle_bytes)
+    metrics = Metrics()
+    # The pool closes first: a running guest needs the engine's epoch ticker to stop.
+    with (
+        SandboxEngine(tmp / "cache" / "modules", ceilings(settings)) as engine,
+        ThreadPoolExecutor(8) as pool,
+    ):
+        deps = LoaderDeps(engine, host_profile(), lim, cache_dir=tmp / "cache" / "models")
+        registry = Registry(store, deps)
+        service = InferenceService(registry.table, pool, lim, cloud=cloud, metrics=metrics)
+        await registry.start(start)
+        try:
+            yield Stack(kit, store, registry, service, metrics, state)
+        finally:
+            service.start_draining()
+            await service.drained(5)
+            await registry.close(5)
+            deps.close()

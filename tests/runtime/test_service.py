@@ -1,0 +1,263 @@
+"""InferenceService with real signed bundles, real wasm guests and real ONNX Runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.stack import open_stack
+from wasmgate.runtime.config import LimitSettings
+from wasmgate.runtime.errors import (
+    BadRequest,
+    Busy,
+    DeadlineExceeded,
+    FallbackFailed,
+    InferenceFailed,
+    NotFound,
+    NotReady,
+    PayloadTooLarge,
+)
+from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAPI
+
+SLOW = {"limits": {"deadline_ms": 20_000}}
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> BundleKit:
+    return BundleKit(tmp_path / "kit")
+
+
+def req(payload: bytes, **kw: Any) -> AdapterRequest:
+    return AdapterRequest("probe", payload, **kw)
+
+
+async def test_adapter_runs_with_model_and_reports_timings(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 3),)) as st:
+        service: ServiceAPI = st.service
+        answer = await service.run_adapter(req(b"M"))
+        assert answer.body == b"v3:2,4,6,8"
+        assert (answer.source, answer.version) == ("local", 3)
+        assert {"queue", "sandbox", "inference"} <= set(answer.timings)
+        assert answer.timings["inference"] > 0
+        echoed = await service.run_adapter(req(b"V-hello"))
+        assert echoed.body == b"v3:-hello"
+        assert echoed.events == [b"ev"]
+        assert service.ready
+
+
+async def test_guest_outcomes_map_to_errors(tmp_path: Path, kit: BundleKit) -> None:
+    bundle = kit.build("probe", 1, sections={"limits": {"deadline_ms": 300}})
+    async with open_stack(tmp_path, kit, start=(bundle,)) as st:
+        with pytest.raises(BadRequest, match="bad probe input"):
+            await st.service.run_adapter(req(b"B"))
+        with pytest.raises(InferenceFailed, match="probe failed"):
+            await st.service.run_adapter(req(b"E"))
+        with pytest.raises(InferenceFailed, match="unreachable"):
+            await st.service.run_adapter(req(b"T"))
+        with pytest.raises(DeadlineExceeded):
+            await st.service.run_adapter(req(b"L"))
+        with pytest.raises(NotFound, match="no adapter named 'nope'"):
+            await st.service.run_adapter(AdapterRequest("nope", b"M"))
+        # a failed request leaves nothing behind: the next one is served normally
+        assert (await st.service.run_adapter(req(b"M"))).body == b"v1:2,4,6,8"
+        text = st.metrics.exposition()[0].decode()
+        assert 'cause="unreachable"' in text
+
+
+async def test_request_deadline_shorter_than_manifest(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),)) as st:
+        with pytest.raises(DeadlineExceeded):
+            await st.service.run_adapter(req(b"L", deadline=time.monotonic() + 0.2))
+        with pytest.raises(DeadlineExceeded):
+            await st.service.run_adapter(req(b"M", deadline=time.monotonic() - 1))
+
+
+async def test_busy_beyond_in_flight_and_queue(tmp_path: Path, kit: BundleKit) -> None:
+    limits = {"limits": {"deadline_ms": 20_000, "max_in_flight": 1, "queue_size": 1}}
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=limits),)) as st:
+        slow = asyncio.create_task(st.service.run_adapter(req(b"W300")))
+        queued = asyncio.create_task(st.service.run_adapter(req(b"P")))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy, match="busy"):
+            await st.service.run_adapter(req(b"P"))
+        assert (await slow).body == b"v1:300"
+        answer = await queued
+        assert answer.body == b"v1:"
+        assert answer.timings["queue"] > 0.05
+
+
+async def test_daemon_limits_cap_the_manifest(tmp_path: Path, kit: BundleKit) -> None:
+    lim = LimitSettings(max_in_flight=1, queue_size=0)
+    bundle = kit.build("probe", 1, sections={"limits": {"deadline_ms": 20_000, "max_in_flight": 8}})
+    async with open_stack(tmp_path, kit, limits=lim, start=(bundle,)) as st:
+        slow = asyncio.create_task(st.service.run_adapter(req(b"W200")))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy):
+            await st.service.run_adapter(req(b"P"))
+        await slow
+
+
+async def test_deadline_while_queued(tmp_path: Path, kit: BundleKit) -> None:
+    limits = {"limits": {"deadline_ms": 20_000, "max_in_flight": 1, "queue_size": 4}}
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=limits),)) as st:
+        slow = asyncio.create_task(st.service.run_adapter(req(b"W400")))
+        await asyncio.sleep(0.05)
+        with pytest.raises(DeadlineExceeded, match="queued"):
+            await st.service.run_adapter(req(b"P", deadline=time.monotonic() + 0.1))
+        await slow
+
+
+async def test_payload_limit(tmp_path: Path, kit: BundleKit) -> None:
+    bundle = kit.build("probe", 1, sections={"limits": {"max_input_bytes": 16}})
+    async with open_stack(tmp_path, kit, start=(bundle,)) as st:
+        with pytest.raises(PayloadTooLarge, match="max_input_bytes 16"):
+            await st.service.run_adapter(req(b"P" + b"x" * 16))
+        assert (await st.service.run_adapter(req(b"P" + b"x" * 15))).version == 1
+
+
+async def test_direct_model_inference_batched(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 2),)) as st:
+        xs = [np.full((1, 4), i, np.float32) for i in range(20)]
+        answers = await asyncio.gather(
+            *(st.service.infer_model(ModelRequest("double", {"x": x})) for x in xs)
+        )
+        for x, answer in zip(xs, answers, strict=True):
+            np.testing.assert_array_equal(answer.outputs["y"], 2 * x)
+            assert (answer.source, answer.version) == ("local", 2)
+        info = st.service.model_info("double")
+        assert info.max_batch_size == 8
+        assert info.details["provider"] == "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "message"),
+    [
+        ({"z": np.ones((1, 4), np.float32)}, None, "has no input 'z'"),
+        ({}, None, "needs input 'x'"),
+        ({"x": np.ones((1, 5), np.float32)}, None, "shape"),
+        ({"x": np.ones((1, 4), np.float32)}, ["nope"], "has no output 'nope'"),
+    ],
+)
+async def test_model_bad_requests(
+    tmp_path: Path,
+    kit: BundleKit,
+    inputs: dict[str, npt.NDArray[Any]],
+    outputs: list[str] | None,
+    message: str,
+) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        with pytest.raises(BadRequest, match=message):
+            await st.service.infer_model(ModelRequest("double", inputs, outputs))
+
+
+async def test_metadata(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 4),)) as st:
+        infos = {i.name: i for i in st.service.list_models()}
+        adapter, model = infos["probe"], infos["double"]
+        assert adapter.kind == "adapter"
+        assert [(t.name, t.datatype) for t in adapter.inputs] == [("payload", "BYTES")]
+        assert [(t.name, t.datatype) for t in adapter.outputs] == [("answer", "BYTES")]
+        assert (model.kind, model.version, model.bundle) == ("model", 4, "probe")
+        assert model.inputs[0].shape == (-1, 4)
+        assert st.service.adapter_names() == ["probe"]
+        assert st.service.model_info("double", "4").version == 4
+        with pytest.raises(NotFound, match="no version '3'"):
+            st.service.model_info("double", "3")
+        with pytest.raises(NotFound):
+            st.service.model_info("missing")
+
+
+async def test_draining_refuses_new_requests(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),)) as st:
+        slow = asyncio.create_task(st.service.run_adapter(req(b"W200")))
+        await asyncio.sleep(0.05)
+        st.service.start_draining()
+        assert not st.service.ready
+        with pytest.raises(NotReady):
+            await st.service.run_adapter(req(b"P"))
+        assert not await st.service.drained(0.01)
+        assert (await slow).body == b"v1:200"  # admitted work finishes
+        assert await st.service.drained(1)
+
+
+class Cloud:
+    """A stand-in for `CloudFallback` (the cloud client is not under test here)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls: list[tuple[str, bytes, str]] = []
+
+    async def infer_adapter(
+        self, adapter: str, payload: bytes, content_type: str | None, reason: str
+    ) -> bytes:
+        self.calls.append((adapter, payload, reason))
+        if self.fail:
+            raise ConnectionError("cloud unreachable")
+        return b"cloud:" + payload
+
+    async def infer_model(
+        self,
+        model: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        outputs: Sequence[str] | None,
+    ) -> Mapping[str, npt.NDArray[Any]]:
+        if self.fail:
+            raise ConnectionError("cloud unreachable")
+        return {"y": np.zeros((1, 4), np.float32)}
+
+
+FALLBACK = {
+    "fallback": {
+        "allowed": True,
+        "on_error": True,
+        "on_adapter_request": True,
+        "send_payload": True,
+    }
+}
+
+
+async def test_fallback_on_error_and_on_request(tmp_path: Path, kit: BundleKit) -> None:
+    cloud = Cloud()
+    bundle = kit.build("probe", 1, sections=FALLBACK)
+    async with open_stack(tmp_path, kit, cloud=cloud, start=(bundle,)) as st:
+        answer = await st.service.run_adapter(req(b"E"))
+        assert (answer.body, answer.source) == (b"cloud:E", "cloud")
+        assert "probe failed" in (answer.fallback_reason or "")
+        assert "fallback" in answer.timings
+        asked = await st.service.run_adapter(req(b"F"))
+        assert (asked.source, asked.fallback_reason) == ("cloud", "low confidence")
+        with pytest.raises(BadRequest):  # the client's fault never goes to the cloud
+            await st.service.run_adapter(req(b"B"))
+        assert len(cloud.calls) == 2
+        text = st.metrics.exposition()[0].decode()
+        assert 'reason="adapter_request"' in text
+        assert 'outcome="ok"' in text
+
+
+async def test_fallback_failure_names_both_causes(tmp_path: Path, kit: BundleKit) -> None:
+    bundle = kit.build("probe", 1, sections=FALLBACK)
+    async with open_stack(tmp_path, kit, cloud=Cloud(fail=True), start=(bundle,)) as st:
+        with pytest.raises(FallbackFailed, match=r"local: .*probe failed.*cloud: cloud unreach"):
+            await st.service.run_adapter(req(b"E"))
+        weak = await st.service.run_adapter(req(b"F"))  # the local answer stands
+        assert (weak.body, weak.source) == (b"v1:local", "local")
+
+
+async def test_no_fallback_unless_the_manifest_allows(tmp_path: Path, kit: BundleKit) -> None:
+    cloud = Cloud()
+    not_allowed = {"fallback": {**FALLBACK["fallback"], "allowed": False}}
+    async with open_stack(
+        tmp_path, kit, cloud=cloud, start=(kit.build("probe", 1, sections=not_allowed),)
+    ) as st:
+        with pytest.raises(InferenceFailed):
+            await st.service.run_adapter(req(b"E"))
+        assert (await st.service.run_adapter(req(b"F"))).source == "local"
+    assert cloud.calls == []
