@@ -44,7 +44,8 @@
  *   replies     wg_reply / wg_reply_text / wg_fail
  *   host        wg_log / wg_fallback / wg_emit / wg_meta / wg_param_double / wg_param_str
  *   JSON read   wg_json_document / wg_json_get / wg_json_floats / wg_json_string_copy
- *   JSON write  wg_writer_init / wg_json_begin|end / wg_json_key_* / wg_writer_reply
+ *   JSON write  wg_writer_init / wg_json_begin|end / wg_json_key_{str,num,float,int,bool} /
+ *               wg_writer_reply
  *   math        wg_softmax / wg_argmax / wg_quantize_i8|u8 / wg_dequantize_i8|u8
  *   models      wg_nn_load / wg_nn_infer_f32 / wg_nn_strerror (+ raw wasi-nn below)
  */
@@ -485,13 +486,28 @@ static WG_UNUSED void wg_json_str(wg_writer *w, const char *s) {
     wg_write_raw(w, "\"", 1);
 }
 
-static WG_UNUSED void wg_json_num(wg_writer *w, double v) {
-    char tmp[32];
+/* Shortest "%.Ng" (N = 6..max) that reads back as the same value, so timestamps keep
+ * their digits and probabilities stay short. */
+static void wg__num(wg_writer *w, double v, int max_digits, int as_float) {
+    char tmp[40];
+    int n = 0;
     wg__sep(w);
     if (!isfinite(v)) { wg_write_raw(w, "null", 4); return; }   /* JSON has no NaN/Inf */
-    int n = snprintf(tmp, sizeof tmp, "%.6g", v);
+    if (v == floor(v) && fabs(v) < 1e15) {                       /* 1764410000, not 1.76441e+09 */
+        n = snprintf(tmp, sizeof tmp, "%.0f", v);
+        wg_write_raw(w, tmp, (size_t)n);
+        return;
+    }
+    for (int digits = 6; digits <= max_digits; digits++) {
+        n = snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+        double back = strtod(tmp, NULL);
+        if (as_float ? (float)back == (float)v : back == v) break;
+    }
     wg_write_raw(w, tmp, (size_t)n);
 }
+
+static WG_UNUSED void wg_json_num(wg_writer *w, double v) { wg__num(w, v, 17, 0); }
+static WG_UNUSED void wg_json_float(wg_writer *w, float v) { wg__num(w, v, 9, 1); }
 
 static WG_UNUSED void wg_json_int(wg_writer *w, long long v) {
     char tmp[24];
@@ -514,6 +530,7 @@ static WG_UNUSED void wg_json_key(wg_writer *w, const char *key) {
 
 static WG_UNUSED void wg_json_key_str(wg_writer *w, const char *k, const char *v) { wg_json_key(w, k); wg_json_str(w, v); }
 static WG_UNUSED void wg_json_key_num(wg_writer *w, const char *k, double v) { wg_json_key(w, k); wg_json_num(w, v); }
+static WG_UNUSED void wg_json_key_float(wg_writer *w, const char *k, float v) { wg_json_key(w, k); wg_json_float(w, v); }
 static WG_UNUSED void wg_json_key_int(wg_writer *w, const char *k, long long v) { wg_json_key(w, k); wg_json_int(w, v); }
 static WG_UNUSED void wg_json_key_bool(wg_writer *w, const char *k, int v) { wg_json_key(w, k); wg_json_bool(w, v); }
 

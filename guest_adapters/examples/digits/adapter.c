@@ -84,7 +84,7 @@ static int handle(const uint8_t *payload, size_t len) {
     wg_writer_init(&w, out, sizeof out);
     wg_json_begin(&w);
     wg_json_key_int(&w, "digit", (long long)digit);
-    wg_json_key_num(&w, "confidence", confidence);
+    wg_json_key_float(&w, "confidence", (float)confidence);
     wg_json_end(&w);
     return wg_writer_reply(&w);
 }
