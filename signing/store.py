@@ -93,7 +93,9 @@ class BundleStore:
         """True once damaged or missing state was recovered from the install records."""
         for d in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for leftover in (state_dir / "tmp").iterdir():
+        # Leftovers of a crash: staging files and atomic_write temp files (never committed).
+        leftovers = [*(state_dir / "tmp").iterdir(), *state_dir.glob(".*.tmp")]
+        for leftover in [*leftovers, *(state_dir / "records").glob(".*.tmp")]:
             leftover.unlink(missing_ok=True)
         self._state_file = StateFile(state_dir)
         with self._file_lock():
