@@ -153,6 +153,11 @@ class LoadedBundle:
     def in_flight(self) -> int:
         return self._refs
 
+    @property
+    def closed(self) -> bool:
+        """True once unloaded (a replaced version after its last request finished)."""
+        return self._closed
+
     def close(self) -> None:
         """Unload the models (stops batchers, frees sessions). Idempotent."""
         with self._lock:

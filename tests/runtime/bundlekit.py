@@ -84,14 +84,17 @@ class BundleKit:
         model_name: str = "double",
         batching: dict[str, int] | None = None,
         sections: dict[str, dict[str, Any]] | None = None,
+        top: dict[str, Any] | None = None,
         selftest: bytes | None = None,
         expect_status: int = 0,
         out_dir: Path | None = None,
     ) -> Path:
-        """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...)."""
+        """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...),
+        ``top`` top-level keys (``min_daemon_version``)."""
         src = self.root / f"src-{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
-        text = f"name = {_toml(name)}\nversion = {version}\n\n"
+        text = f"name = {_toml(name)}\nversion = {version}\n"
+        text += "".join(f"{k} = {_toml(v)}\n" for k, v in (top or {}).items()) + "\n"
         if adapter:
             text += _section("adapter", {"file": str(self.wasm)})
         params = {"tag": tag or f"v{version}"}

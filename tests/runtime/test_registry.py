@@ -1,0 +1,170 @@
+"""Registry: install pipeline, atomic switch with draining, staged activation, removal, watcher."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.stack import host_profile_name, open_stack
+from wasmgate.runtime.errors import BundleRejected, NotFound
+from wasmgate.runtime.service_api import AdapterRequest
+from wasmgate.runtime.watcher import DirWatcher
+from wasmgate.signing.keys import key_id_of
+
+SLOW = {"limits": {"deadline_ms": 20_000}}
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> BundleKit:
+    return BundleKit(tmp_path / "kit")
+
+
+def probe(payload: bytes = b"M") -> AdapterRequest:
+    return AdapterRequest("probe", payload)
+
+
+async def test_start_serves_store_and_directory(tmp_path: Path, kit: BundleKit) -> None:
+    state = tmp_path / "state"
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),), state_dir=state):
+        pass
+    other = kit.build("other", 1, model=False, sections={"routes": {"http": "echo"}})
+    async with open_stack(tmp_path, kit, start=(other,), state_dir=state) as st:
+        assert st.service.adapter_names() == ["echo", "probe"]  # probe came from the store
+        assert (await st.service.run_adapter(AdapterRequest("echo", b"Phi"))).body == b"v1:hi"
+        assert [b["name"] for b in st.registry.status()] == ["other", "probe"]
+
+
+async def test_untrusted_bundle_is_refused_and_old_keeps_serving(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    stranger = BundleKit(tmp_path / "stranger")
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        with pytest.raises(BundleRejected, match=key_id_of(stranger.key.verify_key)[:16]):
+            await st.install(stranger.build("probe", 2))
+        assert (await st.service.run_adapter(probe())).body == b"v1:2,4,6,8"
+        [failure] = st.registry.failures()
+        assert not failure.ok
+        assert failure.source == "test"
+
+
+async def test_selftest_gates_the_switch(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        with pytest.raises(BundleRejected, match="selftest returned status 2"):
+            await st.install(kit.build("probe", 2, selftest=b"E"))
+        assert (await st.service.run_adapter(probe())).version == 1
+        [entry] = st.registry.status()
+        assert "selftest" in entry["last_error"]["message"]
+        await st.install(kit.build("probe", 3, selftest=b"B", expect_status=1))
+        assert (await st.service.run_adapter(probe())).version == 3
+        assert "last_error" not in st.registry.status()[0]
+
+
+@pytest.mark.parametrize(
+    ("sections", "top", "message"),
+    [
+        ({"routes": {"http": "probe"}}, {}, "name 'probe' is already served by bundle 'probe'"),
+        ({}, {"min_daemon_version": "99.0.0"}, "needs wasmgate >= 99.0.0"),
+        ({"targets": {"profiles": ["no-such-board"]}}, {}, "targets profiles"),
+    ],
+)
+async def test_refusals_before_the_switch(
+    tmp_path: Path,
+    kit: BundleKit,
+    sections: dict[str, dict[str, object]],
+    top: dict[str, object],
+    message: str,
+) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        with pytest.raises(BundleRejected, match=message):
+            await st.install(kit.build("rival", 1, model=False, sections=sections, top=top))
+        assert st.service.adapter_names() == ["probe"]
+        assert (await st.service.run_adapter(probe())).version == 1
+
+
+async def test_profile_target_matching_this_host_is_accepted(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    targets = {"targets": {"profiles": [host_profile_name()]}}
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=targets),)) as st:
+        assert st.service.adapter_names() == ["probe"]
+
+
+async def test_in_flight_requests_finish_on_the_old_version(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),)) as st:
+        old = st.registry.table.slot("probe").current
+        slow = asyncio.create_task(st.service.run_adapter(probe(b"W300")))
+        await asyncio.sleep(0.05)
+        await st.install(kit.build("probe", 2, sections=SLOW))
+        assert (await st.service.run_adapter(probe())).body == b"v2:2,4,6,8"
+        assert not old.closed  # still draining
+        answer = await slow
+        assert (answer.body, answer.version) == (b"v1:300", 1)
+        for _ in range(100):
+            if old.closed:
+                break
+            await asyncio.sleep(0.02)
+        assert old.closed
+
+
+async def test_staged_activation_then_promote(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        await st.install(kit.build("probe", 2), percent=50)
+        seen = Counter([(await st.service.run_adapter(probe())).version for _ in range(200)])
+        assert set(seen) == {1, 2}
+        [entry] = st.registry.status()
+        assert (entry["version"], entry["staged"]["version"], entry["staged"]["percent"]) == (
+            1,
+            2,
+            50,
+        )
+        await st.registry.promote("probe")
+        seen = Counter([(await st.service.run_adapter(probe())).version for _ in range(20)])
+        assert seen == {2: 20}
+        with pytest.raises(NotFound, match="no staged version"):
+            await st.registry.promote("probe")
+
+
+async def test_remove_survives_restart(tmp_path: Path, kit: BundleKit) -> None:
+    state = tmp_path / "state"
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),), state_dir=state) as st:
+        removed = await st.registry.remove("probe")
+        assert removed.version == 1
+        with pytest.raises(NotFound):
+            await st.service.run_adapter(probe())
+        with pytest.raises(NotFound):
+            await st.registry.remove("probe")
+    async with open_stack(tmp_path, kit, state_dir=state) as st:
+        assert st.service.list_models() == []
+
+
+async def test_watcher_installs_settled_files_once(tmp_path: Path, kit: BundleKit) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    async with open_stack(tmp_path, kit) as st:
+        watcher = DirWatcher(drop, lambda p: st.registry.install(p, source=f"file {p.name}"))
+        kit.build("probe", 1, out_dir=drop)
+        (drop / "junk.wgb").write_bytes(b"not a bundle")
+        await watcher.poll_once()  # first sighting: wait for the files to settle
+        assert st.service.adapter_names() == []
+        await watcher.poll_once()
+        assert st.service.adapter_names() == ["probe"]
+        failures = st.registry.failures()
+        assert [f.source for f in failures] == ["file junk.wgb"]
+        await watcher.poll_once()  # unchanged files are not tried again
+        assert len(st.registry.events) == 2
+        kit.build("probe", 2, out_dir=drop)
+        await watcher.poll_once()
+        await watcher.poll_once()
+        assert (await st.service.run_adapter(probe())).version == 2
+
+
+async def test_revoked_key_unloads_on_trust_reload(tmp_path: Path, kit: BundleKit) -> None:
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+        revoked = kit.trust.with_revoked(key_id=key_id_of(kit.key.verify_key))
+        assert await st.registry.apply_trust(revoked) == ["probe"]
+        assert st.service.adapter_names() == []
+        assert "no longer accepts" in st.registry.failures()[0].message
