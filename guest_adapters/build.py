@@ -28,8 +28,7 @@ __all__ = [
     "BuiltAdapter",
     "build_adapter",
     "default_cache_dir",
-    "example_dir",
-    "example_names",
+    "package_root",
     "sdk_dir",
     "zig_version",
 ]
@@ -57,27 +56,14 @@ class BuiltAdapter:
     cached: bool
 
 
-def _package_root() -> Path:
+def package_root() -> Path:
+    """The installed ``wasmgate.guest_adapters`` folder (SDK, examples, models)."""
     return Path(str(resources.files("wasmgate.guest_adapters")))
 
 
 def sdk_dir() -> Path:
     """Directory holding ``wasmgate.h`` and ``wasi_nn.h`` (the include path for adapters)."""
-    return _package_root() / "sdk"
-
-
-def example_dir(name: str) -> Path:
-    """Source directory of a bundled example adapter (``AdapterSourceError`` if unknown)."""
-    path = _package_root() / "examples" / name
-    if not (path / "adapter.c").is_file():
-        raise AdapterSourceError(f"no example adapter named {name!r}")
-    return path
-
-
-def example_names() -> list[str]:
-    """Names of the bundled example adapters (directories with an ``adapter.c``)."""
-    root = _package_root() / "examples"
-    return sorted(p.name for p in root.iterdir() if (p / "adapter.c").is_file())
+    return package_root() / "sdk"
 
 
 def default_cache_dir() -> Path:

@@ -59,35 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ==== TEMPORARY wasi-nn declarations ==================================================
- * Until the sandbox's guest_adapters/sdk/wasi_nn.h lands, these mirror the witx preview1
- * ABI (shared/research/wasi-nn-abi.md). Replace with #include "wasi_nn.h" then. */
-#ifndef WG_HAVE_WASI_NN
-#define WG_HAVE_WASI_NN
-typedef uint32_t wasi_nn_graph;
-typedef uint32_t wasi_nn_context;
-typedef struct {
-    const uint32_t *dims;   /* offset 0 */
-    uint32_t rank;          /* offset 4 */
-    uint8_t type;           /* offset 8 (+3 padding): current witx numbering */
-    const uint8_t *data;    /* offset 12 */
-    uint32_t data_len;      /* offset 16 */
-} wasi_nn_tensor;
-#define WASI_NN_TYPE_F16 0
-#define WASI_NN_TYPE_F32 1
-#define WASI_NN_TYPE_F64 2
-#define WASI_NN_TYPE_U8 3
-#define WASI_NN_TYPE_I32 4
-#define WASI_NN_TYPE_I64 5
-#define WG_NN_IMPORT(n) __attribute__((import_module("wasi_ephemeral_nn"), import_name(n)))
-WG_NN_IMPORT("load_by_name") int32_t wasi_nn_load_by_name(const char *name, uint32_t len, wasi_nn_graph *g);
-WG_NN_IMPORT("init_execution_context") int32_t wasi_nn_init_execution_context(wasi_nn_graph g, wasi_nn_context *c);
-WG_NN_IMPORT("set_input") int32_t wasi_nn_set_input(wasi_nn_context c, uint32_t index, const wasi_nn_tensor *t);
-WG_NN_IMPORT("compute") int32_t wasi_nn_compute(wasi_nn_context c);
-WG_NN_IMPORT("get_output")
-int32_t wasi_nn_get_output(wasi_nn_context c, uint32_t index, uint8_t *buf, uint32_t cap, uint32_t *written);
-#endif
-/* ==== end of TEMPORARY wasi-nn declarations ========================================== */
+#include "wasi_nn.h" /* wasi_ephemeral_nn imports, types and enums (sandbox-owned) */
 
 #define WASMGATE_ABI_VERSION 1
 

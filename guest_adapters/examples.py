@@ -1,0 +1,60 @@
+"""The bundled example adapters: where they are, and staging one for ``bundle build``.
+
+Each example is ``examples/<name>/`` with ``adapter.c``, ``bundle.toml``, ``README.md`` and
+``samples/``. Its ``bundle.toml`` names ``adapter.wasm`` (next to it, written by
+``wasmgate adapter build``) and models as ``../../models/<file>``. The package folder may be
+read-only (an installed wheel), so ``stage_example`` lays out a writable copy with the same
+relative paths: ``<root>/examples/<name>/{bundle.toml,adapter.wasm}`` and ``<root>/models``
+linking to the packaged models.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from wasmgate.guest_adapters.build import build_adapter, package_root
+from wasmgate.guest_adapters.errors import AdapterSourceError
+
+__all__ = ["example_dir", "example_names", "models_dir", "stage_example"]
+
+
+def models_dir() -> Path:
+    """The packaged model files (``guest_adapters/models``)."""
+    return package_root() / "models"
+
+
+def example_dir(name: str) -> Path:
+    """Source directory of a bundled example (``AdapterSourceError`` if there is none)."""
+    path = package_root() / "examples" / name
+    if "/" in name or name.startswith(".") or not (path / "adapter.c").is_file():
+        raise AdapterSourceError(f"no example adapter named {name!r}")
+    return path
+
+
+def example_names() -> list[str]:
+    """Names of the bundled examples (directories with ``adapter.c`` and ``bundle.toml``)."""
+    root = package_root() / "examples"
+    return sorted(
+        p.name for p in root.iterdir() if (p / "adapter.c").is_file() and (p / "bundle.toml").is_file()
+    )
+
+
+def stage_example(name: str, root: Path, *, cache_dir: Path | None = None) -> Path:
+    """Build example ``name`` and lay out a directory ``bundle build`` accepts; returns it.
+
+    Idempotent: re-staging replaces the copied files (the build itself is cached).
+    """
+    src = example_dir(name)
+    dest = root / "examples" / name
+    dest.mkdir(parents=True, exist_ok=True)
+    build_adapter(src, dest / "adapter.wasm", cache_dir=cache_dir)
+    shutil.copyfile(src / "bundle.toml", dest / "bundle.toml")
+    link = root / "models"
+    if not link.exists():
+        tmp = root / f".models.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(models_dir(), target_is_directory=True)
+        tmp.replace(link)  # atomic, so concurrent stagers never see a half-made link
+    return dest
