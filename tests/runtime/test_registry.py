@@ -10,6 +10,7 @@ import pytest
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name, open_stack
+from wasmgate.runtime.bundles import LoadedBundle
 from wasmgate.runtime.errors import BundleRejected, NotFound
 from wasmgate.runtime.service_api import AdapterRequest
 from wasmgate.runtime.watcher import DirWatcher
@@ -103,11 +104,15 @@ async def test_in_flight_requests_finish_on_the_old_version(tmp_path: Path, kit:
         assert not old.closed  # still draining
         answer = await slow
         assert (answer.body, answer.version) == (b"v1:300", 1)
-        for _ in range(100):
-            if old.closed:
-                break
-            await asyncio.sleep(0.02)
-        assert old.closed
+        assert await _closed_soon(old)
+
+
+async def _closed_soon(bundle: LoadedBundle) -> bool:
+    for _ in range(100):
+        if bundle.closed:
+            return True
+        await asyncio.sleep(0.02)
+    return False
 
 
 async def test_staged_activation_then_promote(tmp_path: Path, kit: BundleKit) -> None:
