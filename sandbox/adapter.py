@@ -37,6 +37,7 @@ from wasmgate.sandbox.host_api import HOST_FUNCTIONS, HOST_MODULE, RequestState,
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError
 from wasmgate.sandbox.models import ModelHandle, ModelProvider
+from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc
 from wasmgate.sandbox.traps import translate
 from wasmgate.sandbox.wasi import WASI_FUNCTIONS, define_restricted_wasi, restricted_wasi_config
 from wasmgate.sandbox.wasi_nn import NN_FUNCTIONS, NN_MODULE, NnSession, define_wasi_nn
@@ -91,8 +92,8 @@ class _Instance:
     store: wasmtime.Store
     nn: NnSession
     memory: wasmtime.Memory
-    alloc: wasmtime.Func
-    handle: wasmtime.Func
+    alloc: RawFunc
+    handle: RawFunc
     slot: list[RequestState]  # the request its WASI stdout/stderr currently belong to
 
 
@@ -113,9 +114,10 @@ class Adapter:
         _check_imports(module, name)
         self._has_initialize = _check_exports(module, name, engine)
         linker = wasmtime.Linker(engine.engine)
-        define_restricted_wasi(linker, self._deadline, engine.ceilings.tick_s)
-        define_wasi_nn(linker, lambda: self._tls.nn)
-        define_host_api(linker, lambda: self._tls.req)
+        self._keeper = CallbackKeeper()  # the raw host callbacks live as long as _pre
+        define_restricted_wasi(linker, self._keeper, self._deadline, engine.ceilings.tick_s)
+        define_wasi_nn(linker, self._keeper, lambda: self._tls.nn)
+        define_host_api(linker, self._keeper, lambda: self._tls.req)
         try:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as e:
@@ -214,8 +216,8 @@ class Adapter:
         if self._has_initialize:
             init = exports["_initialize"]
             assert isinstance(init, wasmtime.Func)  # noqa: S101
-            init(store)
-        return _Instance(store, nn, memory, alloc, handle, slot)
+            RawFunc(init, 0, 0)(store)
+        return _Instance(store, nn, memory, RawFunc(alloc, 1, 1), RawFunc(handle, 2, 1), slot)
 
     def _call(self, inst: _Instance, req: RequestState, payload: bytes) -> int:
         store = inst.store
@@ -225,7 +227,7 @@ class Adapter:
                 f"{self.name}: wasmgate_alloc({len(payload)}) failed", cause="memory", logs=req.logs
             )
         try:
-            GuestMemory(store, inst.memory).write(ptr, payload)
+            GuestMemory.of(store, inst.memory).write(ptr, payload)
         except GuestPointerError as e:
             raise GuestTrap(
                 f"{self.name}: wasmgate_alloc returned a bad pointer: {e}",

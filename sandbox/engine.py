@@ -6,7 +6,7 @@ Invariants:
   (so many instances fit in the address space).
 - Exactly one ticker thread increments the epoch every ``Ceilings.tick_s``; ``close()``
   stops and joins it.
-- ``Module.deserialize_file`` runs native code, so it is only ever called on files this
+- ``Module.deserialize`` runs native code, so it is only ever called on files this
   class wrote into its private cache directory (mode 0700, owned by us, never group/world
   writable); the file name is the sha256 of the wasm *as hashed here* plus a fingerprint of
   the engine settings and the wasmtime version. Bundle bytes are never deserialized.
@@ -105,8 +105,10 @@ class SandboxEngine:
         path = self.cache_dir / f"{digest}-{self.fingerprint[:32]}.cwasm"
         if path.exists():
             try:
-                return wasmtime.Module.deserialize_file(self.engine, str(path))
-            except wasmtime.WasmtimeError:
+                # Read into memory rather than deserialize_file: that mmaps the file, and a
+                # file changed in place later would corrupt live code (SIGBUS).
+                return wasmtime.Module.deserialize(self.engine, path.read_bytes())
+            except (wasmtime.WasmtimeError, OSError):
                 path.unlink(missing_ok=True)  # stale or corrupt: recompile below
         try:
             module = wasmtime.Module(self.engine, wasm)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import wasmtime
 
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
+from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
 
 __all__ = ["HOST_FUNCTIONS", "HOST_MODULE", "RequestState", "define_host_api"]
 
@@ -147,23 +149,25 @@ HOST_FUNCTIONS: dict[str, tuple[int, bool, _Impl]] = {
 }
 
 
-def define_host_api(linker: wasmtime.Linker, current: Callable[[], RequestState]) -> None:
+def define_host_api(
+    linker: wasmtime.Linker, keeper: CallbackKeeper, current: Callable[[], RequestState]
+) -> None:
     """Define the ``wasmgate`` functions; ``current()`` gives the calling thread's request."""
-    i32 = wasmtime.ValType.i32()
     for name, (arity, returns, impl) in HOST_FUNCTIONS.items():
-        ty = wasmtime.FuncType([i32] * arity, [i32] if returns else [])
-        linker.define_func(
-            HOST_MODULE, name, ty, _host(name, returns, impl, current), access_caller=True
-        )
+        sig = (arity, 1 if returns else 0)
+        define_raw(linker, keeper, HOST_MODULE, name, sig, _host(name, returns, impl, current))
 
 
 def _host(
     name: str, returns: bool, impl: _Impl, current: Callable[[], RequestState]
 ) -> Callable[..., int | None]:
-    def call(caller: wasmtime.Caller, *args: int) -> int | None:
-        req = current()
+    def call(caller: Any, *args: int) -> int | None:
         try:
-            result = impl(req, GuestMemory(caller), *args)
+            req = current()
+        except Exception:
+            return 1 if returns else None  # no request bound to this thread: never raise
+        try:
+            result = impl(req, caller_memory(caller), *args)
         except (GuestPointerError, MissingMemoryError) as e:
             req.violate(f"wasmgate.{name}: {e}")
             result = 1

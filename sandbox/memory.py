@@ -33,18 +33,22 @@ class MissingMemoryError(Exception):
 
 
 class GuestMemory:
-    """A view of the calling instance's exported ``memory`` for one host call."""
+    """A view of a guest's linear memory (``size`` bytes at host address ``base``).
 
-    def __init__(self, store: wasmtime.Caller | wasmtime.Store, memory: Any = None) -> None:
-        """Bind to ``memory`` or, if not given, the caller's ``memory`` export."""
-        if memory is None and isinstance(store, wasmtime.Caller):
-            memory = store.get("memory")
-        if not isinstance(memory, wasmtime.Memory):
-            raise MissingMemoryError("guest exports no memory")
-        self._store = store
-        self._memory = memory
-        self.size = memory.data_len(store)
-        self._base = ctypes.addressof(memory.data_ptr(store).contents)
+    Valid for one host call or one host-side step only (memory may grow and move).
+    """
+
+    def __init__(self, base: int, size: int) -> None:
+        """Bind to the raw memory range (see ``of`` and ``rawcall.caller_memory``)."""
+        self._base = base
+        self.size = size
+
+    @classmethod
+    def of(cls, store: wasmtime.Store, memory: wasmtime.Memory) -> GuestMemory:
+        """The current view of an exported ``memory`` from outside a call."""
+        size = memory.data_len(store)
+        base = ctypes.addressof(memory.data_ptr(store).contents) if size else 0
+        return cls(base, size)
 
     def check(self, ptr: int, length: int) -> int:
         """Return ``ptr`` as unsigned after checking ``[ptr, ptr+length)`` is inside memory."""

@@ -28,6 +28,7 @@ from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.host_api import RequestState
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.models import ModelProvider
+from wasmgate.sandbox.rawcall import CallbackKeeper
 from wasmgate.sandbox.traps import translate
 from wasmgate.sandbox.wasi import WASI_FUNCTIONS
 from wasmgate.sandbox.wasi_nn import NN_FUNCTIONS, NN_MODULE, NnSession, define_wasi_nn
@@ -108,7 +109,8 @@ class GuestRunner:
         session = NnSession(self.models, self._warn)
         linker = wasmtime.Linker(engine)
         linker.define_wasi()
-        define_wasi_nn(linker, lambda: session)
+        keeper = CallbackKeeper()
+        define_wasi_nn(linker, keeper, lambda: session)
         req = RequestState({}, GuestLimits(deadline_s=float("inf")), deadline=float("inf"))
         try:
             instance = linker.instantiate(store, module)

@@ -17,10 +17,12 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
+from typing import Any
 
 import wasmtime
 
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
+from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
 
 __all__ = ["WASI_FUNCTIONS", "define_restricted_wasi", "restricted_wasi_config"]
 
@@ -95,7 +97,9 @@ def restricted_wasi_config(stdout: Sink, stderr: Sink) -> wasmtime.WasiConfig:
     return cfg
 
 
-def define_restricted_wasi(linker: wasmtime.Linker, deadline_of: DeadlineOf, tick_s: float) -> None:
+def define_restricted_wasi(
+    linker: wasmtime.Linker, keeper: CallbackKeeper, deadline_of: DeadlineOf, tick_s: float
+) -> None:
     """Define WASI preview1 on ``linker`` with the blocking and network calls shadowed.
 
     ``deadline_of()`` returns ``(absolute time.monotonic() deadline, on_slept_past)`` for the
@@ -112,19 +116,18 @@ def define_restricted_wasi(linker: wasmtime.Linker, deadline_of: DeadlineOf, tic
         ("proc_raise", _ENOSYS, 1),
         ("sched_yield", 0, 0),
     ):
-        ty = wasmtime.FuncType([_I32] * arity, [_I32])
-        linker.define_func(WASI_MODULE, name, ty, _returns(errno))
+        define_raw(linker, keeper, WASI_MODULE, name, (arity, 1), _returns(errno))
 
-    def poll_oneoff(
-        caller: wasmtime.Caller, in_ptr: int, out_ptr: int, nsubs: int, nev: int
-    ) -> int:
+    def poll_oneoff(caller: Any, in_ptr: int, out_ptr: int, nsubs: int, nev: int) -> int:
         try:
-            return _poll(GuestMemory(caller), in_ptr, out_ptr, nsubs, nev, deadline_of(), tick_s)
+            mem = caller_memory(caller)
+            return _poll(mem, in_ptr, out_ptr, nsubs, nev, deadline_of(), tick_s)
         except (GuestPointerError, MissingMemoryError):
             return _EFAULT
+        except Exception:
+            return _EINVAL  # never raise into wasm (see rawcall)
 
-    ty = wasmtime.FuncType([_I32] * 4, [_I32])
-    linker.define_func(WASI_MODULE, "poll_oneoff", ty, poll_oneoff, access_caller=True)
+    define_raw(linker, keeper, WASI_MODULE, "poll_oneoff", (4, 1), poll_oneoff)
     linker.allow_shadowing = False
 
 

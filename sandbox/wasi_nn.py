@@ -32,6 +32,7 @@ import wasmtime
 
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, numpy_dtype
+from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
 
 __all__ = ["NN_FUNCTIONS", "NN_MODULE", "NnErrno", "NnSession", "define_wasi_nn"]
 
@@ -274,22 +275,25 @@ NN_FUNCTIONS: dict[str, int] = {
 _NEEDS_MEMORY = {"load", "load_by_name", "init_execution_context", "set_input", "get_output"}
 
 
-def define_wasi_nn(linker: wasmtime.Linker, current: Callable[[], NnSession]) -> None:
+def define_wasi_nn(
+    linker: wasmtime.Linker, keeper: CallbackKeeper, current: Callable[[], NnSession]
+) -> None:
     """Define the 8 ``wasi_ephemeral_nn`` functions; ``current()`` gives the caller's session."""
-    i32 = wasmtime.ValType.i32()
     for name, arity in NN_FUNCTIONS.items():
-        ty = wasmtime.FuncType([i32] * arity, [i32])
-        linker.define_func(NN_MODULE, name, ty, _host(name, current), access_caller=True)
+        define_raw(linker, keeper, NN_MODULE, name, (arity, 1), _host(name, current))
 
 
 def _host(name: str, current: Callable[[], NnSession]) -> Call:
     needs_memory = name in _NEEDS_MEMORY
 
-    def call(caller: wasmtime.Caller, *args: int) -> int:
-        session = current()
+    def call(caller: Any, *args: int) -> int:
+        try:
+            session = current()
+        except Exception:
+            return _E.RUNTIME_ERROR  # no request is bound to this thread: never raise
         try:
             method = getattr(session, name)
-            result = method(GuestMemory(caller), *args) if needs_memory else method(*args)
+            result = method(caller_memory(caller), *args) if needs_memory else method(*args)
         except NnError as e:
             session.log(f"wasi-nn {name}: {e}")
             return e.errno
