@@ -8,6 +8,7 @@ its traceback and answered 500 with a generic message so internals never leak.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
@@ -61,8 +62,12 @@ def status_for(exc: BaseException) -> int:
 
 
 def error_response(status: int, message: str) -> web.Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return web.json_response({"error": message}, status=status, headers=headers)
+    # Exactly "application/json": the kserve SDK only reads the message for that string.
+    headers = {"Content-Type": "application/json"}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    body = json.dumps({"error": message}).encode()
+    return web.Response(body=body, status=status, headers=headers)
 
 
 def _http_exception_message(exc: web.HTTPException) -> str:
