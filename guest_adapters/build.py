@@ -43,6 +43,9 @@ CFLAGS: tuple[str, ...] = (
     "-Wall",
     "-Wextra",
     "-Werror=implicit-function-declaration",
+    # Zig's default wasm stack is 16 MiB, which alone breaks a 16 MiB manifest memory limit;
+    # 256 KiB is plenty for adapters (keep big buffers static, not on the stack).
+    "-Wl,-z,stack-size=262144",
 )
 _COMPILE_TIMEOUT_S = 600.0  # a cold Zig cache compiles wasi-libc first (tens of seconds)
 
@@ -153,7 +156,7 @@ def build_adapter(
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             tmp_out = Path(tmp) / "adapter.wasm"
             _compile(sources, flags, tmp_out)
-            os.replace(tmp_out, cached_path)  # atomic: concurrent builds never see half a file
+            tmp_out.replace(cached_path)  # atomic: concurrent builds never see half a file
     digest = hashlib.sha256(cached_path.read_bytes()).hexdigest()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,9 @@ def example_names() -> list[str]:
     """Names of the bundled examples (directories with ``adapter.c`` and ``bundle.toml``)."""
     root = package_root() / "examples"
     return sorted(
-        p.name for p in root.iterdir() if (p / "adapter.c").is_file() and (p / "bundle.toml").is_file()
+        p.name
+        for p in root.iterdir()
+        if (p / "adapter.c").is_file() and (p / "bundle.toml").is_file()
     )
 
 

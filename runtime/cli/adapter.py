@@ -1,18 +1,127 @@
-"""`wasmgate adapter`: Build and test adapters."""
+"""`wasmgate adapter`: build, scaffold and try adapters (no daemon, no signing needed).
+
+- ``build SRC.c|DIR --out adapter.wasm``: Zig's C compiler from PyPI, cached by content.
+- ``new DIR [--from EXAMPLE]``: copy an example (source, bundle.toml, samples) to start from.
+- ``test ADAPTER.wasm|SRC.c|DIR``: run the adapter once per payload in the real sandbox with
+  real models (``run_adapter.py``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
 
-from wasmgate.runtime.cli._common import SubParsers, not_implemented
+from wasmgate.guest_adapters.build import build_adapter
+from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
+from wasmgate.guest_adapters.examples import example_dir, example_names, models_dir
+from wasmgate.runtime.cli._common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, SubParsers
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "adapter", help="Build and test adapters.", description="Build and test adapters."
+        "adapter",
+        help="Build, scaffold and test adapters.",
+        description="Build C adapters to WebAssembly, start one from an example, run it locally.",
     )
-    parser.set_defaults(func=_run)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    build = actions.add_parser(
+        "build",
+        help="Compile SRC.c or DIR/*.c to an optimized, stripped wasm32-wasi reactor module.",
+    )
+    build.add_argument("src", type=Path, metavar="SRC.c|DIR")
+    build.add_argument("--out", type=Path, required=True, metavar="adapter.wasm")
+    build.add_argument("--cache-dir", type=Path, help="Build cache (default ~/.cache/wasmgate).")
+    build.set_defaults(func=_build)
+
+    new = actions.add_parser("new", help="Start an adapter in DIR from a bundled example.")
+    new.add_argument("dir", type=Path, metavar="DIR")
+    new.add_argument("--from", dest="example", default="digits", help="Example to copy.")
+    new.add_argument("--name", help="Bundle name (default: DIR's name).")
+    new.set_defaults(func=_new)
+
+    lst = actions.add_parser("examples", help="List the bundled example adapters.")
+    lst.set_defaults(func=_examples)
+
+    test = actions.add_parser(
+        "test",
+        help="Run an adapter once per payload in the sandbox with real models.",
+        description="Run ADAPTER (a .wasm, a .c, or a DIR with bundle.toml) once per payload. "
+        "A DIR's bundle.toml supplies models (fp32 variant), params and limits; options override. "
+        "Without --payload, every file in DIR/samples is fed.",
+    )
+    test.add_argument("adapter", type=Path, metavar="ADAPTER.wasm|SRC.c|DIR")
+    test.add_argument(
+        "--model", action="append", default=[], metavar="NAME=PATH", help="Model for load_by_name."
+    )
+    test.add_argument(
+        "--payload", action="append", default=[], metavar="FILE|-", help="Payload (repeatable)."
+    )
+    test.add_argument("--param", action="append", default=[], metavar="K=V", help="param.K.")
+    test.add_argument("--meta", action="append", default=[], metavar="K=V", help="Request meta.")
+    test.add_argument("--content-type", help="Content type (default: by file extension).")
+    test.set_defaults(func=_test)
 
 
-def _run(_args: argparse.Namespace) -> int:
-    return not_implemented(8)
+def _build(args: argparse.Namespace) -> int:
+    try:
+        built = build_adapter(args.src, args.out, cache_dir=args.cache_dir)
+    except AdapterBuildError as e:
+        if e.output:
+            print(e.output, file=sys.stderr)
+        raise CliError(str(e)) from e
+    except GuestAdapterError as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    size = args.out.stat().st_size
+    how = "cached" if built.cached else "compiled"
+    print(f"{args.out}: {size} bytes, sha256 {built.sha256} ({how})")
+    return EXIT_OK
+
+
+def _examples(_args: argparse.Namespace) -> int:
+    for name in example_names():
+        print(f"{name}\t{example_dir(name)}")
+    return EXIT_OK
+
+
+_NAME_LINE = re.compile(r'^name = "[^"]*"$', re.MULTILINE)
+_VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _new(args: argparse.Namespace) -> int:
+    dest: Path = args.dir
+    name = args.name or dest.resolve().name
+    if not _VALID_NAME.match(name):
+        raise CliError(f"bundle name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+    try:
+        src = example_dir(args.example)
+    except GuestAdapterError as e:
+        raise CliError(f"{e} (try: {', '.join(example_names())})", EXIT_USAGE) from e
+    if dest.exists() and any(dest.iterdir()):
+        raise CliError(f"{dest} exists and is not empty")
+    shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.wasm"))
+    toml = dest / "bundle.toml"
+    text = _NAME_LINE.sub(f'name = "{name}"', toml.read_text(encoding="utf-8"), count=1)
+    # The example points at ../../models; a copy elsewhere points at the packaged models.
+    text = text.replace('"../../models/', f'"{models_dir().resolve()}/')
+    toml.write_text(text, encoding="utf-8")
+    print(f"{dest}: adapter {name!r} from example {args.example!r}. Next:")
+    print(f"  wasmgate adapter build {dest} --out {dest}/adapter.wasm")
+    print(f"  wasmgate adapter test {dest}")
+    return EXIT_OK
+
+
+def _test(args: argparse.Namespace) -> int:
+    from wasmgate.runtime.cli.run_adapter import TestRun  # noqa: PLC0415 - ORT is slow to import
+
+    try:
+        run = TestRun.from_args(args)
+    except GuestAdapterError as e:
+        if isinstance(e, AdapterBuildError) and e.output:
+            print(e.output, file=sys.stderr)
+        raise CliError(str(e), EXIT_USAGE) from e
+    statuses = run.run_all()
+    return EXIT_OK if all(s == 0 for s in statuses) else EXIT_FAILURE

@@ -1,0 +1,179 @@
+"""``wasmgate adapter test``: run an adapter locally in the real sandbox with real models.
+
+What the daemon would do for one request, minus signing, batching and transports: the
+adapter runs in a fresh ``wasmgate.sandbox`` instance under the bundle's limits, models come
+from files (CPU ONNX Runtime / LiteRT, as ``run-guest``), ``param.*`` from bundle.toml.
+The answer goes to stdout; status, fallback requests, events and guest logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wasmgate.guest_adapters.build import build_adapter
+from wasmgate.guest_adapters.errors import AdapterSourceError
+from wasmgate.runtime.guest_models import PreloadedModels, load_model
+from wasmgate.sandbox import GuestLimits, SandboxEngine, SandboxError
+from wasmgate.sandbox.limits import MIB
+from wasmgate.sandbox.models import ModelHandle
+
+_STATUS = {0: "ok", 1: "bad input", 2: "adapter error"}
+_TYPES = {".json": "application/json", ".bin": "application/octet-stream"}
+
+
+@dataclass(frozen=True)
+class Payload:
+    label: str
+    data: bytes
+    content_type: str | None
+
+
+@dataclass
+class TestRun:
+    wasm: bytes
+    models: dict[str, Path] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
+    limits: GuestLimits = field(default_factory=GuestLimits)
+    payloads: list[Payload] = field(default_factory=list)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TestRun:
+        src: Path = args.adapter
+        bundle = _read_bundle(src / "bundle.toml") if src.is_dir() else {}
+        run = cls(wasm=_wasm(src))
+        base = src if src.is_dir() else src.parent
+        for model in bundle.get("models", []):
+            variants: dict[str, str] = model.get("variants", {})
+            chosen = variants.get("fp32") or next(iter(variants.values()), None)
+            if chosen:
+                run.models[str(model["name"])] = base / chosen
+        for key, value in bundle.get("params", {}).items():
+            run.meta[f"param.{key}"] = _param(value)
+        run.limits = _limits(bundle.get("limits", {}))
+        for item in args.model:
+            name, path = _pair(item, "--model")
+            run.models[name] = Path(path)
+        for item in args.param:
+            k, v = _pair(item, "--param")
+            run.meta[f"param.{k}"] = v
+        for item in args.meta:
+            k, v = _pair(item, "--meta")
+            run.meta[k] = v
+        run.payloads = _payloads(args.payload, src, args.content_type)
+        return run
+
+    def run_all(self) -> list[int]:
+        handles = self._load_models()
+        provider = PreloadedModels(handles)
+        with (
+            tempfile.TemporaryDirectory(prefix="wasmgate-test-") as tmp,
+            SandboxEngine(Path(tmp) / "modules") as engine,
+        ):
+            try:
+                adapter = engine.compile(self.wasm, name="adapter")
+            except SandboxError as e:
+                raise AdapterSourceError(f"the sandbox refuses this adapter: {e}") from e
+            return [self._one(adapter, p, provider) for p in self.payloads]
+
+    def _load_models(self) -> dict[str, ModelHandle]:
+        handles: dict[str, ModelHandle] = {}
+        for name, path in self.models.items():
+            encoding = "tflite" if path.suffix == ".tflite" else "onnx"
+            try:
+                handles[name] = load_model(path.read_bytes(), encoding)
+            except OSError as e:
+                raise AdapterSourceError(f"model {name}: cannot read {path}: {e.strerror}") from e
+        return handles
+
+    def _one(self, adapter: Any, p: Payload, provider: PreloadedModels) -> int:
+        meta = {"adapter": "test", "transport": "local", "content_type": p.content_type or ""}
+        meta |= self.meta
+        many = len(self.payloads) > 1
+        try:
+            res = adapter.run(p.data, meta, provider, self.limits)
+        except SandboxError as e:
+            print(f"{p.label}: sandbox refused the run: {e}", file=sys.stderr)
+            return 2
+        for line in res.logs:
+            print(f"{p.label}: log: {line}", file=sys.stderr)
+        answer = res.output.decode("utf-8", errors="replace")
+        prefix = f"{p.label}: " if many else ""
+        ms = (res.instantiate_s + res.run_s) * 1000
+        note = f"status {res.status} ({_STATUS.get(res.status, '?')}), {ms:.1f} ms"
+        if res.fallback_reason:
+            note += f", asks for cloud fallback: {res.fallback_reason}"
+        for event in res.events:
+            print(f"{p.label}: event: {event.decode('utf-8', errors='replace')}", file=sys.stderr)
+        print(f"{p.label}: {note}", file=sys.stderr)
+        print(prefix + answer, file=sys.stdout if res.status == 0 else sys.stderr)
+        return int(res.status)
+
+
+def _wasm(src: Path) -> bytes:
+    if src.suffix == ".wasm":
+        try:
+            return src.read_bytes()
+        except OSError as e:
+            raise AdapterSourceError(f"{src}: cannot read: {e.strerror}") from e
+    return build_adapter(src).path.read_bytes()
+
+
+def _read_bundle(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise AdapterSourceError(f"{path}: {e}") from e
+
+
+def _limits(raw: Mapping[str, Any]) -> GuestLimits:
+    kwargs: dict[str, Any] = {}
+    if isinstance(raw.get("memory_mb"), int):
+        kwargs["memory_bytes"] = raw["memory_mb"] * MIB
+    if isinstance(raw.get("deadline_ms"), int):
+        kwargs["deadline_s"] = raw["deadline_ms"] / 1000
+    if isinstance(raw.get("max_output_bytes"), int):
+        kwargs["max_output_bytes"] = raw["max_output_bytes"]
+    return GuestLimits(**kwargs)
+
+
+def _param(value: object) -> str:
+    # Same rendering as the daemon's loader: TOML booleans become "true"/"false".
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _pair(item: str, option: str) -> tuple[str, str]:
+    key, eq, value = item.partition("=")
+    if not eq or not key:
+        raise AdapterSourceError(f"{option} wants K=V, got {item!r}")
+    return key, value
+
+
+def _payloads(items: list[str], src: Path, content_type: str | None) -> list[Payload]:
+    paths: list[str | Path] = list(items)
+    if not paths and src.is_dir() and (src / "samples").is_dir():
+        paths = sorted(p for p in (src / "samples").iterdir() if p.is_file())
+    if not paths:
+        raise AdapterSourceError("no payload: give --payload FILE (or - for stdin)")
+    out = []
+    for item in paths:
+        if item == "-":
+            out.append(Payload("stdin", sys.stdin.buffer.read(), content_type))
+            continue
+        path = Path(item)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise AdapterSourceError(f"payload {path}: cannot read: {e.strerror}") from e
+        out.append(Payload(path.name, data, content_type or _TYPES.get(path.suffix)))
+    return out
