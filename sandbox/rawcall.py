@@ -66,18 +66,23 @@ def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
     name: str,
     sig: tuple[int, int],
     fn: RawHost,
+    *,
+    error: int = 1,
 ) -> None:
     """Define ``module::name`` taking ``sig[0]`` i32s and returning ``sig[1]`` (0/1) i32s.
 
     ``fn(caller, *args)`` gets the raw ``wasmtime_caller_t*`` first (see
-    ``caller_memory``) and must not raise.
+    ``caller_memory``) and should not raise; if it does anyway, the guest gets ``error``.
     """
     nparams, nresults = sig
     i32 = wasmtime.ValType.i32()
     ty = wasmtime.FuncType([i32] * nparams, [i32] * nresults)
 
     def trampoline(_env: Any, caller: Any, slots: Any, _n: int) -> int:
-        result = fn(caller, *(slots[i].i32 for i in range(nparams)))
+        try:
+            result = fn(caller, *(slots[i].i32 for i in range(nparams)))
+        except Exception:
+            result = error  # a host bug must not become an exception inside ctypes
         if nresults:
             slots[0].i32 = result or 0
         return 0  # never a trap: see the module invariants

@@ -127,7 +127,7 @@ def define_restricted_wasi(
         except Exception:
             return _EINVAL  # never raise into wasm (see rawcall)
 
-    define_raw(linker, keeper, WASI_MODULE, "poll_oneoff", (4, 1), poll_oneoff)
+    define_raw(linker, keeper, WASI_MODULE, "poll_oneoff", (4, 1), poll_oneoff, error=_EINVAL)
     linker.allow_shadowing = False
 
 

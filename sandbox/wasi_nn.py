@@ -280,7 +280,8 @@ def define_wasi_nn(
 ) -> None:
     """Define the 8 ``wasi_ephemeral_nn`` functions; ``current()`` gives the caller's session."""
     for name, arity in NN_FUNCTIONS.items():
-        define_raw(linker, keeper, NN_MODULE, name, (arity, 1), _host(name, current))
+        call = _host(name, current)
+        define_raw(linker, keeper, NN_MODULE, name, (arity, 1), call, error=_E.RUNTIME_ERROR)
 
 
 def _host(name: str, current: Callable[[], NnSession]) -> Call:
