@@ -156,6 +156,16 @@ class CloudSettings(_Section):
     """Consecutive failures that open the circuit breaker."""
     breaker_reset_s: float = Field(default=30.0, gt=0)
     """Time the breaker stays open before half-open probes."""
+    breaker_failure_rate: float = Field(default=0.5, gt=0, le=1)
+    """Failure share over the last ``breaker_window`` calls that also opens the breaker."""
+    breaker_window: int = Field(default=20, gt=0)
+    """Calls the failure rate is measured over (the rate counts only once the window is full)."""
+    breaker_probes: int = Field(default=1, gt=0)
+    """Trial calls let through while half-open; one success closes the breaker."""
+    protocol: Literal["v2", "raw"] = "v2"
+    """Adapter fallback call: ``v2`` POSTs ``/v2/models/<adapter>/infer`` (BYTES input
+    ``payload``, output ``answer``; any KServe V2 server, or another wasmgate); ``raw`` POSTs
+    the payload as-is to ``/v1/adapters/<adapter>`` (wasmgate's raw adapter endpoint)."""
 
 
 class LogSettings(_Section):

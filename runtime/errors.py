@@ -54,3 +54,8 @@ class BundleRejected(DaemonError):
 
     The version already serving (if any) is untouched; the message says which step failed.
     """
+
+
+class CloudUnavailable(DaemonError):
+    """The cloud fallback endpoint gave no usable answer (timeout, refused, HTTP error,
+    malformed answer, circuit breaker open); the message names the cause."""

@@ -26,6 +26,7 @@ from typing import Any, Self
 
 from wasmgate.runtime import errors, v2
 from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime.http.errors import status_for
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
 from wasmgate.runtime.mqtt.messages import (
     JSON,
@@ -44,25 +45,7 @@ from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAP
 
 log = logging.getLogger("wasmgate.mqtt")
 
-_STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (errors.BadRequest, 400),
-    (errors.Unauthorized, 401),
-    (errors.NotFound, 404),
-    (errors.PayloadTooLarge, 413),
-    (errors.Busy, 429),
-    (errors.FallbackFailed, 502),
-    (errors.NotReady, 503),
-    (errors.DeadlineExceeded, 504),
-)
 HEADER_LENGTH = "Inference-Header-Content-Length"
-
-
-def status_for(exc: BaseException) -> int:
-    """The HTTP-like ``status`` code of an error (same numbers as the HTTP bridge)."""
-    for kind, code in _STATUS:
-        if isinstance(exc, kind):
-            return code
-    return 500
 
 
 @dataclass

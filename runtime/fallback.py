@@ -1,0 +1,270 @@
+"""`CloudFallback`: the KServe V2 (Open Inference Protocol) client the service falls back to.
+
+Satisfies `wasmgate.runtime.fallback_policy.CloudClient`; the per-bundle policy (which
+causes, whether the payload may leave the gateway) is applied there, not here.
+
+- Adapters (``cloud.protocol = "v2"``, the default): ``POST {url}/v2/models/{adapter}/infer``
+  with one BYTES input ``payload`` (binary tensor extension, so any bytes travel as-is;
+  input parameter ``content_type``, request parameter ``fallback_reason``), answer = the
+  BYTES output ``answer`` (or the only output). Works with any V2 server and with another
+  wasmgate. ``"raw"``: ``POST {url}/v1/adapters/{adapter}`` with the payload as the body,
+  header ``X-Wasmgate-Fallback-Reason``; answer = the response body.
+- Models: ``POST {url}/v2/models/{model}/infer`` with JSON tensors (binary for BF16 and
+  BYTES), answers decoded with the same codec as our own HTTP server.
+- Bearer token, CA bundle, per-request timeout, at most ``max_concurrent`` requests in
+  flight (a semaphore; waiting counts against the timeout), and a `CircuitBreaker`.
+  Every failure raises `CloudUnavailable` naming the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+import numpy as np
+import numpy.typing as npt
+
+from wasmgate.runtime import v2
+from wasmgate.runtime.breaker import CircuitBreaker
+from wasmgate.runtime.config import CloudSettings
+from wasmgate.runtime.errors import BadRequest, CloudUnavailable, ConfigError
+
+Array = npt.NDArray[Any]
+HEADER_LENGTH = "Inference-Header-Content-Length"
+_BINARY_TYPES = frozenset({"BF16", "BYTES"})
+
+
+def encode_v2_request(
+    inputs: Mapping[str, Array],
+    *,
+    outputs: Sequence[str] | None = None,
+    binary_outputs: bool = False,
+    parameters: Mapping[str, Any] | None = None,
+    input_parameters: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[bytes, int | None]:
+    """A V2 inference request body and its JSON header length (None = plain JSON)."""
+    binary = any(v2.datatype_of(a) in _BINARY_TYPES for a in inputs.values())
+    # The response encoder writes exactly the tensor entries a request needs.
+    enc = v2.encode_response("", None, inputs, v2.InferRequest({}, binary_output=binary))
+    head_len = enc.header_length if enc.header_length is not None else len(enc.body)
+    doc = json.loads(enc.body[:head_len])
+    entries = doc["outputs"]
+    for entry in entries:
+        extra = (input_parameters or {}).get(entry["name"])
+        if extra:
+            entry["parameters"] = {**entry.get("parameters", {}), **extra}
+    request: dict[str, Any] = {"inputs": entries}
+    if outputs is not None:
+        out_params = {"binary_data": True} if binary_outputs else {}
+        request["outputs"] = [{"name": n, "parameters": out_params} for n in outputs]
+    if parameters:
+        request["parameters"] = dict(parameters)
+    head = json.dumps(request, separators=(",", ":")).encode()
+    if enc.header_length is None:
+        return head, None
+    return head + enc.body[head_len:], len(head)
+
+
+def decode_v2_response(body: bytes, header_length: int | None) -> dict[str, Array]:
+    """The outputs of a V2 inference response (JSON or binary), by name."""
+    head, blob = (
+        (body, b"") if header_length is None else (body[:header_length], body[header_length:])
+    )
+    try:
+        doc = json.loads(head)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"not JSON: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), list):
+        raise BadRequest("no 'outputs' list")
+    # A response's outputs have the schema of a request's inputs: reuse the request decoder.
+    as_request = json.dumps({"inputs": doc["outputs"]}).encode()
+    length = len(as_request) if header_length is not None else None
+    return v2.parse_request(as_request + blob, length).inputs
+
+
+class CloudFallback:
+    """Owns one aiohttp session: ``async with CloudFallback(settings.cloud) as cloud: ...``."""
+
+    def __init__(self, settings: CloudSettings) -> None:
+        if settings.url is None:
+            raise ConfigError("cloud.url is not set: cloud fallback is off")
+        self._settings = settings
+        self._base = settings.url.rstrip("/")
+        self.breaker = CircuitBreaker(
+            failures=settings.breaker_failures,
+            reset_s=settings.breaker_reset_s,
+            window=settings.breaker_window,
+            failure_rate=settings.breaker_failure_rate,
+            probes=settings.breaker_probes,
+        )
+        self._slots = asyncio.Semaphore(settings.max_concurrent)
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0
+        self.failures = 0
+        self.in_flight = 0
+        self.last_error: str | None = None
+
+    async def __aenter__(self) -> Self:
+        ctx: ssl.SSLContext | bool = True
+        if self._settings.tls_ca is not None:
+            ctx = ssl.create_default_context(cafile=str(self._settings.tls_ca))
+        headers = {}
+        if self._settings.token is not None:
+            headers["Authorization"] = f"Bearer {self._settings.token}"
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(ssl=ctx, limit=self._settings.max_concurrent),
+            timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
+        )
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Breaker and traffic facts for ``/metrics`` and the status page."""
+        snap = asdict(self.breaker.snapshot())
+        snap["state"] = str(snap["state"])
+        return {
+            "url": self._base,
+            "breaker": snap,
+            "requests": self.requests,
+            "failures": self.failures,
+            "in_flight": self.in_flight,
+            "last_error": self.last_error,
+        }
+
+    async def infer_adapter(
+        self, adapter: str, payload: bytes, content_type: str | None, reason: str
+    ) -> bytes:
+        if self._settings.protocol == "raw":
+            headers = {"X-Wasmgate-Fallback-Reason": reason}
+            if content_type is not None:
+                headers["Content-Type"] = content_type
+            body, _ = await self._post(f"/v1/adapters/{adapter}", payload, headers)
+            return body
+        array = np.empty(1, dtype=np.object_)
+        array[:] = [payload]
+        params = {"payload": {"content_type": content_type}} if content_type else None
+        outputs = await self._infer(
+            adapter, {"payload": array}, ["answer"], {"fallback_reason": reason}, params
+        )
+        answer = outputs.get("answer")
+        if answer is None and len(outputs) == 1:
+            (answer,) = outputs.values()
+        if answer is None or answer.size != 1:
+            raise CloudUnavailable(f"cloud {self._base}: answer has no single 'answer' element")
+        item = answer.ravel()[0]
+        return item if isinstance(item, bytes) else str(item).encode()
+
+    async def infer_model(
+        self, model: str, inputs: Mapping[str, Array], outputs: Sequence[str] | None
+    ) -> dict[str, Array]:
+        return await self._infer(model, inputs, outputs, None, None)
+
+    async def _infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Array],
+        outputs: Sequence[str] | None,
+        params: Mapping[str, Any] | None,
+        input_params: Mapping[str, Mapping[str, Any]] | None,
+    ) -> dict[str, Array]:
+        body, header_length = encode_v2_request(
+            inputs,
+            outputs=outputs,
+            binary_outputs=True,
+            parameters=params,
+            input_parameters=input_params,
+        )
+        headers = {"Content-Type": "application/json"}
+        if header_length is not None:
+            headers = {
+                "Content-Type": "application/octet-stream",
+                HEADER_LENGTH: str(header_length),
+            }
+        answer, answer_headers = await self._post(f"/v2/models/{model}/infer", body, headers)
+        try:
+            length = answer_headers.get(HEADER_LENGTH)
+            return decode_v2_response(answer, int(length) if length is not None else None)
+        except (BadRequest, ValueError) as e:
+            self.breaker.failure()
+            raise self._fail(f"answer is not a V2 inference response: {e}") from e
+
+    async def _post(
+        self, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> tuple[bytes, Mapping[str, str]]:
+        """POST through the semaphore and the breaker; returns body and headers of a 2xx."""
+        if self._session is None:
+            raise RuntimeError("use `async with CloudFallback(...)`")
+        if not self.breaker.allow():
+            snap = self.breaker.snapshot()
+            raise CloudUnavailable(
+                f"cloud {self._base}: circuit breaker open (last error: {self.last_error}); "
+                f"next probe in {snap.retry_in_s:.1f}s"
+            )
+        self.requests += 1
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._settings.timeout_s), self._slots:
+                self.in_flight += 1
+                try:
+                    return await self._send(self._session, path, body, headers)
+                finally:
+                    self.in_flight -= 1
+        except TimeoutError as e:
+            self.breaker.failure()
+            waited = time.monotonic() - started
+            raise self._fail(
+                f"no answer within {self._settings.timeout_s:g}s ({waited:.2f}s)"
+            ) from e
+        except aiohttp.ClientConnectionError as e:
+            self.breaker.failure()
+            raise self._fail(f"cannot connect: {_connection_cause(e)}") from e
+        except asyncio.CancelledError:
+            self.breaker.release()
+            raise
+
+    async def _send(
+        self, session: aiohttp.ClientSession, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> tuple[bytes, Mapping[str, str]]:
+        async with session.post(self._base + path, data=body, headers=headers) as resp:
+            data = await resp.read()
+            if resp.status < 400:
+                self.breaker.success()
+                return data, resp.headers
+            text = data[:300].decode(errors="replace")
+            if resp.status >= 500 or resp.status == 429:
+                self.breaker.failure()
+            else:
+                self.breaker.success()  # the endpoint is up; the request was refused
+            raise self._fail(f"HTTP {resp.status} from {path}: {text}")
+
+    def _fail(self, cause: str) -> CloudUnavailable:
+        self.failures += 1
+        self.last_error = cause
+        return CloudUnavailable(f"cloud {self._base}: {cause}")
+
+
+def _connection_cause(e: aiohttp.ClientConnectionError) -> str:
+    if isinstance(e, aiohttp.ClientConnectorError):
+        err = e.os_error
+        # asyncio's "Connect call failed (host, port)" hides the reason; errno has it.
+        return f"{os.strerror(err.errno)} ({e.host}:{e.port})" if err.errno else str(err)
+    return str(e) or type(e).__name__
