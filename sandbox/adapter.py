@@ -35,9 +35,9 @@ from wasmgate.sandbox.errors import (
 )
 from wasmgate.sandbox.host_api import HOST_FUNCTIONS, HOST_MODULE, RequestState, define_host_api
 from wasmgate.sandbox.limits import GuestLimits
-from wasmgate.sandbox.memory import GuestMemory, GuestPointerError
+from wasmgate.sandbox.memory import GuestPointerError
 from wasmgate.sandbox.models import ModelHandle, ModelProvider
-from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc
+from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc, RawMemory
 from wasmgate.sandbox.traps import translate
 from wasmgate.sandbox.wasi import WASI_FUNCTIONS, define_restricted_wasi, restricted_wasi_config
 from wasmgate.sandbox.wasi_nn import NN_FUNCTIONS, NN_MODULE, NnSession, define_wasi_nn
@@ -91,7 +91,7 @@ class NoModels:
 class _Instance:
     store: wasmtime.Store
     nn: NnSession
-    memory: wasmtime.Memory
+    memory: RawMemory
     alloc: RawFunc
     handle: RawFunc
     slot: list[RequestState]  # the request its WASI stdout/stderr currently belong to
@@ -204,20 +204,16 @@ class Adapter:
         self, store: wasmtime.Store, nn: NnSession, slot: list[RequestState]
     ) -> _Instance:
         instance = self._pre.instantiate(store)
-        exports = instance.exports(store)
-        memory, alloc, handle = (
-            exports["memory"],
-            exports["wasmgate_alloc"],
-            exports["wasmgate_handle"],
-        )
-        assert isinstance(memory, wasmtime.Memory)  # noqa: S101 - checked at load time
-        assert isinstance(alloc, wasmtime.Func)  # noqa: S101
-        assert isinstance(handle, wasmtime.Func)  # noqa: S101
         if self._has_initialize:
-            init = exports["_initialize"]
-            assert isinstance(init, wasmtime.Func)  # noqa: S101
-            RawFunc(init, 0, 0)(store)
-        return _Instance(store, nn, memory, RawFunc(alloc, 1, 1), RawFunc(handle, 2, 1), slot)
+            RawFunc(store, instance, "_initialize", (0, 0))(store)
+        return _Instance(
+            store,
+            nn,
+            RawMemory(store, instance, "memory"),
+            RawFunc(store, instance, "wasmgate_alloc", (1, 1)),
+            RawFunc(store, instance, "wasmgate_handle", (2, 1)),
+            slot,
+        )
 
     def _call(self, inst: _Instance, req: RequestState, payload: bytes) -> int:
         store = inst.store
@@ -227,7 +223,7 @@ class Adapter:
                 f"{self.name}: wasmgate_alloc({len(payload)}) failed", cause="memory", logs=req.logs
             )
         try:
-            GuestMemory.of(store, inst.memory).write(ptr, payload)
+            inst.memory.view(store).write(ptr, payload)
         except GuestPointerError as e:
             raise GuestTrap(
                 f"{self.name}: wasmgate_alloc returned a bad pointer: {e}",
@@ -267,9 +263,7 @@ class Adapter:
             self._prepare(store, nn, req, NoModels())
             store.set_wasi(restricted_wasi_config(req.sink("stdout"), req.sink("stderr")))
             instance = self._pre.instantiate(store)
-            version = instance.exports(store)["wasmgate_abi_version"]
-            assert isinstance(version, wasmtime.Func)  # noqa: S101
-            got = version(store)
+            got = RawFunc(store, instance, "wasmgate_abi_version", (0, 1))(store)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
             err = translate(e, req, near_memory_limit=False)
             raise AdapterLoadError(

@@ -29,7 +29,7 @@ from wasmtime import _ffi as ffi
 
 from wasmgate.sandbox.memory import GuestMemory, MissingMemoryError
 
-__all__ = ["CallbackKeeper", "RawFunc", "caller_memory", "define_raw"]
+__all__ = ["CallbackKeeper", "RawFunc", "RawMemory", "caller_memory", "define_raw"]
 
 RawHost = Callable[..., int | None]
 _MEMORY = b"memory"
@@ -97,12 +97,51 @@ def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
         raise wasmtime.WasmtimeError._from_ptr(err)
 
 
+def export_of(store: wasmtime.Store, instance: wasmtime.Instance, name: str, kind: int) -> Any:
+    """The raw ``wasmtime_extern_t.of`` of export ``name`` (``KeyError`` if absent/other kind)."""
+    item = ffi.wasmtime_extern_t()
+    raw = name.encode()
+    found = ffi.wasmtime_instance_export_get(
+        store._context(), ctypes.byref(instance._instance), raw, len(raw), ctypes.byref(item)
+    )
+    kind_now: Any = item.kind
+    if not found or kind_now != kind:
+        raise KeyError(name)
+    return item.of
+
+
+FUNC = ffi.WASMTIME_EXTERN_FUNC.value
+MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
+
+
+class RawMemory:
+    """An exported memory, read without wrapper objects."""
+
+    def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance, name: str) -> None:
+        """Look up export ``name`` (``KeyError`` if it is not a memory)."""
+        self._mem = export_of(store, instance, name, MEMORY).memory
+
+    def data_len(self, store: wasmtime.Store) -> int:
+        """Current size in bytes."""
+        return int(ffi.wasmtime_memory_data_size(store._context(), ctypes.byref(self._mem)))
+
+    def view(self, store: wasmtime.Store) -> GuestMemory:
+        """A bounds-checked view valid until the guest runs again."""
+        ctx = store._context()
+        size = ffi.wasmtime_memory_data_size(ctx, ctypes.byref(self._mem))
+        data = ffi.wasmtime_memory_data(ctx, ctypes.byref(self._mem))
+        return GuestMemory(ctypes.addressof(data.contents) if size else 0, size)
+
+
 class RawFunc:
     """Calls an i32-only exported function without per-call type introspection."""
 
-    def __init__(self, func: wasmtime.Func, nparams: int, nresults: int) -> None:
-        """Wrap ``func``, whose type was checked to be ``(i32 * nparams) -> (i32 * nresults)``."""
-        self._func = func
+    def __init__(
+        self, store: wasmtime.Store, instance: wasmtime.Instance, name: str, sig: tuple[int, int]
+    ) -> None:
+        """Look up export ``name``, checked at load time to be ``(i32*sig[0]) -> (i32*sig[1])``."""
+        nparams, nresults = sig
+        self._func = export_of(store, instance, name, FUNC).func
         self._nparams = nparams
         self._nresults = nresults
         self._slots = max(1, nparams, nresults)
@@ -115,7 +154,7 @@ class RawFunc:
         trap = ctypes.POINTER(ffi.wasm_trap_t)()
         err = ffi.wasmtime_func_call_unchecked(
             store._context(),
-            ctypes.byref(self._func._func),
+            ctypes.byref(self._func),
             slots,
             self._slots,
             ctypes.byref(trap),
