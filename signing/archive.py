@@ -38,7 +38,6 @@ from wasmgate.signing.manifest import FILE_NAME_RE
 BLOCK = 512
 RECORD = 20 * BLOCK
 CHUNK = 1024 * 1024
-VIEW_CHUNK = 4 * CHUNK
 _ZERO = bytes(BLOCK)
 Chunk = bytes | memoryview
 _NAME = re.compile(FILE_NAME_RE)
@@ -108,7 +107,7 @@ class ArchiveReader:
     """
 
     def __init__(
-        self, src: BinaryIO | memoryview, total: int, bundle: str, max_member: int
+        self, src: io.BufferedIOBase | memoryview, total: int, bundle: str, max_member: int
     ) -> None:
         """Read ``total`` bytes from ``src``; ``bundle`` labels errors."""
         self._f = None if isinstance(src, memoryview) else src
@@ -194,34 +193,42 @@ class ArchiveReader:
     def chunks(self, chunk: int = CHUNK) -> Iterator[Chunk]:
         """Yield the pending member's data in chunks, then skip its padding.
 
-        Large members are read one chunk ahead on a helper thread, so reading overlaps
-        with whatever the caller does with the current chunk (hashing, copying).
+        From a file, large members are read one chunk ahead on a helper thread into two
+        reused buffers, so reading overlaps with what the caller does with the current
+        chunk. A yielded chunk is valid only until the next one is requested.
         """
         member = self._pending
         if member is None:
             raise RuntimeError("no member pending")
         what = f"member {member.name!r}"
         sizes = _split(member.size, chunk)
-        if self._f is None:  # zero-copy slices: bigger is cheaper
-            yield from (self._read(n, what) for n in _split(member.size, VIEW_CHUNK))
-        elif len(sizes) <= 1:
+        if self._f is None or len(sizes) <= 1:  # zero-copy slices of immutable bytes
             yield from (self._read(n, what) for n in sizes)
         else:
-            with ThreadPoolExecutor(1, thread_name_prefix="wasmgate-read") as pool:
-                f = self._f
-                ahead = pool.submit(f.read, sizes[0])
-                for i, n in enumerate(sizes):
-                    data = ahead.result()
-                    if i + 1 < len(sizes):
-                        ahead = pool.submit(f.read, sizes[i + 1])
-                    if len(data) != n:
-                        raise TruncatedArchiveError(self._bundle, f"archive ends inside {what}")
-                    self._pos += n
-                    yield data
+            yield from self._read_ahead(self._f, sizes, what)
         pad = -member.size % BLOCK
         if pad:
             self._read(pad, f"{what} padding")
         self._pending = None
+
+    def _read_ahead(self, f: io.BufferedIOBase, sizes: list[int], what: str) -> Iterator[Chunk]:
+        bufs = [memoryview(bytearray(sizes[0])) for _ in range(2)]
+
+        def fill(i: int) -> tuple[memoryview, int]:
+            view = bufs[i % 2][: sizes[i]]
+            return view, f.readinto(view)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="wasmgate-read") as pool:
+            ahead = pool.submit(fill, 0)
+            for i, n in enumerate(sizes):
+                view, got = ahead.result()
+                if got != n:
+                    raise TruncatedArchiveError(self._bundle, f"archive ends inside {what}")
+                self._pos += n
+                if i + 1 < len(sizes):
+                    # The caller is done with the buffer of chunk i-1: refill it.
+                    ahead = pool.submit(fill, i + 1)
+                yield view
 
     def read_all(self) -> bytes:
         """Return the pending member's whole data (for small members only)."""

@@ -3,20 +3,20 @@
 Invariants:
 - The size cap is checked (``fstat`` / ``len``) before a single byte is read, and a path
   must name a regular file.
-- Bytes sources are read zero-copy (``bytes`` are immutable). A file is memory-mapped only
-  for pure verification; for installs it is read into private buffers, so the bytes that
-  are hashed are exactly the bytes that are stored, whoever rewrites the file meanwhile.
+- Bytes sources are read zero-copy (``bytes`` are immutable). Files are read into private
+  buffers, so the bytes that are hashed are exactly the bytes that are stored, whoever
+  rewrites the file meanwhile; a staged chunk is written before its buffer is reused.
 - A :class:`StagedFile` is created exclusively in the store's private ``tmp/``; it is
   flushed and ``fsync``-ed before it can be renamed into the blob store.
 """
 
 from __future__ import annotations
 
-import mmap
+import io
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,13 +28,13 @@ from wasmgate.signing.errors import BundleTooLargeError, MalformedArchiveError
 
 @contextmanager
 def open_source(
-    source: bytes | Path, max_bytes: int, *, zero_copy: bool = False
-) -> Iterator[tuple[BinaryIO | memoryview, int, str]]:
+    source: bytes | Path, max_bytes: int
+) -> Iterator[tuple[io.BufferedIOBase | memoryview, int, str]]:
     """Open a bundle (path or bytes) after the size cap; yields (source, size, label).
 
-    Bytes are always read zero-copy. A file is memory-mapped with ``zero_copy`` (for pure
-    verification: nothing read is kept), else read into private buffers, so what install
-    hashes is exactly what it stores even if someone rewrites the file meanwhile.
+    Bytes are read zero-copy (a view of an immutable ``bytes``). A file is read into
+    private buffers, so what is hashed is exactly what is stored even if someone rewrites
+    the file meanwhile.
     """
     if isinstance(source, bytes | bytearray):
         label = "<upload>"
@@ -49,29 +49,10 @@ def open_source(
     with f:
         size = _regular_size(f, label)
         _cap(label, size, max_bytes)
-        if not zero_copy or size == 0:
-            yield f, size, label
-            return
-        # MAP_POPULATE maps the (cached) pages in one call instead of one fault per page.
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mapped = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
-        view = memoryview(mapped)
-        try:
-            yield view, size, label
-        finally:
-            _release(view, mapped)
+        yield f, size, label
 
 
-def _release(view: memoryview, mapped: mmap.mmap) -> None:
-    try:
-        view.release()
-        mapped.close()
-    except BufferError:
-        # A traceback still holds a slice; the mapping is freed when that goes away.
-        pass
-
-
-def _regular_size(f: BinaryIO, label: str) -> int:
+def _regular_size(f: io.BufferedIOBase, label: str) -> int:
     st = os.fstat(f.fileno())
     if not stat.S_ISREG(st.st_mode):
         raise MalformedArchiveError(label, "not a regular file")
@@ -94,20 +75,24 @@ class StagedFile:
         self._pending: Future[object] | None = None
         self.sha256: str | None = None
 
-    def write(self, chunk: Chunk) -> None:
-        # One write in flight: hashing chunk N overlaps with writing chunk N-1.
+    def write(self, chunk: Chunk) -> Callable[[], None]:
+        """Write ``chunk`` on the writer thread; the returned function waits for it."""
+        self._pending = self._pool.submit(self._f.write, chunk)
+        return self._wait
+
+    def _wait(self) -> None:
         if self._pending is not None:
             self._pending.result()
-        self._pending = self._pool.submit(self._f.write, chunk)
+            self._pending = None
 
     def finish(self, sha256: str) -> None:
+        """The member verified: make it durable and remember its digest."""
         self.close()
         self.sha256 = sha256
 
     def close(self) -> None:
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
+        """Wait for the last write, then flush, fsync and close (idempotent)."""
+        self._wait()
         if not self._f.closed:
             self._f.flush()
             os.fsync(self._f.fileno())

@@ -16,11 +16,12 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from wasmgate.signing.archive import ArchiveReader, Chunk
 from wasmgate.signing.envelope import (
@@ -69,8 +70,11 @@ class VerifiedBundle:
 class FileSink(Protocol):
     """Receives the bytes of one member as they are hashed."""
 
-    def write(self, chunk: Chunk) -> None:
-        """Take the next chunk (valid only during the call; copy or write it now)."""
+    def write(self, chunk: Chunk) -> Callable[[], None]:
+        """Start consuming ``chunk``; the returned function waits until that is done.
+
+        ``chunk`` may be a reused buffer: it must not be touched after the wait returns.
+        """
 
     def finish(self, sha256: str) -> None:
         """The member verified; ``sha256`` is its digest."""
@@ -79,9 +83,13 @@ class FileSink(Protocol):
 SinkFactory = Callable[[str], FileSink]
 
 
+def _done() -> None:
+    pass
+
+
 class _NullSink:
-    def write(self, chunk: Chunk) -> None:
-        pass
+    def write(self, chunk: Chunk) -> Callable[[], None]:  # noqa: ARG002 - discards
+        return _done
 
     def finish(self, sha256: str) -> None:
         pass
@@ -171,8 +179,9 @@ def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFacto
         sink = sink_for(member.name)
         h = hashlib.sha256()
         for chunk in reader.chunks():
+            wait = sink.write(chunk)  # copying (other thread) overlaps with hashing
             h.update(chunk)
-            sink.write(chunk)
+            wait()
         if h.hexdigest() != entry.sha256:
             raise FileHashError(label, f"file {member.name!r}: SHA-256 does not match")
         sink.finish(entry.sha256)
@@ -182,7 +191,7 @@ def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFacto
 
 
 def verify_stream(
-    f: BinaryIO | memoryview,
+    f: io.BufferedIOBase | memoryview,
     total: int,
     label: str,
     trust: TrustStore,
@@ -213,7 +222,7 @@ def verify_bundle(
     now: datetime | None = None,
 ) -> VerifiedBundle:
     """Fully verify a bundle without installing it (``state`` adds the anti-rollback check)."""
-    with open_source(source, max_bundle_bytes, zero_copy=True) as (f, total, label):
+    with open_source(source, max_bundle_bytes) as (f, total, label):
         return verify_stream(
             f, total, label, trust, max_bundle_bytes=max_bundle_bytes, state=state, now=now
         )

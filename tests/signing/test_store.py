@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from wasmgate.signing import (
     BlobIntegrityError,
     BlobNotFoundError,
     BundleStore,
+    FileHashError,
     RevokedKeyError,
     RollbackError,
     SigningError,
@@ -116,3 +118,35 @@ def test_concurrent_installs_keep_the_highest(kit: Kit, store: BundleStore) -> N
     assert store.floors() == {"digits": 9}
     assert [b.manifest.version for b in store.installed()] == [9]
     assert all(isinstance(e, RollbackError) for e in errors)
+
+
+@pytest.mark.parametrize("from_path", [True, False])
+def test_large_multi_chunk_file_is_stored_exactly(
+    kit: Kit, trust: TrustStore, tmp_path: Path, from_path: bool
+) -> None:
+    big = os.urandom(3 * 1024 * 1024 + 12345)  # several read-ahead chunks, odd tail
+    (kit.root / "src" / "models" / "digits-fp32.onnx").write_bytes(big)
+    data = kit.build(7)
+    source: bytes | Path = data
+    if from_path:
+        source = tmp_path / "big.wgb"
+        source.write_bytes(data)
+    store = BundleStore(tmp_path / "big-state", trust, max_bundle_bytes=MAX_BUNDLE)
+    m = store.install(source).manifest
+    digest = m.file_digest("digits-fp32.onnx")
+    assert digest == hashlib.sha256(big).hexdigest()
+    assert store.verify_blob_again(digest) == big
+
+
+def test_large_file_tampered_in_last_chunk(kit: Kit, trust: TrustStore, tmp_path: Path) -> None:
+    big = os.urandom(3 * 1024 * 1024 + 7)
+    (kit.root / "src" / "models" / "digits-fp32.onnx").write_bytes(big)
+    data = bytearray(kit.build(7))
+    data[data.index(big) + len(big) - 3] ^= 0x40
+    path = tmp_path / "bad.wgb"
+    path.write_bytes(bytes(data))
+    store = BundleStore(tmp_path / "s", trust, max_bundle_bytes=MAX_BUNDLE)
+    with pytest.raises(FileHashError, match=r"digits-fp32\.onnx"):
+        store.install(path)
+    assert store.installed() == []
+    assert list((tmp_path / "s" / "blobs").iterdir()) == []
