@@ -77,23 +77,27 @@ def bench_model(  # noqa: PLR0917
     feed = {model.session.get_inputs()[0].name: x}
     want = model.session.run(None, feed)[0].tobytes()
     assert adapter.run(body, meta, provider, limits).output == want
+    pooled = adapter.with_mode("pooled")
     raw: list[float] = []
     sandboxed: list[float] = []
+    reused: list[float] = []
     instantiate: list[float] = []
-    for _ in range(rounds):  # interleaved, so drift on a shared VM hits both alike
+    for _ in range(rounds):  # interleaved, so drift on a shared VM hits all alike
         raw += timed(lambda: model.session.run(None, feed), repeat=1, warmup=0)
         sandboxed += timed(
             lambda: instantiate.append(adapter.run(body, meta, provider, limits).instantiate_s),
             repeat=1,
             warmup=0,
         )
-    r, s = median(raw), median(sandboxed)
+        reused += timed(lambda: pooled.run(body, meta, provider, limits), repeat=1, warmup=0)
+    r, s, p = median(raw), median(sandboxed), median(reused)
+    base = ("raw session.run", r * 1e6)
     return [
-        Figure(label, "sandboxed request", s * 1e6, "us", "raw session.run", r * 1e6),
-        Figure(label, "overhead per request", (s - r) * 1e6, "us", "raw session.run", r * 1e6),
-        Figure(label, "instantiate (+_initialize)", median(instantiate) * 1e6, "us",
-               "raw session.run", r * 1e6),
-    ]  # fmt: skip
+        Figure(label, "sandboxed request", s * 1e6, "us", *base),
+        Figure(label, "overhead per request", (s - r) * 1e6, "us", *base),
+        Figure(label, "instantiate (+_initialize)", median(instantiate) * 1e6, "us", *base),
+        Figure(label, "pooled-mode request", p * 1e6, "us", *base),
+    ]
 
 
 def bench_compile(wasm: bytes, rounds: int) -> list[Figure]:
