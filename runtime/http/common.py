@@ -83,5 +83,12 @@ class Observation:
     def failed(self, exc: BaseException) -> None:
         if self._metrics is None:
             return
-        error = type(exc).__name__ if isinstance(exc, DaemonError) else "InternalError"
+        if isinstance(exc, DaemonError):
+            error = type(exc).__name__
+        elif isinstance(exc, web.HTTPRequestEntityTooLarge):
+            error = "PayloadTooLarge"
+        elif isinstance(exc, web.HTTPException):
+            error = f"HTTP{exc.status}"
+        else:
+            error = "InternalError"
         self._metrics.observe_request(self.kind, self.name, None, {}, error, seconds=self.elapsed())

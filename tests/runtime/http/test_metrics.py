@@ -7,7 +7,7 @@ import json
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.runtime.http.server import LiveServer
+from tests.runtime.http.server import MAX_BODY, LiveServer
 from wasmgate.runtime.metrics import Metrics
 
 ADD = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
@@ -34,6 +34,8 @@ def test_metrics_count_requests_errors_and_stages(server: LiveServer) -> None:
     assert server.request("POST", "/v1/adapters/busy", b"x").status == 429
     assert server.request("POST", "/v1/adapters/probe-1", b"x").status == 404
     assert server.request("POST", "/v1/adapters/probe-2", b"x").status == 404
+    assert server.request("POST", "/v1/adapters/echo", b"x" * (MAX_BODY + 1)).status == 413
+    assert server.request("POST", "/v1/adapters/crash", b"x").status == 500
     reply = server.request("GET", "/metrics")
     assert reply.status == 200
     assert reply.headers["Content-Type"].startswith("text/plain")
@@ -47,6 +49,10 @@ def test_metrics_count_requests_errors_and_stages(server: LiveServer) -> None:
     assert value(text, "wasmgate_request_errors_total", **busy) == 1
     unknown = {"transport": "http", "kind": "adapter", "name": "-", "error": "NotFound"}
     assert value(text, "wasmgate_request_errors_total", **unknown) == 2  # no label per probe
+    too_large = {"transport": "http", "kind": "adapter", "name": "echo", "error": "PayloadTooLarge"}
+    assert value(text, "wasmgate_request_errors_total", **too_large) == 1
+    crash = {"transport": "http", "kind": "adapter", "name": "crash", "error": "InternalError"}
+    assert value(text, "wasmgate_request_errors_total", **crash) == 1
     stage = {"kind": "adapter", "name": "cloud", "stage": "fallback"}
     assert value(text, "wasmgate_stage_duration_seconds_count", **stage) == 1
 
