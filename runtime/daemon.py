@@ -34,7 +34,8 @@ from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.daemon")
 
-_RESTART_ONLY = ("http", "mqtt", "paths", "cloud", "profile")
+_RESTART_ONLY = ("mqtt", "paths", "cloud", "profile")
+_HTTP_LIVE = ("management_token",)
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -93,21 +94,32 @@ async def _serve(app: web.Application, notifier: Notifier) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, hup.set)
-    try:
-        async with notifier.watchdog():
-            while not stop.is_set():
-                waiters = [asyncio.create_task(e.wait()) for e in (stop, hup)]
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                for w in waiters:
-                    w.cancel()
-                if hup.is_set() and not stop.is_set():
-                    hup.clear()
-                    notifier.reloading()
-                    await reload(app)
-                    notifier.ready(_summary(app))
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
+    # The handlers stay for the whole drain: a second SIGTERM must not kill the drain.
+    async with notifier.watchdog():
+        while not stop.is_set():
+            waiters = [asyncio.create_task(e.wait()) for e in (stop, hup)]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+            if hup.is_set() and not stop.is_set():
+                hup.clear()
+                notifier.reloading()
+                await reload(app)
+                notifier.ready(_summary(app))
+
+
+def _keep_restart_only(old: Settings, new: Settings) -> Settings:
+    """``new``, except the settings that need a restart keep their running value."""
+    kept: dict[str, object] = {}
+    for section in _RESTART_ONLY:
+        if getattr(old, section) != getattr(new, section):
+            log.warning("%s changed: takes effect after a restart", section)
+        kept[section] = getattr(old, section)
+    live_http = {k: getattr(new.http, k) for k in _HTTP_LIVE}
+    http = old.http.model_copy(update=live_http)
+    if http != new.http:
+        log.warning("http listener settings changed: take effect after a restart")
+    return new.model_copy(update={**kept, "http": http})
 
 
 async def reload(app: web.Application) -> bool:
@@ -115,16 +127,12 @@ async def reload(app: web.Application) -> bool:
     live = app[LIVE]
     old = live.settings
     try:
-        new = load_settings(live.config_path)
+        new = _keep_restart_only(old, load_settings(live.config_path))
         trust = TrustStore.load(new.paths.resolved_trust_file(), missing_ok=True)
     except (ConfigError, SigningError) as e:
         log.error("reload refused, keeping the running configuration: %s", e)  # noqa: TRY400
         return False
-    for section in _RESTART_ONLY:
-        if getattr(old, section) != getattr(new, section):
-            log.warning("%s changed: takes effect after a restart", section)
-    kept = {section: getattr(old, section) for section in _RESTART_ONLY}
-    live.settings = new.model_copy(update=kept)
+    live.settings = new
     setup_logging(new.log.format, new.log.level)
     service = app[SERVICE]
     if isinstance(service, InferenceService):
