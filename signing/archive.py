@@ -102,7 +102,7 @@ def check_member_name(bundle: str, raw: str) -> str:
 class ArchiveReader:
     """Sequential, strict reader of a ``.wgb`` archive of known total length.
 
-    The source is a file (positioned at 0) or a memoryview (bytes or an mmap). With a
+    The source is a file (positioned at 0) or a memoryview of immutable bytes. With a
     memoryview, chunks are zero-copy slices of it.
     """
 
@@ -202,7 +202,7 @@ class ArchiveReader:
             raise RuntimeError("no member pending")
         what = f"member {member.name!r}"
         sizes = _split(member.size, chunk)
-        if self._f is None or len(sizes) <= 1:  # zero-copy slices of immutable bytes
+        if self._f is None or len(sizes) <= 1:  # bytes: zero-copy slices
             yield from (self._read(n, what) for n in sizes)
         else:
             yield from self._read_ahead(self._f, sizes, what)
