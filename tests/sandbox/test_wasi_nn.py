@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -328,3 +330,60 @@ def test_legacy_wat_guest_runs_unmodified(
     res = adapter.run(bytes([2, 4, 6, 8]), {}, declared, GuestLimits())
     assert res.status == 0
     assert struct.unpack("<4f", res.output) == (1.0, 2.0, 3.0, 4.0)
+
+
+def test_missing_memory_errno() -> None:
+    import wasmtime  # noqa: PLC0415
+
+    from wasmgate.sandbox import GuestRunner, GuestTrap  # noqa: PLC0415
+
+    # No memory export (so no WASI either): trap iff load_by_name said missing_memory (3).
+    wat = """(module
+      (import "wasi_ephemeral_nn" "load_by_name" (func $l (param i32 i32 i32) (result i32)))
+      (func (export "_start")
+        (if (i32.eq (call $l (i32.const 0) (i32.const 0) (i32.const 0)) (i32.const 3))
+          (then unreachable))))"""
+    with pytest.raises(GuestTrap, match="unreachable"):
+        GuestRunner(DeclaredModels({})).run(bytes(wasmtime.wat2wasm(wat)))
+
+
+def session_with_context(max_handles: int = 256) -> tuple[Any, list[str]]:
+    from wasmgate.runtime.guest_models import OrtModel  # noqa: PLC0415
+    from wasmgate.sandbox.memory import GuestMemory  # noqa: PLC0415
+    from wasmgate.sandbox.wasi_nn import NnSession  # noqa: PLC0415
+
+    logs: list[str] = []
+    provider = DeclaredModels({})
+    provider.named["affine"] = OrtModel(model_bytes()["affine"], "affine")
+    session = NnSession(provider, logs.append, max_handles)
+    buf = (ctypes.c_ubyte * 128)()
+    mem = GuestMemory(ctypes.addressof(buf), 128)
+    mem.write(0, b"affine")
+    session.load_by_name(mem, 0, 6, 8)
+    session.init_execution_context(mem, 0, 12)
+    return (session, mem, buf), logs
+
+
+def test_compute_after_the_deadline_is_busy() -> None:
+    from wasmgate.sandbox.wasi_nn import NnError  # noqa: PLC0415
+
+    (session, mem, _buf), _ = session_with_context()
+    dims = struct.pack("<2I", 1, 4)
+    mem.write(16, dims + affine_in().tobytes())
+    mem.write(48, struct.pack("<IIB3xII", 16, 2, 1, 24, 16))
+    session.set_input(mem, 0, 0, 48)
+    session.deadline = time.monotonic() - 1
+    with pytest.raises(NnError, match="deadline") as info:
+        session.compute(0)
+    assert info.value.errno == 4  # busy
+    assert session.infer_s == 0
+
+
+def test_handle_count_is_bounded() -> None:
+    from wasmgate.sandbox.wasi_nn import NnError  # noqa: PLC0415
+
+    (session, mem, _buf), _ = session_with_context(max_handles=2)
+    session.init_execution_context(mem, 0, 12)
+    with pytest.raises(NnError, match="more than 2") as info:
+        session.init_execution_context(mem, 0, 12)
+    assert info.value.errno == TOO_LARGE
