@@ -159,6 +159,7 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
     return {
         "serving": registry.status(),
         "failures": [vars(e) for e in registry.failures()],
+        "recent": [vars(e) for e in registry.events[-20:]],
     }
 
 

@@ -61,7 +61,8 @@ def guarded(handler: Handler) -> Handler:
 async def list_bundles(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
     failures = [vars(e) for e in registry.failures()]
-    return web.json_response({"bundles": registry.status(), "failures": failures})
+    recent = [vars(e) for e in registry.events]
+    return web.json_response({"bundles": registry.status(), "failures": failures, "recent": recent})
 
 
 def _stage(request: web.Request) -> int | web.Response:
