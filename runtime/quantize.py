@@ -44,7 +44,7 @@ CONV_OPS = frozenset({"Conv", "ConvTranspose"})
 DYNAMIC_CONV_MEASUREMENT = (
     "dynamic (ConvInteger) quantization makes convolutions slower than fp32 on the ONNX Runtime "
     "CPU EP: measured 0.12x on the MobileNet-class fixture (fp32 10.4 ms vs dynamic 85 ms, "
-    "batch 1, 1 thread, ORT 1.32, Zen 4) and 0.85x on a 3-conv net (hardware.md §3.2)"
+    "batch 1, 1 thread, ORT 1.32, AVX2 x86-64) and 0.85x on a 3-conv net (hardware.md §3.2)"
 )
 CALIBRATION_BATCH = 64
 
