@@ -122,6 +122,28 @@ def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[st
     return entries
 
 
+def _decode_one(
+    entry: Mapping[str, Any], blob: bytes, offset: int, label: str
+) -> tuple[Array, int]:
+    """One tensor from its JSON entry (``data``) or the binary part at ``offset``."""
+    datatype = entry.get("datatype")
+    if not isinstance(datatype, str) or datatype not in DTYPES:
+        raise BadRequest(f"{label}: unknown datatype {datatype!r}")
+    shape = _shape(entry, label)
+    size = _params(entry, label).get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(blob):
+            raise BadRequest(
+                f"{label}: binary_data_size {size!r} does not fit the "
+                f"{len(blob) - offset} binary bytes left"
+            )
+        chunk = blob[offset : offset + size]
+        return decode_binary(chunk, datatype, DTYPES[datatype], shape, label), offset + size
+    if "data" in entry:
+        return decode_json(entry["data"], datatype, DTYPES[datatype], shape, label), offset
+    raise BadRequest(f"{label}: needs 'data' or parameters.binary_data_size")
+
+
 def _decode_tensors(
     entries: list[dict[str, Any]], blob: bytes, what: str
 ) -> tuple[dict[str, Array], dict[str, Mapping[str, Any]]]:
@@ -133,26 +155,8 @@ def _decode_tensors(
         label = f"{what} '{name}'"
         if name in tensors:
             raise BadRequest(f"{label} appears twice")
-        datatype = entry.get("datatype")
-        if not isinstance(datatype, str) or datatype not in DTYPES:
-            raise BadRequest(f"{label}: unknown datatype {datatype!r}")
-        shape = _shape(entry, label)
-        params = _params(entry, label)
-        size = params.get("binary_data_size")
-        if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(blob):
-                raise BadRequest(
-                    f"{label}: binary_data_size {size!r} does not fit the "
-                    f"{len(blob) - offset} binary bytes left"
-                )
-            chunk = blob[offset : offset + size]
-            offset += size
-            tensors[name] = decode_binary(chunk, datatype, DTYPES[datatype], shape, label)
-        elif "data" in entry:
-            tensors[name] = decode_json(entry["data"], datatype, DTYPES[datatype], shape, label)
-        else:
-            raise BadRequest(f"{label}: needs 'data' or parameters.binary_data_size")
-        params_by_name[name] = params
+        tensors[name], offset = _decode_one(entry, blob, offset, label)
+        params_by_name[name] = _params(entry, label)
     if offset != len(blob):
         raise BadRequest(
             f"{len(blob) - offset} binary bytes after the JSON header are not claimed by "
