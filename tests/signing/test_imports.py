@@ -1,0 +1,34 @@
+"""``wasmgate.signing`` imports only PyNaCl, pydantic and the standard library."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import wasmgate.signing
+
+# PyNaCl (nacl, its _sodium extension) and pydantic with its own dependencies.
+ALLOWED_THIRD_PARTY = {
+    "nacl", "_sodium", "pydantic", "pydantic_core", "typing_extensions", "annotated_types",
+    "typing_inspection",
+}  # fmt: skip
+
+
+def test_signing_imports_only_allowed_packages() -> None:
+    code = (
+        "import sys, json; before = set(sys.modules); import wasmgate.signing; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
+    loaded = {name.split(".")[0] for name in json.loads(out.stdout)}
+    stdlib = {n for n in loaded if n in sys.stdlib_module_names or n.startswith("_sysconfigdata")}
+    third_party = loaded - stdlib - {"wasmgate", "_cffi_backend"}
+    assert third_party <= ALLOWED_THIRD_PARTY, third_party
+    wasmgate_mods = {n for n in json.loads(out.stdout) if n.startswith("wasmgate.")}
+    assert all(n.startswith("wasmgate.signing") for n in wasmgate_mods), wasmgate_mods
+
+
+def test_public_names_are_exported() -> None:
+    for name in wasmgate.signing.__all__:
+        assert hasattr(wasmgate.signing, name), name
