@@ -4,9 +4,10 @@ Every long-lived resource is created, stored under a typed `AppKey` and closed b
 aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 
 1. worker pool (guests and un-batched models), sandbox engine, device profile, backends;
-2. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
+2. the cloud fallback client, when ``cloud.url`` is set;
+3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
-3. the MQTT bridge, when ``mqtt.host`` is set.
+4. the MQTT bridge, when ``mqtt.host`` is set.
 No module-level singletons: two apps in one process share nothing.
 """
 
@@ -23,6 +24,7 @@ from aiohttp import web
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.config import Settings
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.fallback import CloudFallback
 from wasmgate.runtime.http import errors, manage, metrics, status, v2
 from wasmgate.runtime.http.keys import LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
 from wasmgate.runtime.live import LiveSettings
@@ -42,6 +44,7 @@ log = logging.getLogger("wasmgate.app")
 DEPS = web.AppKey("loader_deps", LoaderDeps)
 WATCHER = web.AppKey("bundle_watcher", DirWatcher)
 POOL = web.AppKey("worker_pool", ThreadPoolExecutor)
+CLOUD = web.AppKey("cloud_fallback", CloudFallback)
 
 
 def build_app(settings: Settings, live: LiveSettings | None = None) -> web.Application:
@@ -56,6 +59,8 @@ def build_app(settings: Settings, live: LiveSettings | None = None) -> web.Appli
     status.setup(app)
     manage.setup(app)
     app.cleanup_ctx.append(_engine_ctx)
+    if settings.cloud.url is not None:
+        app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_service_ctx)
     if settings.mqtt.host is not None:
         app.cleanup_ctx.append(_mqtt_ctx)
@@ -113,6 +118,20 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             deps.close()
 
 
+async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
+    m = app[METRICS]
+    async with CloudFallback(app[SETTINGS].cloud) as cloud:
+        app[CLOUD] = cloud
+
+        def cloud_state() -> dict[str, object]:
+            state = cloud.state
+            m.set_breaker_state(str(state["breaker"]["state"]))
+            return state
+
+        status.add_provider(app, "cloud", cloud_state)
+        yield
+
+
 def open_store(settings: Settings) -> BundleStore:
     trust_file = settings.paths.resolved_trust_file()
     try:
@@ -137,7 +156,8 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     m = app[METRICS]
     registry = Registry(open_store(settings), app[DEPS])
     registry.on_change.append(lambda: _publish_backends(registry, m))
-    service = InferenceService(registry.table, app[POOL], settings.limits, metrics=m)
+    cloud = app.get(CLOUD)
+    service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
     watcher = DirWatcher(bundle_dir, lambda p: registry.install(p, source=f"file {p.name}"))
