@@ -28,10 +28,10 @@ def test_gate_then_classifier_on_the_gate_test_set(pipeline: Runner, models: Mod
         answer = json.loads(res.output)
         correct_gate += answer["is_digit"] == bool(is_digit[i])
         if answer["is_digit"]:
-            assert provider.loaded == ["gate", "digits"]
+            assert provider.loaded == ["pipeline-gate", "pipeline-digits"]
             assert 0 <= answer["digit"] <= 9
         else:
-            assert provider.loaded == ["gate"]  # the classifier never ran
+            assert provider.loaded == ["pipeline-gate"]  # the classifier never ran
             assert set(answer) == {"is_digit", "gate"}
     assert correct_gate / len(x) >= 0.99  # the gate model itself: 1.0
     # The first 450 gate-test images are the held-out digits, in the same order.

@@ -1,6 +1,8 @@
 /*
  * digits-pipeline — two models in one adapter: a gate decides whether the 8x8 image is a
- * digit at all ("gate", MLP 64-16-1, sigmoid), and only then the classifier runs ("digits").
+ * digit at all (model "pipeline-gate", MLP 64-16-1, sigmoid), and only then the classifier
+ * runs ("pipeline-digits", the digits MLP). Model names are daemon-wide (they are also KServe
+ * V2 model names), so this bundle does not reuse the digits example's "digits".
  *
  * Payload: as the digits example (64 raw bytes 0..255, a JSON array of 64 numbers 0..16,
  * or {"pixels": [...]}).
@@ -63,14 +65,14 @@ static int handle(const uint8_t *payload, size_t len) {
         wg_param_double("confidence_threshold", 0.7, &conf_threshold) != 0)
         return wg_fail(WG_ADAPTER_ERROR, "params gate_threshold/confidence_threshold must be numbers");
 
-    if (run("gate", px, &gate, 1, err, sizeof err) != 0) return wg_fail(WG_ADAPTER_ERROR, err);
+    if (run("pipeline-gate", px, &gate, 1, err, sizeof err) != 0) return wg_fail(WG_ADAPTER_ERROR, err);
     wg_writer w;
     wg_writer_init(&w, out, sizeof out);
     wg_json_begin(&w);
     wg_json_key_bool(&w, "is_digit", gate >= gate_threshold);
     wg_json_key_float(&w, "gate", gate);
     if (gate >= gate_threshold) {
-        if (run("digits", px, probs, CLASSES, err, sizeof err) != 0) return wg_fail(WG_ADAPTER_ERROR, err);
+        if (run("pipeline-digits", px, probs, CLASSES, err, sizeof err) != 0) return wg_fail(WG_ADAPTER_ERROR, err);
         size_t digit = wg_argmax(probs, CLASSES);
         if (probs[digit] < conf_threshold) wg_fallback("low confidence");
         wg_json_key_int(&w, "digit", (long long)digit);
