@@ -37,7 +37,7 @@ def test_mqtt_and_http_share_the_service(
     client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
 
     def on_message(_c: paho.Client, _u: Any, msg: paho.MQTTMessage) -> None:
-        got.put((msg.topic, msg.payload))
+        got.put((msg.topic, bytes(msg.payload)))
 
     client.on_message = on_message
     client.connect(mosquitto.host, mosquitto.port)
