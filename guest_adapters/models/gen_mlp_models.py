@@ -1,8 +1,8 @@
 """Generate the small MLP fixtures: digits classifier, digit/noise gate, pump anomaly detector.
 
 Run by ``make_models.py`` (``python gen_mlp_models.py --out DIR``); every step has a fixed seed.
-Writes ``digits-{fp32,int8}.onnx``, ``digits-test.npz``, ``digits-train.npz`` (calibration data
-for the TFLite step, not committed), ``gate-fp32.onnx``, ``gate-test.npz``,
+Writes ``digits-{fp32,int8}.onnx``, ``digits-test.npz``, ``digits-train.npz`` (training and
+calibration data), ``gate-fp32.onnx``, ``gate-test.npz``,
 ``anomaly-{fp32,int8}.onnx``, ``anomaly-test.npz`` and ``anomaly-sample-*.json``, and prints
 the figures. The anomaly features are defined in ``window_features`` (and in README.md).
 """
