@@ -5,10 +5,11 @@ Layout of ``state_dir`` (mode 0700): ``blobs/<sha256>`` (file bytes, named by th
 ``state.json``/``state.prev.json`` (see ``state.py``), ``tmp/`` (staging), ``lock``.
 
 Invariants:
-- ``install`` streams the archive once: each member is hashed while it is copied into a
-  staging file; nothing outside ``tmp/`` changes until every check has passed. The commit
-  is: blobs renamed into place (fsync), record written, state written (the commit point).
-  Any failure before the commit leaves the installed versions and floors untouched.
+- ``stage`` streams the archive once: each member is hashed while it is copied into a
+  staging file; only after every check has passed are the blobs renamed into place.
+  ``commit`` re-checks anti-rollback, writes the record, then the state (the commit
+  point). ``install`` = stage + commit. Any failure before the commit leaves installed
+  versions and floors untouched (at worst, unreferenced blobs remain until ``gc``).
 - No archive member name ever becomes a filesystem path: blobs are named by SHA-256,
   records by manifest digest (both validated hex).
 - Installs are serialised by a thread lock plus an ``flock`` on ``state_dir/lock``, and
@@ -22,12 +23,9 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import hashlib
-import json
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,21 +40,20 @@ from wasmgate.signing.errors import (
     SigningError,
     StateCorruptedError,
 )
-from wasmgate.signing.manifest import Manifest, parse_manifest
+from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
 from wasmgate.signing.source import StagedFile, open_source
 from wasmgate.signing.state import (
     ActiveBundle,
     NameState,
     StateDoc,
     StateFile,
-    atomic_write,
     fsync_dir,
 )
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import VerifiedBundle, authenticate, verify_stream
+from wasmgate.signing.verify import VerifiedBundle, authenticate, check_fresh, verify_stream
 
 log = logging.getLogger("wasmgate.signing")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,7 @@ class BundleStore:
         self.max_bundle_bytes = max_bundle_bytes
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.Lock()
+        self._staged: dict[str, VerifiedBundle] = {}
         self.state_recovered = False
         """True once damaged or missing state was recovered from the install records."""
         for d in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
@@ -100,8 +98,6 @@ class BundleStore:
         self._state_file = StateFile(state_dir)
         with self._file_lock():
             self._state = self._load_state(repair_state)
-
-    # --- state --------------------------------------------------------------------------
 
     def _load_state(self, repair: bool = False) -> StateDoc:
         """Current state from disk, reconciled with the install records when needed."""
@@ -126,19 +122,7 @@ class BundleStore:
 
     def _reconcile(self, doc: StateDoc, records: list[Path]) -> StateDoc:
         """Raise floors to the highest installed record of each name, then persist."""
-        for path in records:
-            try:
-                manifest = self._read_record(path)[0]
-            except (SigningError, OSError, ValueError) as e:
-                log.warning("skipping unreadable install record %s: %s", path, e)
-                continue
-            entry = doc.bundles.get(manifest.name)
-            if entry is None or manifest.version > entry.floor:
-                active = ActiveBundle(version=manifest.version, digest=path.stem)
-                doc.bundles[manifest.name] = NameState(
-                    floor=manifest.version, floor_digest=path.stem, active=active
-                )
-            doc.advance_clock(manifest.issued_at)
+        raise_floors(doc, records)
         log.error("anti-rollback state recovered using %d install records", len(records))
         self._state_file.save(doc)
         self.state_recovered = True
@@ -153,22 +137,71 @@ class BundleStore:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-    # --- install --------------------------------------------------------------------------
-
     def install(self, data: bytes | Path) -> InstalledBundle:
-        """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically."""
+        """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically.
+
+        Same as :meth:`stage` then :meth:`commit`.
+        """
+        bundle = self.stage(data)
+        self.commit(bundle)
+        return bundle
+
+    def stage(self, data: bytes | Path) -> InstalledBundle:
+        """Verify ``data`` and store its files, without changing what is installed.
+
+        For two-phase activation: load and self-test the staged bundle, then
+        :meth:`commit` it (or :meth:`discard` it). Floors and the active version are
+        untouched until the commit; a crash in between only leaves unreferenced blobs.
+        """
         with self._file_lock():
             state = self._load_state()
             staged: list[Path] = []
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged)
-                self._commit(verified, blobs, state)
+                self._place_blobs(blobs)
             finally:
                 for p in staged:
                     p.unlink(missing_ok=True)
-            bundle = InstalledBundle(verified.manifest, verified.digest)
-            log.info("installed bundle %s (%s)", verified.manifest.label(), verified.digest)
-            return bundle
+            self._staged[verified.digest] = verified
+            return InstalledBundle(verified.manifest, verified.digest)
+
+    def commit(self, bundle: InstalledBundle) -> None:
+        """Make a staged bundle the installed version of its name (the commit point).
+
+        The anti-rollback checks run again against the current state, so a higher version
+        committed meanwhile (by any process) makes this raise :class:`RollbackError`.
+        """
+        with self._file_lock():
+            verified = self._staged.get(bundle.digest)
+            if verified is None:
+                raise BlobNotFoundError(f"bundle {bundle.manifest.label()}: not staged here")
+            state = self._load_state()
+            check_fresh(verified.manifest, verified.digest, state, self._clock())
+            for entry in verified.manifest.files.values():
+                if not (self.state_dir / "blobs" / entry.sha256).is_file():
+                    raise BlobNotFoundError(f"blob {entry.sha256}: removed before the commit")
+            self._commit(verified, state)
+            del self._staged[bundle.digest]
+        log.info("installed bundle %s (%s)", verified.manifest.label(), verified.digest)
+
+    def discard(self, bundle: InstalledBundle) -> None:
+        """Forget a staged bundle (its blobs go at the next :meth:`gc`)."""
+        with self._lock:
+            self._staged.pop(bundle.digest, None)
+
+    def gc(self) -> list[str]:
+        """Delete blobs that no installed or staged bundle references; returns their names."""
+        with self._file_lock():
+            self._state = self._load_state()
+            keep = {f.sha256 for b in self.installed() for f in b.manifest.files.values()}
+            for v in self._staged.values():
+                keep |= {f.sha256 for f in v.manifest.files.values()}
+            removed = []
+            for blob in (self.state_dir / "blobs").iterdir():
+                if blob.name not in keep:
+                    blob.unlink(missing_ok=True)
+                    removed.append(blob.name)
+            return sorted(removed)
 
     def _verify_into_tmp(
         self, data: bytes | Path, state: StateDoc, staged: list[Path]
@@ -193,18 +226,16 @@ class BundleStore:
                     s.close()
         return verified, sinks
 
-    def _commit(self, v: VerifiedBundle, blobs: list[StagedFile], state: StateDoc) -> None:
+    def _place_blobs(self, blobs: list[StagedFile]) -> None:
         blob_dir = self.state_dir / "blobs"
         for staged in blobs:
             if staged.sha256 is None:
-                raise RuntimeError("unverified staged file at commit")
+                raise RuntimeError("unverified staged file")
             staged.path.replace(blob_dir / staged.sha256)
         fsync_dir(blob_dir)
-        record = {
-            "manifest": base64.b64encode(v.manifest_bytes).decode(),
-            "signature": base64.b64encode(v.signature_bytes).decode(),
-        }
-        atomic_write(self.state_dir / "records" / f"{v.digest}.json", json.dumps(record).encode())
+
+    def _commit(self, v: VerifiedBundle, state: StateDoc) -> None:
+        write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)
         new = state.model_copy(deep=True)
         m = v.manifest
         active = ActiveBundle(version=m.version, digest=v.digest)
@@ -213,14 +244,6 @@ class BundleStore:
         self._state_file.save(new)
         self._state = new
 
-    # --- queries ----------------------------------------------------------------------------
-
-    def _read_record(self, path: Path) -> tuple[Manifest, bytes, bytes]:
-        rec = json.loads(path.read_bytes())
-        manifest_bytes = base64.b64decode(rec["manifest"], validate=True)
-        sig_bytes = base64.b64decode(rec["signature"], validate=True)
-        return parse_manifest(manifest_bytes, path.name), manifest_bytes, sig_bytes
-
     def installed(self) -> list[InstalledBundle]:
         """The active bundle of every name (latest installed version), sorted by name."""
         out = []
@@ -228,7 +251,7 @@ class BundleStore:
             active = self._state.bundles[name].active
             if active is not None:
                 path = self.state_dir / "records" / f"{active.digest}.json"
-                out.append(InstalledBundle(self._read_record(path)[0], active.digest))
+                out.append(InstalledBundle(read_record(path)[0], active.digest))
         return out
 
     def floors(self) -> dict[str, int]:
@@ -259,25 +282,15 @@ class BundleStore:
                 continue
             path = self.state_dir / "records" / f"{entry.active.digest}.json"
             try:
-                _, manifest_bytes, sig_bytes = self._read_record(path)
+                _, manifest_bytes, sig_bytes = read_record(path)
                 authenticate(manifest_bytes, sig_bytes, self.trust, name)
             except SigningError as e:
                 problems[name] = e
         return problems
 
-    # --- blobs ------------------------------------------------------------------------------
-
-    def _blob_path(self, sha256: str) -> Path:
-        if not _HEX64.fullmatch(sha256):
-            raise BlobNotFoundError(f"blob {sha256[:80]!r}: not a SHA-256 hex digest")
-        return self.state_dir / "blobs" / sha256
-
     def open_blob(self, sha256: str) -> bytes:
         """The bytes of blob ``sha256`` (no re-hash; see :meth:`verify_blob_again`)."""
-        try:
-            return self._blob_path(sha256).read_bytes()
-        except FileNotFoundError:
-            raise BlobNotFoundError(f"blob {sha256}: not in the store") from None
+        return read_blob(self.state_dir / "blobs", sha256)
 
     def verify_blob_again(self, sha256: str) -> bytes:
         """The bytes of blob ``sha256`` after re-hashing them; raise if they changed."""
