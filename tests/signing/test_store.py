@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signing.conftest import MAX_BUNDLE, Kit
+from tests.signing.conftest import MAX_BUNDLE, Kit, snapshot
 from wasmgate.signing import (
     BlobIntegrityError,
     BlobNotFoundError,
@@ -150,3 +150,48 @@ def test_large_file_tampered_in_last_chunk(kit: Kit, trust: TrustStore, tmp_path
         store.install(path)
     assert store.installed() == []
     assert list((tmp_path / "s" / "blobs").iterdir()) == []
+
+
+def test_stage_changes_nothing_until_commit(kit: Kit, store: BundleStore) -> None:
+    before = snapshot(store)
+    staged = store.stage(kit.build(6))
+    assert staged.manifest.version == 6
+    assert snapshot(store) == before
+    reopened = BundleStore(store.state_dir, store.trust, max_bundle_bytes=MAX_BUNDLE)
+    assert snapshot(reopened) == before  # e.g. the self-test failed and the daemon restarted
+    fp32 = staged.manifest.file_digest("digits-fp32.onnx")
+    assert store.verify_blob_again(fp32)  # staged files are loadable for the self-test
+    store.commit(staged)
+    assert [b.manifest.version for b in store.installed()] == [6]
+    assert store.floors() == {"digits": 6}
+
+
+def test_commit_rechecks_rollback(kit: Kit, store: BundleStore) -> None:
+    six, seven = store.stage(kit.build(6)), store.stage(kit.build(7))
+    store.commit(seven)
+    with pytest.raises(RollbackError, match="version 6 < installed 7"):
+        store.commit(six)
+    assert [b.manifest.version for b in store.installed()] == [7]
+
+
+def test_commit_unknown_or_discarded(kit: Kit, store: BundleStore) -> None:
+    staged = store.stage(kit.build(6))
+    store.discard(staged)
+    with pytest.raises(BlobNotFoundError, match="not staged"):
+        store.commit(staged)
+    assert [b.manifest.version for b in store.installed()] == [5]
+
+
+def test_gc_keeps_installed_and_staged_blobs(kit: Kit, store: BundleStore) -> None:
+    old = store.installed()[0].manifest
+    (kit.root / "src" / "models" / "digits-int8.onnx").write_bytes(os.urandom(999))
+    store.install(kit.build(6))
+    staged = store.stage(kit.build(7, description="candidate"))
+    removed = store.gc()
+    assert removed == [old.file_digest("digits-int8.onnx")]
+    for name in staged.manifest.files:
+        store.verify_blob_again(staged.manifest.file_digest(name))
+    store.discard(staged)
+    assert store.gc() == []  # v7 shares every file with v6
+    new = store.installed()[0].manifest
+    assert all(store.verify_blob_again(f.sha256) for f in new.files.values())
