@@ -155,7 +155,8 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     m = app[METRICS]
     registry = Registry(open_store(settings), app[DEPS])
-    registry.on_change.append(lambda: _publish_backends(registry, m))
+    published: set[str] = set()
+    registry.on_change.append(lambda: _publish_backends(registry, m, published))
     cloud = app.get(CLOUD)
     service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
     bundle_dir = settings.paths.resolved("bundle_dir")
@@ -183,13 +184,20 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
     }
 
 
-def _publish_backends(registry: Registry, m: Metrics) -> None:
+def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> None:
+    """Keep the model-backend info series in step with what serves (unloads drop theirs)."""
+    serving: set[str] = set()
     for slot in registry.table.slots().values():
         bundle = slot.current
         for name, served in bundle.models.items():
             d = served.details
             provider, precision = d.get("provider", "-"), d.get("precision", "-")
             m.set_model_backend(name, bundle.version, provider, precision)
+            serving.add(name)
+    for gone in published - serving:
+        m.forget_model(gone)
+    published.clear()
+    published.update(serving)
 
 
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
