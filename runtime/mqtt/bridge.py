@@ -2,8 +2,8 @@
 
 Delivery contract (``shared/mqtt-topics.md``): requests are acknowledged only after their
 answer reached the broker (manual ack), so a crash or a lost connection means the broker
-redelivers; a redelivered request (same reply address and correlation data / ``id``
-within ``dedupe_window_s``) is answered once and only acknowledged again. Requests whose
+redelivers; a redelivered request (same reply address, correlation data / ``id`` and
+payload within ``dedupe_window_s``) is answered once and only acknowledged again. Requests whose
 deadline or Message Expiry passed get a 504 answer without work. Nothing a requester
 sends (size, bytes, JSON) can stop the bridge: every failure becomes an error answer where
 a reply address exists, and a log line otherwise.
@@ -17,6 +17,7 @@ Wiring::
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -185,7 +186,7 @@ class MqttBridge:
         small = len(msg.payload) <= self._settings.max_payload_bytes
         obj = json_object(msg.payload) if small else None
         reply = self._reply_to(msg, route, request_id(obj))
-        key = _dedupe_key(reply)
+        key = _dedupe_key(reply, msg.payload)
         if key is not None and (seen := self._recall(key)) is not None:
             self.state.duplicates += 1
             try:
@@ -315,15 +316,23 @@ class MqttBridge:
         return _Result(200, enc.body, enc.content_type, props)
 
 
-def _dedupe_key(reply: _Reply) -> bytes | None:
-    """Reply address + correlation data (MQTT 5) or + ``id`` (3.1.1); None = cannot tell."""
+def _dedupe_key(reply: _Reply, payload: bytes) -> bytes | None:
+    """Reply address + correlation data (MQTT 5) or ``id`` (3.1.1) + payload digest.
+
+    The digest keeps a requester that reuses correlation data (a counter reset by a reboot)
+    from being taken for a redelivery: only the same request sent again is one.
+    None = cannot tell (no reply address or no correlation), never deduplicated.
+    """
     if reply.topic is None:
         return None
     if reply.correlation is not None:
-        return b"c\0" + reply.topic.encode() + b"\0" + reply.correlation
-    if reply.rid is not None:
-        return b"i\0" + reply.topic.encode() + b"\0" + str(reply.rid).encode()
-    return None
+        tag = b"c\0" + reply.correlation
+    elif reply.rid is not None:
+        tag = b"i\0" + str(reply.rid).encode()
+    else:
+        return None
+    digest = hashlib.blake2b(payload, digest_size=16).digest()
+    return b"\0".join((reply.topic.encode(), tag, digest))
 
 
 def _detach(fut: asyncio.Future[None]) -> None:

@@ -137,3 +137,19 @@ async def test_duplicate_correlation_is_answered_once(
     assert sorted(r.correlation or b"" for r in replies) == [b"different", b"same"]
     assert service.calls == {b"once": 1, b"other": 1}
     assert bridge.state.duplicates == 2
+
+
+async def test_reused_correlation_with_new_payload_is_answered(
+    mosquitto: Broker, service: FakeService
+) -> None:
+    """A device whose counter restarted reuses correlation data: not a redelivery."""
+    async with MqttBridge(bridge_settings(mosquitto.port), service) as bridge:
+        async with asyncio.timeout(10):
+            await bridge.wait_connected()
+        with Requester(mosquitto.port).connect("c/reuse") as dev:
+            dev.request(SUM, b"1,2", response_topic="c/reuse", correlation=b"1")
+            await dev.wait_for(1)
+            dev.request(SUM, b"3,4", response_topic="c/reuse", correlation=b"1")
+            replies = await dev.wait_for(2)
+    assert [json.loads(r.payload) for r in replies] == [{"sum": 3.0}, {"sum": 7.0}]
+    assert bridge.state.duplicates == 0
