@@ -7,24 +7,38 @@ project's environment; see kserve_check.py). Without it the test fails, it does 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from tests.runtime.http.server import LiveServer
 
 CHECK = Path(__file__).with_name("kserve_check.py")
 
 
-def test_kserve_sdk_rest_client(server: LiveServer) -> None:
+def kserve_check(url: str, model: str, name: str, rows: int, cols: int) -> dict[str, Any]:
+    """Run kserve_check.py with the kserve interpreter; its outputs (json and binary)."""
     python = os.environ.get("WASMGATE_KSERVE_PYTHON")
     assert python, "set WASMGATE_KSERVE_PYTHON to a python with `pip install kserve`"
     result = subprocess.run(
-        [python, str(CHECK), f"http://{server.url}"],
+        [python, str(CHECK), url, model, name, str(rows), str(cols)],
         capture_output=True,
         text=True,
         timeout=90,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "all checks passed" in result.stdout
+    outputs: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return outputs
+
+
+def test_kserve_sdk_rest_client(server: LiveServer) -> None:
+    outputs = kserve_check(f"http://{server.url}", "add", "INPUT0", 2, 4)
+    x = (np.arange(8, dtype=np.float32) / 4).reshape(2, 4)
+    for mode in ("json", "binary"):
+        np.testing.assert_array_equal(np.array(outputs[mode]["OUTPUT0"], np.float32), x + 1)
+        np.testing.assert_array_equal(np.array(outputs[mode]["OUTPUT1"], np.float32), x * 2)
