@@ -117,7 +117,13 @@ def bench_model(name: str, model: LoadedModel, x: Array, args: argparse.Namespac
     return figures
 
 
-def main() -> None:
+def run(quick: bool) -> list[Figure]:
+    """The suite's entry: 1.5 s cells, 2 rounds (``quick``: 0.1 s, 1 round)."""
+    argv = ["--seconds", "0.1", "--rounds", "1"] if quick else ["--seconds", "1.5", "--rounds", "2"]
+    return measure(parser().parse_args(argv))
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per cell")
@@ -125,7 +131,11 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=32, help="Batcher max_batch_size")
     parser.add_argument("--delay-us", type=int, default=2000, help="Batcher max_queue_delay_us")
     parser.add_argument("--workers", type=int, default=1, help="concurrent batches")
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args: argparse.Namespace) -> list[Figure]:
+    """Both models at every concurrency, batching on and off."""
     profile = detect().profile
     backend = create_backend("onnx")
     options = LoadOptions(profile)
@@ -137,7 +147,13 @@ def main() -> None:
         ("mobilenet", mobilenet, rng.normal(size=(1, 3, 128, 128)).astype(np.float32)),
         ("mlp1024", mlp, rng.normal(size=(1, 1024)).astype(np.float32)),
     ]
-    figures = [f for name, m, x in cases for f in bench_model(name, m, x, args)]
+    return [f for name, m, x in cases for f in bench_model(name, m, x, args)]
+
+
+def main() -> None:
+    args = parser().parse_args()
+    profile = detect().profile
+    figures = measure(args)
     print(f"profile {profile.name}, ORT {ort.__version__}, {os.cpu_count()} CPUs")
     print("ratio = batched / unbatched (req/s: higher is better; latency: lower is better)")
     print(format_table(figures))

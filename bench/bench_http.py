@@ -150,7 +150,7 @@ def start_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"127.0.0.1:{port}"
 
 
-def run(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
+def measure(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
     x = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
     body, headers = v2_body(x, args.input)
     infer_url = f"http://{url}/v2/models/{args.model}/infer"
@@ -166,7 +166,21 @@ def run(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
     return figures
 
 
-def main() -> None:
+def run(quick: bool) -> list[Figure]:
+    """The suite's entry: the in-bench server (HTTP layer only), 2 s cells (quick: 0.2 s)."""
+    from tests.fixtures.models import get_models  # noqa: PLC0415 - builds fixtures once
+
+    args = parser().parse_args(["--seconds", "0.2" if quick else "2"])
+    model = get_models().digits_fp32
+    proc, url = start_server(model)
+    try:
+        return measure(args, model, url)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--url", help="HOST:PORT of a running daemon (default: start one)")
@@ -175,14 +189,18 @@ def main() -> None:
     parser.add_argument("--adapter", default="echo", help="adapter for the raw endpoint")
     parser.add_argument("--model-file", type=Path, help="ONNX file for the ORT limit")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.model_file is None:
         from tests.fixtures.models import get_models  # noqa: PLC0415 - builds fixtures once
 
         args.model_file = get_models().digits_fp32
     proc, url = (None, args.url) if args.url else start_server(args.model_file)
     try:
-        figures = run(args, args.model_file, url)
+        figures = measure(args, args.model_file, url)
     finally:
         if proc is not None:
             proc.terminate()

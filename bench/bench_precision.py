@@ -95,6 +95,13 @@ def digits_figures(profile: DeviceProfile, rounds: int) -> list[Figure]:
     ]  # fmt: skip
 
 
+def run(quick: bool) -> list[Figure]:
+    """The suite's entry: 100 rounds (``quick``: 5)."""
+    rounds = 5 if quick else 100
+    profile = detect().profile
+    return mobilenet_figures(profile, max(5, rounds // 4)) + digits_figures(profile, rounds * 10)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=200, help="interleaved rounds per model")

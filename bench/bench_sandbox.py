@@ -116,22 +116,31 @@ def bench_compile(wasm: bytes, rounds: int) -> list[Figure]:
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+def run(quick: bool, rounds: int = 300) -> list[Figure]:
+    """Digits and MobileNet-class, sandboxed vs raw; ``quick``: a few rounds each."""
+    rounds = 5 if quick else rounds
     wasm = compile_c([GUEST]).read_bytes()
     rng = np.random.default_rng(0)
     digits_x = rng.uniform(0, 16, (1, 64)).astype(np.float32)
     mobile_x = rng.standard_normal((1, 3, 128, 128)).astype(np.float32)
     figures: list[Figure] = []
-    with SandboxEngine(Path(tempfile.mkdtemp()) / "cache") as engine:
+    with (
+        tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp,
+        SandboxEngine(Path(tmp) / "cache") as engine,
+    ):
         figures += bench_model(engine, wasm, "digits", (MODELS / "digits-fp32.onnx").read_bytes(),
-                               digits_x, args.rounds)  # fmt: skip
+                               digits_x, rounds)  # fmt: skip
         figures += bench_model(engine, wasm, "mobilenet", mobilenet_bytes(), mobile_x,
-                               max(20, args.rounds // 10))  # fmt: skip
-    figures += bench_compile(wasm, 10)
+                               max(5 if quick else 20, rounds // 10))  # fmt: skip
+    return figures + bench_compile(wasm, 2 if quick else 10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    figures = run(quick=False, rounds=args.rounds)
     print(format_table(figures))
     ratios = {f.scenario: f.ratio for f in figures if f.name == "sandboxed request"}
     print(f"\ngoal digits <= 1.30x: {ratios['digits']:.2f}x; "

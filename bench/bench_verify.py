@@ -70,7 +70,12 @@ def _interleaved(
     return {n: (statistics.median(wall[n]), statistics.median(cpu[n])) for n in cases}
 
 
-def run(mb: int, repeat: int) -> list[Figure]:
+def run(quick: bool) -> list[Figure]:
+    """The suite's entry: a 20 MB bundle, 5 rounds (``quick``: 2 MB, 1 round)."""
+    return measure(2, 1) if quick else measure(20, 5)
+
+
+def measure(mb: int, repeat: int) -> list[Figure]:
     """Measure and return the figures (value and baseline in milliseconds)."""
     with tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp:
         root = Path(tmp)
@@ -115,7 +120,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="Timed runs per figure.")
     parser.add_argument("--json", type=Path, help="Also write the figures as JSON here.")
     args = parser.parse_args()
-    figures = run(args.mb, args.repeat)
+    figures = measure(args.mb, args.repeat)
     print(format_table(figures))
     print()
     for f in figures:

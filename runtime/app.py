@@ -25,7 +25,7 @@ from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_p
 from wasmgate.runtime.config import Settings
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.fallback import CloudFallback
-from wasmgate.runtime.http import errors, manage, metrics, status, v2
+from wasmgate.runtime.http import errors, manage, metrics, openapi, status, v2
 from wasmgate.runtime.http.keys import LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
 from wasmgate.runtime.live import LiveSettings
 from wasmgate.runtime.loader import LoaderDeps
@@ -58,6 +58,7 @@ def build_app(settings: Settings, live: LiveSettings | None = None) -> web.Appli
     metrics.setup(app)
     status.setup(app)
     manage.setup(app)
+    openapi.setup(app)
     app.cleanup_ctx.append(_engine_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
