@@ -7,6 +7,27 @@ Invariants (details in each module's docstring):
   daemon's ``Ceilings``, in a fresh instance unless the adapter is explicitly pooled.
 - Precompiled native code is only ever loaded from the engine's private cache directory.
 - This package never imports ``wasmgate.runtime``: models arrive through ``ModelProvider``.
+
+Using it from the daemon::
+
+    engine = SandboxEngine(cache_dir, Ceilings(...))        # one per process; close() at exit
+    adapter = engine.compile(wasm, sha256, name=bundle).with_mode(manifest.adapter.mode)
+    limits = GuestLimits.from_manifest(manifest.limits, engine.ceilings, deadline_s=left)
+    result = adapter.run(payload, meta, provider, limits)   # on a worker thread
+
+- ``run`` blocks for at most about ``limits.deadline_s`` plus one epoch tick, *except* while
+  the guest is inside a host call: a slow ``ModelHandle.infer`` is not interrupted (the
+  deadline is re-checked before each ``compute`` and when the call returns), so the batcher
+  should honour request deadlines itself. Call it from worker threads, never the event
+  loop; one adapter serves any number of threads at once (wasm releases the GIL).
+- Errors: ``AdapterLoadError`` from ``compile``; from ``run`` a ``GuestTrap`` whose
+  ``cause`` says what happened (``GuestDeadlineExceeded`` = ``deadline``,
+  ``GuestResourceExhausted`` = ``memory``/``table``/``fuel``, ``GuestOutputTooLarge`` =
+  ``output``; also ``unreachable``, ``stack``, ``oob``, ``exit``, ``abi``, ``host``, ...),
+  with ``.logs``; ``SandboxError`` for misuse (fuel limit on a fuel-less engine, closed
+  engine). Status 1/2 from the guest is *not* an exception: see ``GuestResult.status``.
+- ``GuestResult.infer_s`` is the time spent inside ``ModelHandle.infer``; sandbox time is
+  ``instantiate_s + run_s - infer_s``.
 """
 
 from wasmgate.sandbox.adapter import ABI_VERSION, Adapter, GuestResult, NoModels
