@@ -146,6 +146,10 @@ class TrustExpiredError(TrustError):
 # --- state and blobs -----------------------------------------------------------------------
 
 
+class StoreIOError(SigningError):
+    """The store's directory could not be read or written (disk full, permissions)."""
+
+
 class StateCorruptedError(SigningError):
     """The anti-rollback state is unreadable; refusing rather than resetting version floors."""
 

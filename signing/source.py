@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from wasmgate.signing.archive import Chunk
 from wasmgate.signing.errors import BundleTooLargeError, MalformedArchiveError
+from wasmgate.signing.state import fsync_dir
 
 
 @contextmanager
@@ -97,3 +98,21 @@ class StagedFile:
             self._f.flush()
             os.fsync(self._f.fileno())
             self._f.close()
+
+
+def prepare_store_dirs(state_dir: Path) -> None:
+    """Create the store's private directories; delete what a crash left uncommitted."""
+    for sub in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
+        sub.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp_files = [*state_dir.glob(".*.tmp"), *state_dir.glob("records/.*.tmp")]
+    for leftover in [*(state_dir / "tmp").iterdir(), *tmp_files]:
+        leftover.unlink(missing_ok=True)
+
+
+def place_blobs(blobs: list[StagedFile], blob_dir: Path) -> None:
+    """Rename verified staging files to ``blob_dir/<sha256>`` and make that durable."""
+    for staged in blobs:
+        if staged.sha256 is None:
+            raise RuntimeError("unverified staged file")
+        staged.path.replace(blob_dir / staged.sha256)
+    fsync_dir(blob_dir)

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -39,16 +40,16 @@ from wasmgate.signing.errors import (
     BlobNotFoundError,
     SigningError,
     StateCorruptedError,
+    StoreIOError,
 )
 from wasmgate.signing.manifest import Manifest
 from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
-from wasmgate.signing.source import StagedFile, open_source
+from wasmgate.signing.source import StagedFile, open_source, place_blobs, prepare_store_dirs
 from wasmgate.signing.state import (
     ActiveBundle,
     NameState,
     StateDoc,
     StateFile,
-    fsync_dir,
 )
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.verify import VerifiedBundle, authenticate, check_fresh, verify_stream
@@ -89,12 +90,10 @@ class BundleStore:
         self._staged: dict[str, VerifiedBundle] = {}
         self.state_recovered = False
         """True once damaged or missing state was recovered from the install records."""
-        for d in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Leftovers of a crash: staging files and atomic_write temp files (never committed).
-        leftovers = [*(state_dir / "tmp").iterdir(), *state_dir.glob(".*.tmp")]
-        for leftover in [*leftovers, *(state_dir / "records").glob(".*.tmp")]:
-            leftover.unlink(missing_ok=True)
+        try:
+            prepare_store_dirs(state_dir)
+        except OSError as e:
+            raise StoreIOError(f"bundle store {state_dir}: {e}") from e
         self._state_file = StateFile(state_dir)
         with self._file_lock():
             self._state = self._load_state(repair_state)
@@ -158,10 +157,13 @@ class BundleStore:
             staged: list[Path] = []
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged)
-                self._place_blobs(blobs)
+                place_blobs(blobs, self.state_dir / "blobs")
+            except OSError as e:
+                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
             finally:
                 for p in staged:
-                    p.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # best effort; reopening cleans tmp/
+                        p.unlink(missing_ok=True)
             self._staged[verified.digest] = verified
             return InstalledBundle(verified.manifest, verified.digest)
 
@@ -180,7 +182,10 @@ class BundleStore:
             for entry in verified.manifest.files.values():
                 if not (self.state_dir / "blobs" / entry.sha256).is_file():
                     raise BlobNotFoundError(f"blob {entry.sha256}: removed before the commit")
-            self._commit(verified, state)
+            try:
+                self._commit(verified, state)
+            except OSError as e:
+                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
             del self._staged[bundle.digest]
         log.info("installed bundle %s (%s)", verified.manifest.label(), verified.digest)
 
@@ -225,14 +230,6 @@ class BundleStore:
                 for s in sinks:
                     s.close()
         return verified, sinks
-
-    def _place_blobs(self, blobs: list[StagedFile]) -> None:
-        blob_dir = self.state_dir / "blobs"
-        for staged in blobs:
-            if staged.sha256 is None:
-                raise RuntimeError("unverified staged file")
-            staged.path.replace(blob_dir / staged.sha256)
-        fsync_dir(blob_dir)
 
     def _commit(self, v: VerifiedBundle, state: StateDoc) -> None:
         write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)

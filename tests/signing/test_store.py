@@ -18,6 +18,7 @@ from wasmgate.signing import (
     RevokedKeyError,
     RollbackError,
     SigningError,
+    StoreIOError,
     TrustStore,
     key_id_of,
     verify_bundle,
@@ -195,3 +196,21 @@ def test_gc_keeps_installed_and_staged_blobs(kit: Kit, store: BundleStore) -> No
     assert store.gc() == []  # v7 shares every file with v6
     new = store.installed()[0].manifest
     assert all(store.verify_blob_again(f.sha256) for f in new.files.values())
+
+
+def test_unwritable_store_is_a_signing_error(kit: Kit, trust: TrustStore, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreIOError, match="bundle store"):
+        BundleStore(blocker / "state", trust, max_bundle_bytes=MAX_BUNDLE)
+
+
+def test_disk_error_during_stage_is_a_signing_error(
+    kit: Kit, store: BundleStore, tmp_path: Path
+) -> None:
+    before = snapshot(store)
+    (store.state_dir / "tmp").rmdir()
+    (store.state_dir / "tmp").write_text("in the way")
+    with pytest.raises(StoreIOError):
+        store.install(kit.build(6))
+    assert snapshot(store) == before
