@@ -43,7 +43,11 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--names", action="append", required=True, help="Name pattern, e.g. 'vision.*'."
     )
     add.add_argument(
-        "--max-limit", action="append", default=[], metavar="LIMIT=N", help="Limit ceiling."
+        "--max-limit",
+        action="append",
+        default=[],
+        metavar="LIMIT=N",
+        help="Ceiling on a manifest limit (repeatable), e.g. memory_mb=64.",
     )
     add.add_argument("--comment", default="", help="Free text shown by `trust list`.")
     add_trust_arg(add)
@@ -53,7 +57,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     add_trust_arg(lst)
     lst.set_defaults(func=_list)
     rev = actions.add_parser("revoke", help="Revoke a key id or a bundle digest.")
-    rev.add_argument("key_id", nargs="?", metavar="KEY_ID")
+    rev.add_argument("key_id", nargs="?", metavar="KEY_ID", help="Signer key id (64 hex).")
     rev.add_argument("--bundle", metavar="DIGEST", help="Revoke one bundle (manifest digest).")
     add_trust_arg(rev)
     rev.set_defaults(func=_revoke)
