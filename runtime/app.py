@@ -162,7 +162,9 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
-    watcher = DirWatcher(bundle_dir, lambda p: registry.install(p, source=f"file {p.name}"))
+    watcher = DirWatcher(
+        bundle_dir, lambda p: registry.install(p, source=f"file {p.name}", origin=p)
+    )
     files = bundle_files(bundle_dir)
     watcher.mark_seen(files)
     await registry.start(files)

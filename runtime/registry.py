@@ -74,6 +74,7 @@ class Registry:
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
         self.events: list[Event] = []
+        self._origins: dict[str, set[Path]] = {}
         self.on_change: list[Callable[[], None]] = []
         """Called after every switch or removal (MQTT metadata, metrics)."""
 
@@ -86,7 +87,7 @@ class Registry:
                 await self._load(item, source="store", percent=100)
         for path in bundle_files:
             with contextlib.suppress(BundleRejected):
-                await self.install(path, source=f"file {path.name}")
+                await self.install(path, source=f"file {path.name}", origin=path)
         self.table.started = True
 
     async def close(self, wait_s: float) -> None:
@@ -98,15 +99,29 @@ class Registry:
 
     # -- changes ----------------------------------------------------------------------
 
-    async def install(self, data: bytes | Path, *, source: str, percent: int = 100) -> LoadedBundle:
-        """Verify, load and switch to a bundle; `BundleRejected` says why it did not."""
+    async def install(
+        self,
+        data: bytes | Path,
+        *,
+        source: str,
+        percent: int = 100,
+        origin: Path | None = None,
+    ) -> LoadedBundle:
+        """Verify, load and switch to a bundle; `BundleRejected` says why it did not.
+
+        ``origin`` is the bundle-directory file it came from: `remove` deletes it, so a
+        removed bundle does not come back from the directory at the next start.
+        """
         async with self._lock:
             try:
                 item = await asyncio.to_thread(self._store.install, data)
             except SigningError as e:
                 self._record(source, ok=False, message=str(e))
                 raise BundleRejected(str(e)) from e
-            return await self._load(item, source=source, percent=percent)
+            bundle = await self._load(item, source=source, percent=percent)
+            if origin is not None:
+                self._origins.setdefault(bundle.name, set()).add(origin)
+            return bundle
 
     async def _load(self, item: Installed, *, source: str, percent: int) -> LoadedBundle:
         man = item.manifest
@@ -140,6 +155,8 @@ class Registry:
             slot = self.table.remove(name)
             self._changed()
             await asyncio.to_thread(self._store.remove, name)
+            for path in self._origins.pop(name, set()):
+                path.unlink(missing_ok=True)
             self._record("api", ok=True, name=name, version=slot.current.version, message="removed")
             return slot.current
 

@@ -135,8 +135,13 @@ async def test_staged_activation_then_promote(tmp_path: Path, kit: BundleKit) ->
 
 async def test_remove_survives_restart(tmp_path: Path, kit: BundleKit) -> None:
     state = tmp_path / "state"
-    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),), state_dir=state) as st:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    dropped = kit.build("probe", 1, out_dir=drop)
+    original = dropped.read_bytes()
+    async with open_stack(tmp_path, kit, start=(dropped,), state_dir=state) as st:
         removed = await st.registry.remove("probe")
+        assert not dropped.exists()  # it would come back from the directory otherwise
         assert removed.version == 1
         with pytest.raises(NotFound):
             await st.service.run_adapter(probe())
@@ -144,6 +149,9 @@ async def test_remove_survives_restart(tmp_path: Path, kit: BundleKit) -> None:
             await st.registry.remove("probe")
     async with open_stack(tmp_path, kit, state_dir=state) as st:
         assert st.service.list_models() == []
+        (tmp_path / "again.wgb").write_bytes(original)
+        await st.install(tmp_path / "again.wgb")  # the same bundle may come back on purpose
+        assert st.service.adapter_names() == ["probe"]
 
 
 async def test_watcher_installs_settled_files_once(tmp_path: Path, kit: BundleKit) -> None:
