@@ -4,7 +4,7 @@ A ``*.wgb`` file is installed once its size and mtime stayed the same for one po
 interval, so a bundle still being copied in is not read half-written (an atomic rename
 into the directory is installed on the next poll). A file is tried once per change: a
 rejected file is retried only when it changes again. Removing a file does not unload its
-bundle (use ``DELETE /v1/bundles/{name}``).
+bundle (``DELETE /v1/bundles/{name}`` does, and deletes the file).
 """
 
 from __future__ import annotations
