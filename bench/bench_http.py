@@ -1,7 +1,7 @@
 """HTTP KServe V2 throughput and latency at concurrency 1, 8 and 32, against raw ONNX Runtime.
 
 ``python -m bench.bench_http [--seconds S] [--url HOST:PORT] [--model NAME] [--adapter NAME]
-[--json OUT]``
+[--payload FILE] [--model-file ONNX] [--json OUT]``
 
 Without ``--url`` the bench starts the HTTP app (errors, V2, adapters, metrics, status) in a
 child process on a free loopback port, serving the digits model (FP32 [-1, 64] -> [-1, 10])
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,18 +86,31 @@ def v2_body(x: Array, input_name: str) -> tuple[bytes, dict[str, str]]:
     return head + raw, {"Inference-Header-Content-Length": str(len(head))}
 
 
+OVERLOAD = (429, 503)
+"""Admission control's answers: counted as rejected, not latency samples, not failures."""
+
+
+@dataclass
+class Samples:
+    latencies: list[float] = field(default_factory=list)
+    rejected: int = 0
+
+
 async def _client(
     url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float
-) -> list[float]:
-    latencies: list[float] = []
+) -> Samples:
+    samples = Samples()
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def one() -> None:
+        async def one() -> bool:
             async with session.post(url, data=body, headers=headers) as response:
-                await response.read()
+                text = await response.read()
+                if response.status in OVERLOAD:
+                    return False
                 if response.status != 200:
-                    raise RuntimeError(f"{url}: HTTP {response.status}")
+                    raise RuntimeError(f"{url}: HTTP {response.status} {text[:200]!r}")
+                return True
 
         for _ in range(10):
             await one()
@@ -104,38 +118,39 @@ async def _client(
 
         async def worker() -> None:
             while (start := time.perf_counter()) < stop:
-                await one()
-                latencies.append(time.perf_counter() - start)
+                if await one():
+                    samples.latencies.append(time.perf_counter() - start)
+                else:
+                    samples.rejected += 1
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies
+    return samples
 
 
 def http_run(
     url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float
-) -> list[float]:
+) -> Samples:
     return asyncio.run(_client(url, body, headers, concurrency, seconds))
 
 
 def figures_for(
-    scenario: str, http: list[float], limit: list[float], seconds: float, base: str
+    scenario: str, http: Samples, limit: list[float], seconds: float, base: str
 ) -> list[Figure]:
     def ms(samples: list[float], q: float) -> float:
-        return percentile(samples, q) * 1e3
+        return percentile(samples, q) * 1e3 if samples else float("nan")
 
-    return [
+    ok = http.latencies
+    figures = [
         Figure(
-            scenario,
-            "req/s",
-            len(http) / seconds,
-            "/s",
-            base,
-            len(limit) / seconds,
+            scenario, "req/s", len(ok) / seconds, "/s", base, len(limit) / seconds,
             lower_is_better=False,
         ),
-        Figure(scenario, "p50", median(http) * 1e3, "ms", base, median(limit) * 1e3),
-        Figure(scenario, "p99", ms(http, 99), "ms", base, ms(limit, 99)),
-    ]
+        Figure(scenario, "p50", ms(ok, 50), "ms", base, median(limit) * 1e3),
+        Figure(scenario, "p99", ms(ok, 99), "ms", base, ms(limit, 99)),
+    ]  # fmt: skip
+    if http.rejected:
+        figures.append(Figure(scenario, "rejected 429/503", http.rejected / seconds, "/s", "-", 0))
+    return figures
 
 
 def start_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -155,13 +170,14 @@ def measure(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
     body, headers = v2_body(x, args.input)
     infer_url = f"http://{url}/v2/models/{args.model}/infer"
     raw_url = f"http://{url}/v1/adapters/{args.adapter}"
+    payload = args.payload.read_bytes() if args.payload else x.tobytes()
     figures: list[Figure] = []
     for c in CONCURRENCY:
         limit = ort_limit(model, x, c, args.seconds)
         base = f"ORT c{c}"
         v2 = http_run(infer_url, body, headers, c, args.seconds)
         figures += figures_for(f"v2 c{c}", v2, limit, args.seconds, base)
-        raw = http_run(raw_url, x.tobytes(), {}, c, args.seconds)
+        raw = http_run(raw_url, payload, {}, c, args.seconds)
         figures += figures_for(f"raw c{c}", raw, limit, args.seconds, base)
     return figures
 
@@ -187,6 +203,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="digits", help="V2 model name to drive")
     parser.add_argument("--input", default="input", help="its input tensor name")
     parser.add_argument("--adapter", default="echo", help="adapter for the raw endpoint")
+    parser.add_argument("--payload", type=Path, help="raw adapter payload file (default: x)")
     parser.add_argument("--model-file", type=Path, help="ONNX file for the ORT limit")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     return parser
