@@ -86,7 +86,7 @@ async def run_guest(
         log.exception("adapter run failed", extra={"adapter": req.adapter})
         raise InferenceFailed(f"{req.adapter}: internal error: {type(e).__name__}") from e
     for line in result.logs:
-        log.info("guest: %s", line, extra={"adapter": req.adapter})
+        log.debug("guest: %s", line, extra={"adapter": req.adapter})
     timings["inference"] = result.infer_s
     timings["sandbox"] = max(0.0, result.instantiate_s + result.run_s - result.infer_s)
     return _answer(bundle, req, result, timings)

@@ -226,8 +226,9 @@ class InferenceService:
 
     def _gate_changed(self, key: str, stats: GateStats) -> None:
         if self._metrics is not None:
-            self._metrics.set_in_flight(key, stats.running)
-            self._metrics.set_queue_depth(key, stats.waiting)
+            name = key.partition(":")[2]  # adapters and models share one namespace
+            self._metrics.set_in_flight(name, stats.running)
+            self._metrics.set_queue_depth(name, stats.waiting)
 
     def _gate(self, key: str, admission: AdmissionLimits) -> Gate:
         gate = self._gates.get(key)
