@@ -218,3 +218,23 @@ def test_wasi_nn_abuse_returns_errnos_and_next_request_works(
     s2.call("load_by_name", s2.blob(b"affine"), 6, s2.out())
     res = proxy.run(s2.payload(), {}, declared, GuestLimits(deadline_s=DEADLINE))
     assert s2.result(res.output).errnos == [0]
+
+
+def test_concurrent_attacks_do_not_disturb_each_other_or_good_requests(evil: Adapter) -> None:
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    expected = {0: None, 1: "deadline", 3: "stack", 4: "unreachable", 5: "exit", 13: "oob"}
+
+    def one(i: int) -> None:
+        mode = list(expected)[i % len(expected)]
+        payload = bytes([mode, i % 256])
+        cause, output = None, b""
+        try:
+            output = evil.run(payload, {}, NoModels(), LIMITS).output
+        except GuestTrap as e:
+            cause = e.cause
+        assert cause == expected[mode]
+        assert output == (payload if cause is None else b"")
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(one, range(60)))
