@@ -88,6 +88,9 @@ class MqttSettings(_Section):
     """Window in which a redelivered request (same correlation data or id) is answered once."""
     reconnect_max_s: float = Field(default=30.0, gt=0)
     """Cap of the exponential reconnect backoff."""
+    busy_retry_s: float = Field(default=5.0, ge=0)
+    """How long a request refused as busy is retried before a 429 answer (0 = answer at once).
+    The broker holds requests beyond ``receive_maximum``, so a backlog waits there."""
     receive_maximum: int = Field(default=64, ge=1, le=65535)
     """MQTT 5 Receive Maximum: unacknowledged requests the broker may hand us at once.
     Requests are acked only once answered, so this bounds the bridge's in-flight work."""

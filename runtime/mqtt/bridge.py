@@ -21,9 +21,10 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from wasmgate.runtime import errors, v2
 from wasmgate.runtime.config import MqttSettings
@@ -47,6 +48,7 @@ from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAP
 log = logging.getLogger("wasmgate.mqtt")
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,6 +63,7 @@ class BridgeState:
     duplicates: int = 0
     expired: int = 0
     in_flight: int = 0
+    busy_retries: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -291,10 +294,29 @@ class MqttBridge:
             raise errors.DeadlineExceeded("request expired before work started")
         return deadline
 
+    async def _patiently(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
+        """Retry a `Busy` refusal for up to ``busy_retry_s`` (or the deadline).
+
+        An MQTT backlog arrives all at once (a restart, a burst); the broker holds what is
+        beyond Receive Maximum, so a short wait here beats answering 429 to a device."""
+        give_up = time.monotonic() + self._settings.busy_retry_s
+        if deadline is not None:
+            give_up = min(give_up, deadline)
+        delay = 0.01
+        while True:
+            try:
+                return await call()
+            except errors.Busy:
+                if time.monotonic() + delay > give_up:
+                    raise
+                self.state.busy_retries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+
     async def _run_adapter(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
         meta = {"transport": "mqtt", "topic": msg.topic, "client": route.client or ""}
         req = AdapterRequest(route.name, msg.payload, msg.content_type, meta, deadline)
-        ans = await self._service.run_adapter(req)
+        ans = await self._patiently(lambda: self._service.run_adapter(req), deadline)
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if ans.fallback_reason:
             props = (*props, ("fallback_reason", ans.fallback_reason))
@@ -308,7 +330,7 @@ class MqttBridge:
             raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
         parsed = v2.parse_request(msg.payload, header_length)
         req = ModelRequest(route.name, parsed.inputs, parsed.output_names, deadline=deadline)
-        ans = await self._service.infer_model(req)
+        ans = await self._patiently(lambda: self._service.infer_model(req), deadline)
         enc = v2.encode_response(route.name, str(ans.version), ans.outputs, parsed)
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if enc.header_length is not None:
