@@ -6,6 +6,7 @@ import hashlib
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
@@ -13,7 +14,7 @@ from onnx import TensorProto, helper
 from wasmgate.runtime.guest_models import OrtModel
 from wasmgate.sandbox.models import ModelHandle
 
-GUESTS = __import__("pathlib").Path(__file__).parent / "guests"
+GUESTS = Path(__file__).parent / "guests"
 
 
 def _model(graph: onnx.GraphProto) -> bytes:
