@@ -194,8 +194,10 @@ static WG_UNUSED int wg_param_double(const char *name, double fallback, double *
 }
 
 /* ---- JSON reading: a bounded subset parser ------------------------------------------- */
-/* Accepts standard JSON. Values are views into the payload (nothing is copied); composite
- * values are validated by a bracket scan with a fixed depth limit, never by recursion. */
+/* Accepts standard JSON. Values are views into the payload (nothing is copied). Arrays and
+ * objects are fully validated when first parsed, with a fixed nesting limit
+ * (WG_JSON_MAX_DEPTH) and never by recursion; numbers outside double range are refused.
+ * Numbers with more than 15 significant digits may be off in the last place. */
 
 #define WG_JSON_MAX_DEPTH 32
 
@@ -249,7 +251,9 @@ static int wg__parse_number(const char *s, size_t len, size_t *pos, double *out)
     exp += exp_sign * exp_val;
     if (exp > 400) exp = 400;
     if (exp < -400) exp = -400;
-    double v = mant * pow(10.0, exp);
+    /* Dividing by an exact power of ten keeps short decimals (0.1, 1764410000.125) correctly
+     * rounded; multiplying by an inexact 1e-k would not. */
+    double v = exp < 0 && exp >= -22 ? mant / pow(10.0, -exp) : mant * pow(10.0, exp);
     if (!isfinite(v)) return -1;
     *out = neg ? -v : v;
     *pos = i;
@@ -273,31 +277,69 @@ static int wg__scan_string(const char *s, size_t len, size_t *pos) {
     return -1;
 }
 
-/* Skip an array or object starting at *pos with a bounded bracket stack. */
-static int wg__scan_composite(const char *s, size_t len, size_t *pos) {
-    char stack[WG_JSON_MAX_DEPTH];
-    size_t depth = 0, i = *pos;
-    while (i < len) {
-        char c = s[i];
-        if (c == '"') {
-            if (wg__scan_string(s, len, &i) != 0) return -1;
-            continue;
-        }
-        if (c == '[' || c == '{') {
-            if (depth >= WG_JSON_MAX_DEPTH) return -1;
-            stack[depth++] = c == '[' ? ']' : '}';
-        } else if (c == ']' || c == '}') {
-            if (depth == 0 || stack[depth - 1] != c) return -1;
-            if (--depth == 0) { *pos = i + 1; return 0; }
-        }
-        i++;
-    }
-    return -1;
-}
-
 static int wg__literal(const char *s, size_t len, size_t i, const char *lit) {
     size_t n = strlen(lit);
     return len - i >= n && memcmp(s + i, lit, n) == 0;
+}
+
+/* A string, number or literal at *pos; leaves *pos after it. */
+static int wg__scan_scalar(const char *s, size_t len, size_t *pos) {
+    double ignored;
+    char c = s[*pos];
+    if (c == '"') return wg__scan_string(s, len, pos);
+    if (wg__literal(s, len, *pos, "true") || wg__literal(s, len, *pos, "null")) { *pos += 4; return 0; }
+    if (wg__literal(s, len, *pos, "false")) { *pos += 5; return 0; }
+    return wg__parse_number(s, len, pos, &ignored);
+}
+
+/* Validate an array or object starting at *pos: a full JSON grammar check driven by a
+ * fixed-size container stack (no recursion, so deep nesting cannot exhaust the stack). */
+static int wg__scan_composite(const char *s, size_t len, size_t *pos) {
+    enum { VALUE_OR_CLOSE, VALUE, KEY_OR_CLOSE, KEY, COLON, COMMA_OR_CLOSE } st = VALUE;
+    char stack[WG_JSON_MAX_DEPTH];
+    size_t depth = 0, i = *pos;
+    for (;;) {
+        wg__ws(s, len, &i);
+        if (i >= len) return -1;
+        char c = s[i];
+        int close = 0;
+        switch (st) {
+        case KEY_OR_CLOSE:
+            if (c == '}') { close = 1; break; }
+            /* fall through */
+        case KEY:
+            if (c != '"' || wg__scan_string(s, len, &i) != 0) return -1;
+            st = COLON;
+            continue;
+        case COLON:
+            if (c != ':') return -1;
+            i++;
+            st = VALUE;
+            continue;
+        case VALUE_OR_CLOSE:
+            if (c == ']') { close = 1; break; }
+            /* fall through */
+        case VALUE:
+            if (c == '[' || c == '{') {
+                if (depth >= WG_JSON_MAX_DEPTH) return -1;
+                stack[depth++] = c;
+                i++;
+                st = c == '[' ? VALUE_OR_CLOSE : KEY_OR_CLOSE;
+                continue;
+            }
+            if (depth == 0 || wg__scan_scalar(s, len, &i) != 0) return -1;
+            st = COMMA_OR_CLOSE;
+            continue;
+        case COMMA_OR_CLOSE:
+            if (c == ',') { i++; st = stack[depth - 1] == '[' ? VALUE : KEY; continue; }
+            if (c == (stack[depth - 1] == '[' ? ']' : '}')) { close = 1; break; }
+            return -1;
+        }
+        if (!close || c != (stack[depth - 1] == '[' ? ']' : '}')) return -1;
+        i++;
+        if (--depth == 0) { *pos = i; return 0; }
+        st = COMMA_OR_CLOSE;
+    }
 }
 
 /* Parse one value at *pos (after whitespace); advance *pos past it. 0 ok, -1 malformed. */
