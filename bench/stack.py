@@ -120,6 +120,14 @@ class BenchKit:
         build_bundle(src, self.key, out)
         return out
 
+    def config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Daemon config sections serving this kit's bundles (``extra`` merged per section)."""
+        paths = {"bundle_dir": self.bundle_dir, "trust_file": self.trust_file}
+        sections: dict[str, Any] = {"paths": paths, "log": {"level": "WARNING"}}
+        for key, value in (extra or {}).items():
+            sections[key] = {**sections.get(key, {}), **value} if isinstance(value, dict) else value
+        return sections
+
     def daemon(
         self,
         workdir: Path,
@@ -128,12 +136,8 @@ class BenchKit:
         env: Mapping[str, str] | None = None,
     ) -> Daemon:
         """A (not yet started) daemon serving this kit's bundle directory."""
-        paths = {"bundle_dir": self.bundle_dir, "trust_file": self.trust_file}
-        sections: dict[str, Any] = {"paths": paths, "log": {"level": "WARNING"}}
-        for key, value in (config or {}).items():
-            sections[key] = {**sections.get(key, {}), **value}
         workdir.mkdir(parents=True, exist_ok=True)
-        return Daemon(workdir, sections, (), dict(env or {}))
+        return Daemon(workdir, self.config(config), (), dict(env or {}))
 
 
 def rss_mb(pid: int) -> float:

@@ -1,0 +1,73 @@
+"""Reliability fixtures: signed pass-through bundles (`bench.stack.BenchKit`) and helpers.
+
+Every test here runs real processes on loopback (``wasmgate serve``, mosquitto) and bounds
+its own time and request count.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from bench.stack import BenchKit, payload
+from tests.fixtures.daemon import Daemon
+
+DIGITS_X = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
+TOKEN = "reliability-token"
+
+
+@pytest.fixture
+def kit(tmp_path: Path, models: object) -> BenchKit:
+    """A kit whose bundle directory holds ``digits`` v1 (pass-through adapter + model)."""
+    kit = BenchKit(tmp_path / "kit")
+    kit.build("digits", models.digits_fp32)  # type: ignore[attr-defined]
+    return kit
+
+
+def digits_payload(x: npt.NDArray[np.float32] = DIGITS_X) -> bytes:
+    return payload(x)
+
+
+def post(url: str, body: bytes, timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of a POST; HTTP errors are answers too."""
+    req = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def put_bundle(daemon: Daemon, data: bytes) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        f"{daemon.url}/v1/bundles",
+        data=data,
+        method="PUT",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def served_version(daemon: Daemon) -> str | None:
+    """The digits version that answers a good request (None: no 200 answer)."""
+    status, headers, _ = post(f"{daemon.url}/v1/adapters/digits", digits_payload())
+    return headers.get("X-Wasmgate-Version") if status == 200 else None
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached after {timeout}s")
+        time.sleep(0.05)
