@@ -100,6 +100,16 @@ class MqttRequester:
         self._client.loop_stop()
 
 
+def served(
+    url: str, body: bytes, headers: dict[str, str], clients: int, seconds: float
+) -> list[float]:
+    """Latencies of `bench_http.http_run`; a busy answer (429/503) here is a failure."""
+    samples = bench_http.http_run(url, body, headers, clients, seconds)
+    if samples.rejected:
+        raise RuntimeError(f"{url}: {samples.rejected} requests refused as busy")
+    return samples.latencies
+
+
 def mqtt_latencies(port: int, topic: str, body: bytes, seconds: float) -> list[float]:
     requester = MqttRequester(port)
     try:
@@ -152,12 +162,12 @@ def ladder(
     in_proc = next(f for f in sandboxed if f.name == "sandboxed request")
     body, headers = bench_http.v2_body(x, "input")
     v2_url = f"{daemon.url}/v2/models/{label}/infer"
-    v2 = bench_http.http_run(v2_url, body, headers, 1, seconds)
-    adapter = bench_http.http_run(f"{daemon.url}/v1/adapters/{label}", payload(x), {}, 1, seconds)
+    v2 = served(v2_url, body, headers, 1, seconds)
+    adapter = served(f"{daemon.url}/v1/adapters/{label}", payload(x), {}, 1, seconds)
     topic = f"wasmgate/v1/{GATEWAY}/adapters/{label}/req"
     mqtt = mqtt_latencies(broker.port, topic, payload(x), seconds)
     raw8 = bench_http.ort_limit(path, x, 8, seconds)
-    v2_8 = bench_http.http_run(v2_url, body, headers, 8, seconds)
+    v2_8 = served(v2_url, body, headers, 8, seconds)
     scale = 1e3 if unit == "ms" else 1e6
     return [
         Figure(label, "sandboxed in-process p50", in_proc.value / (1e3 if unit == "ms" else 1),

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench import bench_http
-from bench.bench_ladder import inputs
+from bench.bench_ladder import inputs, served
 from bench.common import Figure, format_table, median, write_json
 from bench.peers import MLSERVER, PERF_ANALYZER, MlServer, missing_system_libs, perf_analyzer_env
 from bench.stack import BenchKit
@@ -53,9 +53,9 @@ def versus_mlserver(
         body, headers = json_body(x)
         unit, scale = ("us", 1e6) if name == "digits" else ("ms", 1e3)
         for clients in (1, 8):
-            ours = bench_http.http_run(f"{daemon.url}/v2/models/{name}/infer", body, headers,
+            ours = served(f"{daemon.url}/v2/models/{name}/infer", body, headers,
                                        clients, seconds)  # fmt: skip
-            theirs = bench_http.http_run(f"{peer.url}/v2/models/{name}/infer", body, headers,
+            theirs = served(f"{peer.url}/v2/models/{name}/infer", body, headers,
                                          clients, seconds)  # fmt: skip
             scenario = f"vs MLServer {name}"
             figures += [
@@ -86,7 +86,7 @@ def with_perf_analyzer(daemon: Daemon, x: Array, quick: bool, tmp: Path) -> list
     pa = perf_analyzer(daemon, x, 50 if quick else 500, tmp / "pa.csv")
     body, headers = bench_http.v2_body(x, "input")
     seconds = 0.5 if quick else 3.0
-    ours = bench_http.http_run(f"{daemon.url}/v2/models/digits/infer", body, headers, 1, seconds)
+    ours = served(f"{daemon.url}/v2/models/digits/infer", body, headers, 1, seconds)
     return [
         Figure("perf_analyzer", "digits V2 binary p50, 1 client", pa["p50"] * 1e6, "us",
                "suite client", median(ours) * 1e6),
