@@ -31,7 +31,16 @@ HELP = "Run a WASI command module with wasi-nn (like wasmedge)."
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     """Add the ``run-guest`` sub-command."""
-    parser = sub.add_parser("run-guest", help=HELP, description=HELP)
+    parser = sub.add_parser(
+        "run-guest",
+        help=HELP,
+        description=HELP,
+        epilog=(
+            "Forms: run-guest GUEST.wasm [options] [-- args...], or WasmEdge's "
+            "run-guest [options] GUEST.wasm args... Encodings: onnx, tensorflowlite. "
+            f"Exit code: the guest's; {EXIT_TRAP} if it traps or cannot be loaded."
+        ),
+    )
     parser.add_argument("guest", type=Path, help="the .wasm command module (exports _start)")
     parser.add_argument(
         "args", nargs=argparse.REMAINDER, help="[our options] [--] arguments for the guest"
