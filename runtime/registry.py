@@ -22,6 +22,7 @@ from wasmgate.runtime.bundles import LoadedBundle
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.registry_table import ServingTable
+from wasmgate.runtime.staging import Staged, clear_staging, stage
 from wasmgate.signing.errors import SigningError
 from wasmgate.signing.manifest import Manifest
 from wasmgate.signing.trust import TrustStore
@@ -43,8 +44,11 @@ class Store(BlobSource, Protocol):
     def installed(self) -> Sequence[Installed]: ...
     def remove(self, name: str) -> None: ...
     def recheck(self) -> Mapping[str, SigningError]: ...
+    def floors(self) -> Mapping[str, int]: ...
 
     trust: TrustStore
+    state_dir: Path
+    max_bundle_bytes: int
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Registry:
         self.table = ServingTable(self._schedule_close)
         self._store = store
         self._deps = deps
+        self._staging = store.state_dir / "staging"
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
@@ -82,9 +87,10 @@ class Registry:
 
     async def start(self, bundle_files: Sequence[Path] = ()) -> None:
         """Serve what the store holds, then the bundle files; never raises for one bundle."""
+        await asyncio.to_thread(clear_staging, self._staging)
         for item in await asyncio.to_thread(self._store.installed):
             with contextlib.suppress(BundleRejected):
-                await self._load(item, source="store", percent=100)
+                self._switch(await self._prepare(item, self._store, "store"), "store", 100)
         for path in bundle_files:
             with contextlib.suppress(BundleRejected):
                 await self.install(path, source=f"file {path.name}", origin=path)
@@ -107,29 +113,55 @@ class Registry:
         percent: int = 100,
         origin: Path | None = None,
     ) -> LoadedBundle:
-        """Verify, load and switch to a bundle; `BundleRejected` says why it did not.
+        """Verify, load, selftest, record and switch; `BundleRejected` says why not.
 
-        ``origin`` is the bundle-directory file it came from: `remove` deletes it, so a
-        removed bundle does not come back from the directory at the next start.
+        Verification and loading happen from a staging store (`wasmgate.runtime.staging`),
+        so the real store records only bundles that serve. ``origin`` is the bundle-dir
+        file it came from: `remove` deletes it, so it does not come back at the next start.
         """
         async with self._lock:
             try:
-                item = await asyncio.to_thread(self._store.install, data)
+                staged = await asyncio.to_thread(
+                    stage, data, self._staging, self._store.trust, self._store.max_bundle_bytes
+                )
             except SigningError as e:
                 self._record(source, ok=False, message=str(e))
                 raise BundleRejected(str(e)) from e
-            bundle = await self._load(item, source=source, percent=percent)
+            try:
+                bundle = await self._install_staged(staged, data, source, percent)
+            finally:
+                await asyncio.to_thread(staged.discard)
             if origin is not None:
                 self._origins.setdefault(bundle.name, set()).add(origin)
             return bundle
 
-    async def _load(self, item: Installed, *, source: str, percent: int) -> LoadedBundle:
-        man = item.manifest
+    async def _install_staged(
+        self, staged: Staged, data: bytes | Path, source: str, percent: int
+    ) -> LoadedBundle:
+        man = staged.item.manifest
         slot = self.table.slots().get(man.name)
-        if slot is not None and slot.current.digest == item.digest:
+        if slot is not None and slot.current.digest == staged.item.digest:
             return slot.current  # already serving exactly this bundle
+        floor = self._store.floors().get(man.name)
+        if floor is not None and man.version < floor:
+            msg = f"bundle {man.label()}: version {man.version} < installed {floor} (rollback)"
+            self._record(source, ok=False, name=man.name, version=man.version, message=msg)
+            raise BundleRejected(msg)
+        bundle = await self._prepare(staged.item, staged.store, source)
         try:
-            bundle = await asyncio.to_thread(load_bundle, self._deps, self._store, man, item.digest)
+            await asyncio.to_thread(self._store.install, data)
+        except SigningError as e:
+            self._schedule_close(bundle)
+            self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
+            raise BundleRejected(str(e)) from e
+        self._switch(bundle, source, percent)
+        return bundle
+
+    async def _prepare(self, item: Installed, blobs: BlobSource, source: str) -> LoadedBundle:
+        """Load (compile, models, selftest) and check names; nothing serves it yet."""
+        man = item.manifest
+        try:
+            bundle = await asyncio.to_thread(load_bundle, self._deps, blobs, man, item.digest)
         except DaemonError as e:
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e
@@ -139,15 +171,16 @@ class Registry:
             msg = f"{man.label()}: {conflict}"
             self._record(source, ok=False, name=man.name, version=man.version, message=msg)
             raise BundleRejected(msg)
+        return bundle
+
+    def _switch(self, bundle: LoadedBundle, source: str, percent: int) -> None:
         self.table.activate(bundle, percent)
         self._changed()
         staged = f" (staged at {percent}%)" if percent < 100 else ""
-        self._record(
-            source, ok=True, name=man.name, version=man.version, message=f"serving{staged}"
-        )
-        self._errors.pop(man.name, None)
+        msg = f"serving{staged}"
+        self._record(source, ok=True, name=bundle.name, version=bundle.version, message=msg)
+        self._errors.pop(bundle.name, None)
         self._errors.pop(source, None)
-        return bundle
 
     async def remove(self, name: str) -> LoadedBundle:
         """Stop serving ``name``; it stays off across restarts until installed again."""

@@ -53,12 +53,18 @@ async def test_untrusted_bundle_is_refused_and_old_keeps_serving(
 
 
 async def test_selftest_gates_the_switch(tmp_path: Path, kit: BundleKit) -> None:
-    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),)) as st:
+    state = tmp_path / "state"
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),), state_dir=state) as st:
         with pytest.raises(BundleRejected, match="selftest returned status 2"):
             await st.install(kit.build("probe", 2, selftest=b"E"))
         assert (await st.service.run_adapter(probe())).version == 1
         [entry] = st.registry.status()
         assert "selftest" in entry["last_error"]["message"]
+    # the failed version was never recorded: after a restart the good one still serves
+    async with open_stack(tmp_path, kit, state_dir=state) as st:
+        assert (await st.service.run_adapter(probe())).version == 1
+        assert st.store.floors() == {"probe": 1}
+        assert not (state / "staging").exists() or not any((state / "staging").iterdir())
         await st.install(kit.build("probe", 3, selftest=b"B", expect_status=1))
         assert (await st.service.run_adapter(probe())).version == 3
         assert "last_error" not in st.registry.status()[0]
