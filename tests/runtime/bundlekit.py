@@ -82,6 +82,7 @@ class BundleKit:
         model: bool = True,
         adapter: bool = True,
         model_name: str = "double",
+        model_file: Path | None = None,
         batching: dict[str, int] | None = None,
         sections: dict[str, dict[str, Any]] | None = None,
         top: dict[str, Any] | None = None,
@@ -110,7 +111,7 @@ class BundleKit:
             entry = {
                 "name": model_name,
                 "format": "onnx",
-                "variants": {"fp32": str(self.model)},
+                "variants": {"fp32": str(model_file or self.model)},
                 "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
                 "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
                 "batching": batching or {"max_batch_size": 8, "max_queue_delay_us": 500},

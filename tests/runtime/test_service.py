@@ -17,6 +17,7 @@ from tests.runtime.stack import open_stack
 from wasmgate.runtime.config import LimitSettings
 from wasmgate.runtime.errors import (
     BadRequest,
+    BundleRejected,
     Busy,
     DeadlineExceeded,
     FallbackFailed,
@@ -261,3 +262,30 @@ async def test_no_fallback_unless_the_manifest_allows(tmp_path: Path, kit: Bundl
             await st.service.run_adapter(req(b"E"))
         assert (await st.service.run_adapter(req(b"F"))).source == "local"
     assert cloud.calls == []
+
+
+async def test_missing_model_goes_to_the_cloud_when_allowed(tmp_path: Path, kit: BundleKit) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"this is not an onnx model")
+    policy = {"fallback": {**FALLBACK["fallback"], "on_missing_model": True}}
+    cloud = Cloud()
+    bundle = kit.build("probe", 1, model_file=broken, sections=policy)
+    async with open_stack(tmp_path, kit, cloud=cloud, start=(bundle,)) as st:
+        assert not st.service.model_info("double").ready
+        assert st.service.model_info("probe").ready  # the cloud answers for it
+        answer = await st.service.run_adapter(req(b"M"))
+        assert (answer.body, answer.source) == (b"cloud:M", "cloud")
+        assert "not loaded on this device" in (answer.fallback_reason or "")
+        direct = await st.service.infer_model(
+            ModelRequest("double", {"x": np.ones((1, 4), np.float32)})
+        )
+        assert direct.source == "cloud"
+
+
+async def test_missing_model_refuses_the_bundle_otherwise(tmp_path: Path, kit: BundleKit) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"this is not an onnx model")
+    async with open_stack(tmp_path, kit) as st:
+        with pytest.raises(BundleRejected, match="model 'double'"):
+            await st.install(kit.build("probe", 1, model_file=broken))
+        assert st.service.list_models() == []
