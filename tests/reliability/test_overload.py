@@ -1,0 +1,118 @@
+"""Overload: a burst at 10x the sustainable rate against a real daemon, then recovery.
+
+The bundle allows 2 requests running and 4 waiting (manifest ``limits``); everything
+beyond is refused at once with 429 "busy" (admission control), never queued without
+bound. Memory bound stated and checked: the daemon's peak RSS during the burst stays
+below its idle RSS + 192 MiB (the burst sends at most 400 requests of 197 KB each; holding
+them all would already be ~77 MB of bodies on top of per-request buffers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Self
+
+import aiohttp
+import numpy as np
+import pytest
+
+from bench.stack import BenchKit, daemon_pid, payload, rss_mb
+from tests.fixtures.daemon import Daemon
+
+RSS_HEADROOM_MB = 192
+MAX_BURST = 400
+X = np.random.default_rng(1).standard_normal((1, 3, 128, 128)).astype(np.float32)
+
+
+async def _closed_loop(url: str, body: bytes, clients: int, seconds: float) -> Counter[int]:
+    statuses: Counter[int] = Counter()
+    stop = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+
+        async def client() -> None:
+            while time.monotonic() < stop:
+                async with session.post(url, data=body) as r:
+                    await r.read()
+                    statuses[r.status] += 1
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return statuses
+
+
+async def _burst(url: str, body: bytes, rate: float, count: int) -> tuple[Counter[int], list[str]]:
+    """Open loop: ``count`` requests started at ``rate``/s whatever the answers take."""
+    statuses: Counter[int] = Counter()
+    busy_bodies: list[str] = []
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def one(delay: float) -> None:
+            await asyncio.sleep(delay)
+            async with session.post(url, data=body) as r:
+                data = await r.read()
+                statuses[r.status] += 1
+                if r.status == 429 and len(busy_bodies) < 3:
+                    busy_bodies.append(data.decode())
+
+        await asyncio.gather(*(one(i / rate) for i in range(count)))
+    return statuses, busy_bodies
+
+
+class RssSampler:
+    """Peak VmRSS of a process, sampled every 20 ms in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            time.sleep(0.02)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.timeout(150)
+async def test_burst_at_10x_gets_busy_answers_bounded_rss_and_recovers(
+    tmp_path_factory: pytest.TempPathFactory,
+    models: object,
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    kit = BenchKit(tmp_path_factory.mktemp("kit"))
+    limits = {"max_in_flight": 2, "queue_size": 4}
+    kit.build("mobilenet", models.mobilenet_fp32, limits=limits)  # type: ignore[attr-defined]
+    daemon = daemon_factory(config=kit.config())
+    url, body = f"{daemon.url}/v1/adapters/mobilenet", payload(X)
+    pid = daemon_pid(daemon)
+
+    steady = await _closed_loop(url, body, 2, 1.5)
+    assert set(steady) == {200}, steady
+    rate = steady[200] / 1.5  # sustainable: 2 clients, nothing refused
+    idle = rss_mb(pid)
+    count = min(MAX_BURST, max(60, int(10 * rate * 2)))
+    with RssSampler(pid) as rss:
+        statuses, busy = await _burst(url, body, 10 * rate, count)
+    assert set(statuses) <= {200, 429}, statuses
+    assert statuses[429] > 0, f"no busy answers at 10x the sustainable rate: {statuses}"
+    assert statuses[200] > 0, statuses
+    assert all("busy" in json.loads(b)["error"].lower() for b in busy), busy
+    assert rss.peak < idle + RSS_HEADROOM_MB, f"peak {rss.peak:.0f} MiB, idle {idle:.0f} MiB"
+
+    after = await _closed_loop(url, body, 2, 1.5)
+    assert set(after) == {200}, after  # recovered: nothing refused at the sustainable load
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None
