@@ -32,6 +32,7 @@ from wasmgate.runtime.loader import LoaderDeps
 from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.registry import Registry
 from wasmgate.runtime.service import InferenceService
+from wasmgate.runtime.systemd import Notifier
 from wasmgate.runtime.watcher import DirWatcher, bundle_files
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
@@ -45,13 +46,18 @@ DEPS = web.AppKey("loader_deps", LoaderDeps)
 WATCHER = web.AppKey("bundle_watcher", DirWatcher)
 POOL = web.AppKey("worker_pool", ThreadPoolExecutor)
 CLOUD = web.AppKey("cloud_fallback", CloudFallback)
+NOTIFIER = web.AppKey("notifier", Notifier)
+_EXTEND_US = 120_000_000
 
 
-def build_app(settings: Settings, live: LiveSettings | None = None) -> web.Application:
+def build_app(
+    settings: Settings, live: LiveSettings | None = None, notifier: Notifier | None = None
+) -> web.Application:
     """Build the app; nothing is started until the runner sets it up."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
     app[LIVE] = live or LiveSettings(settings)
+    app[NOTIFIER] = notifier or Notifier({})
     app[METRICS] = Metrics()
     errors.setup(app)
     v2.setup(app)
@@ -167,7 +173,14 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     files = bundle_files(bundle_dir)
     watcher.mark_seen(files)
-    await registry.start(files)
+    notifier = app[NOTIFIER]
+
+    def progress(what: str) -> None:
+        # Each bundle may take a while (compile, model optimisation): extend systemd's
+        # start timeout per bundle instead of one huge TimeoutStartSec.
+        notifier.notify(f"EXTEND_TIMEOUT_USEC={_EXTEND_US}", f"STATUS={what}")
+
+    await registry.start(files, progress)
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     try:

@@ -61,7 +61,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     """
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
-    app = build_app(settings, LiveSettings(settings, config_path))
+    app = build_app(settings, LiveSettings(settings, config_path), notifier)
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
     notifier.status("loading bundles")
     try:

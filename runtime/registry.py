@@ -85,13 +85,22 @@ class Registry:
 
     # -- start and stop ---------------------------------------------------------------
 
-    async def start(self, bundle_files: Sequence[Path] = ()) -> None:
-        """Serve what the store holds, then the bundle files; never raises for one bundle."""
+    async def start(
+        self,
+        bundle_files: Sequence[Path] = (),
+        progress: Callable[[str], None] = lambda _what: None,
+    ) -> None:
+        """Serve what the store holds, then the bundle files; never raises for one bundle.
+
+        ``progress`` is told before each bundle (systemd: STATUS and a start-timeout extension).
+        """
         await asyncio.to_thread(clear_staging, self._staging)
         for item in await asyncio.to_thread(self._store.installed):
+            progress(f"loading {item.manifest.label()}")
             with contextlib.suppress(BundleRejected):
                 self._switch(await self._prepare(item, self._store, "store"), "store", 100)
         for path in bundle_files:
+            progress(f"loading {path.name}")
             with contextlib.suppress(BundleRejected):
                 await self.install(path, source=f"file {path.name}", origin=path)
         self.table.started = True
@@ -162,7 +171,7 @@ class Registry:
         man = item.manifest
         try:
             bundle = await asyncio.to_thread(load_bundle, self._deps, blobs, man, item.digest)
-        except DaemonError as e:
+        except (DaemonError, SigningError) as e:  # SigningError: a blob missing or damaged
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e
         conflict = self.table.name_conflict(bundle)
