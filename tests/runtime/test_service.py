@@ -289,3 +289,14 @@ async def test_missing_model_refuses_the_bundle_otherwise(tmp_path: Path, kit: B
         with pytest.raises(BundleRejected, match="model 'double'"):
             await st.install(kit.build("probe", 1, model_file=broken))
         assert st.service.list_models() == []
+
+
+async def test_model_only_bundle(tmp_path: Path, kit: BundleKit) -> None:
+    bundle = kit.build("maths", 1, adapter=False, model_name="twice")
+    async with open_stack(tmp_path, kit, start=(bundle,)) as st:
+        assert st.service.adapter_names() == []
+        assert [(i.name, i.kind) for i in st.service.list_models()] == [("twice", "model")]
+        answer = await st.service.infer_model(
+            ModelRequest("twice", {"x": np.arange(8, dtype=np.float32).reshape(2, 4)})
+        )
+        np.testing.assert_array_equal(answer.outputs["y"][1], [8, 10, 12, 14])
