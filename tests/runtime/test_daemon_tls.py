@@ -1,0 +1,66 @@
+"""Optional TLS on the HTTP listener (http.tls_cert + http.tls_key), real daemon, real openssl."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.daemon import Daemon
+from tests.runtime.stack import host_profile_name
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def _wait_ready(daemon: Daemon, url: str, ctx: ssl.SSLContext) -> None:
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        assert daemon.proc is not None
+        if daemon.proc.poll() is not None:
+            raise RuntimeError(daemon.log())
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", context=ctx, timeout=1):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.05)
+    raise TimeoutError(daemon.log())
+
+
+def test_https_listener(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    workdir = tmp_path / "d"
+    workdir.mkdir()
+    config = {"http": {"tls_cert": cert, "tls_key": key}, "profile": host_profile_name()}
+    daemon = Daemon(workdir, config)
+    https = daemon.url.replace("http://", "https://")
+    ctx = ssl.create_default_context(cafile=str(cert))
+    cmd = [sys.executable, "-m", "wasmgate", "serve", "--config", str(daemon.config_path)]
+    with daemon.log_path.open("ab") as log:
+        daemon.proc = subprocess.Popen(cmd, stderr=log)
+    try:
+        _wait_ready(daemon, https, ctx)
+        with urllib.request.urlopen(f"{https}/v2/health/live", context=ctx, timeout=10) as r:
+            assert r.status == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"{daemon.url}/v2/health/live", timeout=5)  # plain HTTP
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
