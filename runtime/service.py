@@ -135,7 +135,7 @@ class InferenceService:
                 f"{req.adapter}: payload of {len(req.payload)} bytes exceeds the "
                 f"bundle's max_input_bytes {admission.max_input_bytes}"
             )
-        if bundle.missing_models and bundle.fallback.on_missing_model:
+        if bundle.missing_models and self._fallback.enabled(bundle.fallback.on_missing_model):
             reason = f"model {bundle.missing_models[0]!r} is not loaded on this device"
             return await self._fallback.adapter(bundle, req, reason, req.deadline, {})
         timings: dict[str, float] = {}
