@@ -92,12 +92,30 @@ class StagedFile:
         self.sha256 = sha256
 
     def close(self) -> None:
-        """Wait for the last write, then flush, fsync and close (idempotent)."""
-        self._wait()
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+        """Wait for the last write, then flush, fsync and close (idempotent).
+
+        The file is closed even when a write failed (e.g. ENOSPC): an open descriptor on
+        the unlinked staging file would keep its disk space until the daemon exits.
+        """
+        try:
+            self._wait()
+            if not self._f.closed:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+        finally:
             self._f.close()
+
+
+def close_all(files: list[StagedFile]) -> None:
+    """Close every staged file, then raise the first error, if any."""
+    first: OSError | None = None
+    for f in files:
+        try:
+            f.close()
+        except OSError as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def prepare_store_dirs(state_dir: Path) -> None:

@@ -44,7 +44,13 @@ from wasmgate.signing.errors import (
 )
 from wasmgate.signing.manifest import Manifest
 from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
-from wasmgate.signing.source import StagedFile, open_source, place_blobs, prepare_store_dirs
+from wasmgate.signing.source import (
+    StagedFile,
+    close_all,
+    open_source,
+    place_blobs,
+    prepare_store_dirs,
+)
 from wasmgate.signing.state import (
     ActiveBundle,
     NameState,
@@ -227,8 +233,7 @@ class BundleStore:
                     state=state, now=self._clock(), sink_for=sink_for,
                 )  # fmt: skip
             finally:
-                for s in sinks:
-                    s.close()
+                close_all(sinks)
         return verified, sinks
 
     def _commit(self, v: VerifiedBundle, state: StateDoc) -> None:
