@@ -18,6 +18,8 @@ import pytest
 
 from bench.stack import BenchKit, payload
 from tests.fixtures.daemon import Daemon
+from wasmgate.guest_adapters.examples import stage_example
+from wasmgate.signing.build import build_bundle
 
 DIGITS_X = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
 TOKEN = "reliability-token"
@@ -29,6 +31,14 @@ def kit(tmp_path: Path, models: object) -> BenchKit:
     kit = BenchKit(tmp_path / "kit")
     kit.build("digits", models.digits_fp32)  # type: ignore[attr-defined]
     return kit
+
+
+def example_bundle(kit: BenchKit, name: str, version: int = 1) -> Path:
+    """Sign the bundled example adapter ``name`` (``guest_adapters/examples``) into the kit."""
+    src = stage_example(name, kit.root / "examples")
+    out = kit.bundle_dir / f"{name}-{version}.wgb"
+    build_bundle(src, kit.key, out, version=version)
+    return out
 
 
 def digits_payload(x: npt.NDArray[np.float32] = DIGITS_X) -> bytes:

@@ -1,0 +1,72 @@
+"""schemathesis against a real daemon, from the OpenAPI description it serves.
+
+``runtime/http/openapi.json`` describes the whole HTTP API (KServe V2 + Triton config and
+statistics, the raw adapter endpoint, the management API, ``/metrics``, ``/v1/status``);
+the daemon serves it at ``GET /openapi.json``. Every operation gets schema-driven requests
+(valid and invalid, bounded per operation) with the management token; the daemon must
+never answer 5xx, and must still be alive and ready afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from bench.stack import BenchKit
+from tests.fixtures.daemon import Daemon
+from tests.reliability.conftest import TOKEN, example_bundle
+
+SPEC = Path(__file__).resolve().parents[2] / "runtime" / "http" / "openapi.json"
+schema = schemathesis.openapi.from_path(SPEC)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    root = tmp_path_factory.mktemp("openapi")
+    kit = BenchKit(root / "kit")
+    example_bundle(kit, "digits")  # answers bad payloads with status 1 (400), as it should
+    daemon = kit.daemon(root / "daemon", config={"http": {"management_token": TOKEN}})
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def test_served_description_is_the_packaged_one(daemon: Daemon) -> None:
+    with urllib.request.urlopen(f"{daemon.url}/openapi.json", timeout=10) as r:
+        assert json.loads(r.read()) == json.loads(SPEC.read_text())
+
+
+@pytest.mark.timeout(60)
+@schema.parametrize()
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_no_server_errors(case: schemathesis.Case, daemon: Daemon) -> None:
+    # A deadline of a few ms is a legitimate 504; deadlines are tested with the service.
+    if case.headers:
+        case.headers.pop("X-Wasmgate-Timeout-Ms", None)
+    case.call_and_validate(
+        base_url=daemon.url,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        checks=[not_a_server_error],
+        timeout=30,
+    )
+
+
+def test_daemon_survived(daemon: Daemon) -> None:
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None
+    assert daemon.get_json("/v2/health/ready") == {"ready": True}
+    assert "Traceback" not in daemon.log()
