@@ -1,6 +1,7 @@
 """Compile C adapters to ``wasm32-wasi`` reactor modules with Zig's C compiler from PyPI.
 
-``build_adapter(src)`` accepts one ``.c`` file or a directory (every ``*.c`` in it, sorted)
+``build_adapter(src)`` accepts one ``.c`` file or a directory (every ``*.c`` in it, sorted;
+or, with no C files, its ``adapter.zig`` built by ``zig build-exe``)
 and returns the ``.wasm`` bytes' path in a content-addressed cache: the key hashes the
 compiler version, the flags, every source and header next to the sources, and the SDK
 headers, so editing any of them rebuilds and nothing else does. The SDK include directory
@@ -25,6 +26,7 @@ from wasmgate.guest_adapters.errors import AdapterBuildError, AdapterSourceError
 
 __all__ = [
     "CFLAGS",
+    "ZIGFLAGS",
     "BuiltAdapter",
     "build_adapter",
     "default_cache_dir",
@@ -46,6 +48,19 @@ CFLAGS: tuple[str, ...] = (
     # Zig's default wasm stack is 16 MiB, which alone breaks a 16 MiB manifest memory limit;
     # 256 KiB is plenty for adapters (keep big buffers static, not on the stack).
     "-Wl,-z,stack-size=262144",
+)
+# The same module shape from Zig source: reactor, exported `export fn`s, small stack, stripped.
+ZIGFLAGS: tuple[str, ...] = (
+    "-target",
+    "wasm32-wasi",
+    "-O",
+    "ReleaseSmall",
+    "-fno-entry",
+    "-rdynamic",
+    "-mexec-model=reactor",
+    "--stack",
+    "262144",
+    "-fstrip",
 )
 _COMPILE_TIMEOUT_S = 600.0  # a cold Zig cache compiles wasi-libc first (tens of seconds)
 
@@ -95,24 +110,32 @@ def zig_version() -> str:
 
 
 def _sources(src: Path) -> list[Path]:
+    """The C sources, or the one Zig root file (``adapter.zig`` in a directory)."""
     if src.is_file():
-        if src.suffix != ".c":
-            raise AdapterSourceError(f"{src}: not a .c file")
+        if src.suffix not in (".c", ".zig"):
+            raise AdapterSourceError(f"{src}: not a .c or .zig file")
         return [src]
     if src.is_dir():
         found = sorted(src.glob("*.c"))
+        if not found and (src / "adapter.zig").is_file():
+            found = [src / "adapter.zig"]
         if not found:
-            raise AdapterSourceError(f"{src}: no .c files in this directory")
+            raise AdapterSourceError(f"{src}: no .c files (or adapter.zig) in this directory")
         return found
     raise AdapterSourceError(f"{src}: no such file or directory")
+
+
+def _is_zig(sources: Sequence[Path]) -> bool:
+    return sources[0].suffix == ".zig"
 
 
 def _cache_key(sources: Sequence[Path], flags: Sequence[str]) -> str:
     h = hashlib.sha256()
     h.update(f"zig {zig_version()}\0{' '.join(flags)}\0".encode())
     inputs = list(sources)
-    # Headers next to the sources and the SDK headers can change the output too.
-    inputs += sorted({h for s in sources for h in s.parent.glob("*.h")} - set(sources))
+    # Headers (or Zig files) next to the sources and the SDK headers can change the output.
+    near = "*.zig" if _is_zig(sources) else "*.h"
+    inputs += sorted({h for s in sources for h in s.parent.glob(near)} - set(sources))
     inputs += sorted(sdk_dir().glob("*.h"))
     for path in inputs:
         h.update(path.name.encode() + b"\0")
@@ -121,11 +144,21 @@ def _cache_key(sources: Sequence[Path], flags: Sequence[str]) -> str:
 
 
 def _compile(sources: Sequence[Path], flags: Sequence[str], out: Path) -> None:
-    cmd = [sys.executable, "-m", "ziglang", "cc", *flags, "-I", str(sdk_dir())]
-    cmd += [str(s) for s in sources] + ["-o", str(out)]
+    out = out.resolve()  # absolute paths throughout: the compiler runs in out's directory
+    if _is_zig(sources):
+        cmd = [sys.executable, "-m", "ziglang", "build-exe", str(sources[0].resolve()), *flags]
+        cmd.append(f"-femit-bin={out}")
+    else:
+        cmd = [sys.executable, "-m", "ziglang", "cc", *flags, "-I", str(sdk_dir().resolve())]
+        cmd += [str(s.resolve()) for s in sources] + ["-o", str(out)]
     try:
         done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=_COMPILE_TIMEOUT_S,
+            check=False,
+            cwd=out.parent,  # zig build-exe may drop intermediate files into the cwd
         )
     except (OSError, subprocess.SubprocessError) as e:
         raise AdapterBuildError(f"cannot run the compiler: {e}") from e
@@ -141,12 +174,12 @@ def build_adapter(
     cache_dir: Path | None = None,
     extra_flags: Sequence[str] = (),
 ) -> BuiltAdapter:
-    """Compile ``src`` (a ``.c`` file or a directory of them) to a wasm reactor module.
+    """Compile ``src`` (a ``.c``/``.zig`` file or a directory) to a wasm reactor module.
 
     The result is cached by content; with ``out`` the module is also copied there.
     """
     sources = _sources(src)
-    flags = (*CFLAGS, *extra_flags)
+    flags = (*(ZIGFLAGS if _is_zig(sources) else CFLAGS), *extra_flags)
     key = _cache_key(sources, flags)
     root = cache_dir if cache_dir is not None else default_cache_dir()
     cached_path = root / f"{key}.wasm"

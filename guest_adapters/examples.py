@@ -1,11 +1,11 @@
 """The bundled example adapters: where they are, and staging one for ``bundle build``.
 
-Each example is ``examples/<name>/`` with ``adapter.c``, ``bundle.toml``, ``README.md`` and
-``samples/``. Its ``bundle.toml`` names ``adapter.wasm`` (next to it, written by
-``wasmgate adapter build``) and models as ``../../models/<file>``. The package folder may be
-read-only (an installed wheel), so ``stage_example`` lays out a writable copy with the same
-relative paths: ``<root>/examples/<name>/{bundle.toml,adapter.wasm}`` and ``<root>/models``
-linking to the packaged models.
+Each example is ``examples/<name>/`` with ``adapter.c`` (or ``adapter.zig``),
+``bundle.toml``, ``README.md`` and ``samples/``. Its ``bundle.toml`` names ``adapter.wasm``
+(next to it, written by ``wasmgate adapter build``) and models as ``../../models/<file>``.
+The package folder may be read-only (an installed wheel), so ``stage_example`` lays out a
+writable copy with the same relative paths: ``<root>/examples/<name>/{bundle.toml,
+adapter.wasm}`` and ``<root>/models`` linking to the packaged models.
 """
 
 from __future__ import annotations
@@ -28,18 +28,20 @@ def models_dir() -> Path:
 def example_dir(name: str) -> Path:
     """Source directory of a bundled example (``AdapterSourceError`` if there is none)."""
     path = package_root() / "examples" / name
-    if "/" in name or name.startswith(".") or not (path / "adapter.c").is_file():
+    if "/" in name or name.startswith(".") or not _has_source(path):
         raise AdapterSourceError(f"no example adapter named {name!r}")
     return path
 
 
+def _has_source(path: Path) -> bool:
+    return (path / "adapter.c").is_file() or (path / "adapter.zig").is_file()
+
+
 def example_names() -> list[str]:
-    """Names of the bundled examples (directories with ``adapter.c`` and ``bundle.toml``)."""
+    """Names of the bundled examples (``adapter.c`` or ``adapter.zig``, and ``bundle.toml``)."""
     root = package_root() / "examples"
     return sorted(
-        p.name
-        for p in root.iterdir()
-        if (p / "adapter.c").is_file() and (p / "bundle.toml").is_file()
+        p.name for p in root.iterdir() if _has_source(p) and (p / "bundle.toml").is_file()
     )
 
 

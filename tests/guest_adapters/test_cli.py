@@ -109,4 +109,4 @@ def test_new_from_an_example_builds_and_runs(tmp_path: Path) -> None:
 def test_examples_lists_every_example() -> None:
     done = wasmgate("adapter", "examples")
     names = {line.split("\t")[0] for line in done.stdout.decode().splitlines()}
-    assert names == {"digits", "digits-pipeline", "vibration-anomaly"}
+    assert names == {"digits", "digits-pipeline", "digits-zig", "vibration-anomaly"}

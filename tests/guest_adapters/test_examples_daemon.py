@@ -158,6 +158,11 @@ def test_examples_over_http_mqtt_and_fallback(
     assert status == 200
     assert json.loads(body)["is_digit"] is False
 
+    # The Zig adapter serves the same classifier under its own names.
+    status, body, _ = post(f"{http}/digits-zig", three)
+    assert status == 200
+    assert json.loads(body)["digit"] == 3
+
     # Direct V2 inference on a model the demo ships.
     v2 = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
                       "data": [float(v) for v in x[0]]}]}  # fmt: skip
@@ -192,15 +197,8 @@ def test_examples_over_http_mqtt_and_fallback(
 
 def test_demo_is_cached_and_trusts_only_the_examples(tmp_path: Path) -> None:
     first = prepare_demo(tmp_path)
-    assert (
-        set(first.rebuilt)
-        == set(first.names)
-        == {
-            "digits",
-            "digits-pipeline",
-            "vibration-anomaly",
-        }
-    )
+    examples = {"digits", "digits-pipeline", "digits-zig", "vibration-anomaly"}
+    assert set(first.rebuilt) == set(first.names) == examples
     stamps = {p.name: p.stat().st_mtime_ns for p in first.bundle_dir.iterdir()}
     second = prepare_demo(tmp_path)
     assert second.rebuilt == ()
