@@ -13,6 +13,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -53,7 +54,7 @@ def test_served_description_is_the_packaged_one(daemon: Daemon) -> None:
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
-def test_no_server_errors(case: schemathesis.Case, daemon: Daemon) -> None:
+def test_no_server_errors(case: schemathesis.Case[Any], daemon: Daemon) -> None:
     # A deadline of a few ms is a legitimate 504; deadlines are tested with the service.
     if case.headers:
         case.headers.pop("X-Wasmgate-Timeout-Ms", None)
