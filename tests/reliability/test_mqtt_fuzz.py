@@ -30,7 +30,7 @@ GOOD = json.dumps([0, 0, 2, 14, 13, 3, 0, 0] * 8).encode()
 
 
 def _payloads(rng: random.Random) -> list[bytes]:
-    wrong_types = [
+    wrong_types: list[object] = [
         [], None, "x", 3.5, {"inputs": "x"}, {"inputs": [1, 2]}, {"id": {"a": 1}, "inputs": []},
         {"inputs": [{"name": 1, "shape": "a", "datatype": 5, "data": {}}]},
         {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": ["a"] * 64}]},
