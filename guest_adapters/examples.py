@@ -56,7 +56,8 @@ def stage_example(name: str, root: Path, *, cache_dir: Path | None = None) -> Pa
     build_adapter(src, dest / "adapter.wasm", cache_dir=cache_dir)
     shutil.copyfile(src / "bundle.toml", dest / "bundle.toml")
     link = root / "models"
-    if not link.exists():
+    # Re-point when the package moved (upgrade, another venv): never serve stale models.
+    if not (link.is_symlink() and link.readlink() == models_dir()):
         tmp = root / f".models.{os.getpid()}"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(models_dir(), target_is_directory=True)
