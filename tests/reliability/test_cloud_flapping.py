@@ -1,0 +1,134 @@
+"""The cloud fallback endpoint flapping (up, 503, refused, too slow) under load.
+
+A real daemon serves the example ``digits`` adapter, which asks for cloud fallback when
+its confidence is low (``ambiguous.json``) and answers confident inputs (``seven.json``)
+itself. The fake cloud (aiohttp on loopback, ``cloud.protocol = "raw"``) changes mode
+every 0.4 s while 4 clients send both kinds. Proves: confident requests never touch the
+cloud; low-confidence ones always get an answer (the cloud's, or the weak local one when
+the cloud fails, as the policy says), never a 5xx and never later than the cloud timeout
+allows; the circuit breaker does not stay open once the cloud is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from bench.stack import BenchKit
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.net import free_port
+from tests.reliability.conftest import example_bundle
+from wasmgate.guest_adapters.examples import example_dir
+
+CLOUD_ANSWER = b'{"digit": 8, "from": "cloud"}'
+MODES = ("up", "error", "down", "slow", "up")
+TIMEOUT_S = 0.5
+JSON = {"Content-Type": "application/json"}
+
+
+class FlappingCloud:
+    """POST /v1/adapters/{name}: answers, 503s, refuses or resets connections, or stalls."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.mode = "up"
+        self.calls: Counter[str] = Counter()
+        app = web.Application()
+        app.router.add_post("/v1/adapters/{name}", self._adapter)
+        self._runner = web.AppRunner(app)
+        self._site: web.TCPSite | None = None
+
+    async def _adapter(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.calls[self.mode] += 1
+        if self.mode == "down" and request.transport is not None:
+            request.transport.close()  # a kept-alive connection dies too: connection reset
+            raise web.HTTPServiceUnavailable
+        if self.mode == "error":
+            return web.json_response({"error": "maintenance"}, status=503)
+        if self.mode == "slow":
+            await asyncio.sleep(TIMEOUT_S * 4)
+        return web.Response(body=CLOUD_ANSWER, content_type="application/json")
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        await self.set("up")
+
+    async def set(self, mode: str) -> None:
+        self.mode = mode
+        if mode == "down" and self._site is not None:
+            await self._site.stop()
+            self._site = None
+        elif mode != "down" and self._site is None:
+            self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            await self._site.start()
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+
+async def _client(
+    url: str, bodies: list[tuple[str, bytes]], stop: float
+) -> list[tuple[str, int, str, float]]:
+    """(kind, status, source, seconds) for each request until ``stop``."""
+    out: list[tuple[str, int, str, float]] = []
+    async with aiohttp.ClientSession() as session:
+        for kind, body in itertools.cycle(bodies):
+            if time.monotonic() > stop or len(out) >= 150:
+                return out
+            start = time.monotonic()
+            async with session.post(url, data=body, headers=JSON) as r:
+                await r.read()
+                out.append((kind, r.status, r.headers.get("X-Wasmgate-Source", "?"),
+                            time.monotonic() - start))  # fmt: skip
+    return out
+
+
+@pytest.mark.timeout(90)
+async def test_flapping_cloud_under_load(
+    tmp_path_factory: pytest.TempPathFactory, daemon_factory: Callable[..., Daemon]
+) -> None:
+    cloud = FlappingCloud()
+    await cloud.start()
+    kit = BenchKit(tmp_path_factory.mktemp("kit"))
+    example_bundle(kit, "digits")
+    settings = {"url": f"http://127.0.0.1:{cloud.port}", "protocol": "raw",
+                "timeout_s": TIMEOUT_S, "breaker_failures": 3, "breaker_reset_s": 0.3,
+                "breaker_window": 10}  # fmt: skip
+    samples = example_dir("digits") / "samples"
+    bodies = [("confident", (samples / "seven.json").read_bytes()),
+              ("ambiguous", (samples / "ambiguous.json").read_bytes())]  # fmt: skip
+    try:
+        daemon = await asyncio.to_thread(daemon_factory, config=kit.config({"cloud": settings}))
+        url = f"{daemon.url}/v1/adapters/digits"
+        stop = time.monotonic() + 4.0
+        clients = asyncio.gather(*(_client(url, bodies, stop) for _ in range(4)))
+        for mode in itertools.cycle(MODES):
+            if time.monotonic() > stop:
+                break
+            await cloud.set(mode)
+            await asyncio.sleep(0.4)
+        results = [r for per_client in await clients for r in per_client]
+        await cloud.set("up")
+        await asyncio.sleep(0.5)  # > breaker_reset_s: half-open probes may pass
+        recovered = await _client(url, bodies[1:], time.monotonic() + 3.0)
+    finally:
+        await cloud.close()
+    assert {status for _, status, _, _ in results} == {200}, Counter(r[1] for r in results)
+    sources = Counter((kind, source) for kind, _, source, _ in results)
+    assert sources[("confident", "cloud")] == 0, sources
+    assert sources[("ambiguous", "cloud")] > 0, sources
+    assert sources[("ambiguous", "local")] > 0, sources  # weak local answer while down
+    assert max(seconds for *_, seconds in results) < TIMEOUT_S + 2.0
+    assert {"error", "slow", "down"} <= set(cloud.calls), cloud.calls
+    assert recovered[-1][1:3] == (200, "cloud"), recovered[-5:]
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None
+    assert "Traceback" not in daemon.log()
