@@ -139,10 +139,21 @@ async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+def load_trust(settings: Settings) -> TrustStore:
+    """The trust store, checked against the pinned copy in the state dir (TUF rotation rule).
+
+    A root-signed trust file is pinned on first sight; a later file must be its successor,
+    signed by the previous roots, or it is refused (SigningError).
+    """
+    state_dir = settings.paths.resolved("state_dir")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return TrustStore.load(settings.paths.resolved_trust_file(), pin_dir=state_dir, missing_ok=True)
+
+
 def open_store(settings: Settings) -> BundleStore:
     trust_file = settings.paths.resolved_trust_file()
     try:
-        trust = TrustStore.load(trust_file, missing_ok=True)
+        trust = load_trust(settings)
         store = BundleStore(
             settings.paths.resolved("state_dir"),
             trust,

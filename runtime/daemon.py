@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import WATCHER, build_app
+from wasmgate.runtime.app import WATCHER, build_app, load_trust
 from wasmgate.runtime.config import Settings, load_settings
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.keys import LIVE, REGISTRY, SERVICE
@@ -30,7 +30,6 @@ from wasmgate.runtime.logs import setup_logging
 from wasmgate.runtime.service import InferenceService
 from wasmgate.runtime.systemd import Notifier
 from wasmgate.signing.errors import SigningError
-from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.daemon")
 
@@ -128,7 +127,7 @@ async def reload(app: web.Application) -> bool:
     old = live.settings
     try:
         new = _keep_restart_only(old, load_settings(live.config_path))
-        trust = TrustStore.load(new.paths.resolved_trust_file(), missing_ok=True)
+        trust = load_trust(new)
     except (ConfigError, SigningError) as e:
         log.error("reload refused, keeping the running configuration: %s", e)  # noqa: TRY400
         return False
