@@ -17,10 +17,8 @@ Wiring::
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
@@ -30,6 +28,7 @@ from wasmgate.runtime import errors, v2
 from wasmgate.runtime.config import MqttSettings
 from wasmgate.runtime.http.errors import status_for
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
+from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
     JSON,
     Incoming,
@@ -99,7 +98,7 @@ class MqttBridge:
         self._drain_s = drain_s
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._seen: OrderedDict[bytes, tuple[float, asyncio.Future[None]]] = OrderedDict()
+        self._recent = RecentRequests(settings.dedupe_window_s)
         self._closing = False
         self._client: MqttClient | None = None
         self.state = BridgeState(ClientState(), gateway_id(settings))
@@ -189,45 +188,43 @@ class MqttBridge:
         small = len(msg.payload) <= self._settings.max_payload_bytes
         obj = json_object(msg.payload) if small else None
         reply = self._reply_to(msg, route, request_id(obj))
-        key = _dedupe_key(reply, msg.payload)
-        if key is not None and (seen := self._recall(key)) is not None:
+        key = dedupe_key(reply.topic, reply.correlation, reply.rid, msg.payload)
+        if key is None:
+            return await self._answer_or_drop(msg, route, obj, reply)
+        seen = self._recent.recall(key)
+        if seen is not None:
             self.state.duplicates += 1
             try:
                 await asyncio.shield(seen)
-            except OutboxOverflow:
+            except NotAnswered:
                 return False
             return True
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if key is not None:
-            self._seen[key] = (time.monotonic() + self._settings.dedupe_window_s, done)
+        _ = self._recent.remember(key)
+        try:
+            answered = await self._answer_or_drop(msg, route, obj, reply)
+        except BaseException as e:
+            self._recent.forget(key, repr(e))
+            raise
+        if answered:
+            self._recent.answered(key)
+        else:
+            self._recent.forget(key, "answer dropped from the outbox")
+        return answered
+
+    async def _answer_or_drop(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
+    ) -> bool:
+        """False when the answer was dropped unpublished: leave the request unacked."""
         try:
             await self._work_and_answer(msg, route, obj, reply)
-        except BaseException as e:
-            # Not answered: forget it so the broker's redelivery is worked again.
-            if key is not None:
-                self._seen.pop(key, None)
-            done.set_exception(OutboxOverflow(f"not answered: {e!r}"))
-            done.exception()  # retrieved; waiting duplicates stay unacked too
-            if isinstance(e, OutboxOverflow):
-                return False
-            raise
-        done.set_result(None)
+        except OutboxOverflow:
+            return False
         return True
 
     def _reply_to(self, msg: Incoming, route: Route, rid: RequestId | None) -> _Reply:
         if msg.response_topic:
             return _Reply(msg.response_topic, msg.correlation_data, rid)
         return _Reply(self.topics.paired_reply(route), None, rid)
-
-    def _recall(self, key: bytes) -> asyncio.Future[None] | None:
-        now = time.monotonic()
-        while self._seen:
-            oldest_key, (expires, _) = next(iter(self._seen.items()))
-            if expires > now:
-                break
-            del self._seen[oldest_key]
-        entry = self._seen.get(key)
-        return entry[1] if entry is not None else None
 
     async def _work_and_answer(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
@@ -336,25 +333,6 @@ class MqttBridge:
         if enc.header_length is not None:
             props = (*props, (HEADER_LENGTH, str(enc.header_length)))
         return _Result(200, enc.body, enc.content_type, props)
-
-
-def _dedupe_key(reply: _Reply, payload: bytes) -> bytes | None:
-    """Reply address + correlation data (MQTT 5) or ``id`` (3.1.1) + payload digest.
-
-    The digest keeps a requester that reuses correlation data (a counter reset by a reboot)
-    from being taken for a redelivery: only the same request sent again is one.
-    None = cannot tell (no reply address or no correlation), never deduplicated.
-    """
-    if reply.topic is None:
-        return None
-    if reply.correlation is not None:
-        tag = b"c\0" + reply.correlation
-    elif reply.rid is not None:
-        tag = b"i\0" + str(reply.rid).encode()
-    else:
-        return None
-    digest = hashlib.blake2b(payload, digest_size=16).digest()
-    return b"\0".join((reply.topic.encode(), tag, digest))
 
 
 def _detach(fut: asyncio.Future[None]) -> None:

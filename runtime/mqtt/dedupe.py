@@ -1,0 +1,76 @@
+"""Recently seen requests, so a redelivered request is answered once.
+
+A request is identified by its reply address, its correlation data (MQTT 5) or ``id``
+(3.1.1), and a digest of its payload: a device whose counter restarted and reuses
+correlation data with a new payload is not taken for a redelivery. Requests without a reply
+address or without correlation are never deduplicated (nothing tells two apart).
+
+Each entry holds a future resolved when the first copy's answer reached the broker; a
+duplicate waits on it and is then only acknowledged. Entries expire after the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+
+
+class NotAnswered(Exception):
+    """The first copy of a request was not answered (dropped, stopped); do not ack copies."""
+
+
+def dedupe_key(
+    reply_topic: str | None, correlation: bytes | None, rid: str | int | None, payload: bytes
+) -> bytes | None:
+    """The identity of a request, or None when it cannot be told apart from others."""
+    if reply_topic is None:
+        return None
+    if correlation is not None:
+        tag = b"c\0" + correlation
+    elif rid is not None:
+        tag = b"i\0" + str(rid).encode()
+    else:
+        return None
+    digest = hashlib.blake2b(payload, digest_size=16).digest()
+    return b"\0".join((reply_topic.encode(), tag, digest))
+
+
+class RecentRequests:
+    """Keys seen within ``window_s``, oldest first (insertion order = expiry order)."""
+
+    def __init__(self, window_s: float) -> None:
+        self._window_s = window_s
+        self._seen: OrderedDict[bytes, tuple[float, asyncio.Future[None]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def recall(self, key: bytes) -> asyncio.Future[None] | None:
+        """The first copy's answer future if ``key`` was seen within the window."""
+        now = time.monotonic()
+        while self._seen:
+            oldest, (expires, _) = next(iter(self._seen.items()))
+            if expires > now:
+                break
+            del self._seen[oldest]
+        entry = self._seen.get(key)
+        return entry[1] if entry is not None else None
+
+    def remember(self, key: bytes) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seen[key] = (time.monotonic() + self._window_s, fut)
+        return fut
+
+    def answered(self, key: bytes) -> None:
+        entry = self._seen.get(key)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(None)
+
+    def forget(self, key: bytes, why: str) -> None:
+        """The request was not answered: a redelivery must be worked again."""
+        entry = self._seen.pop(key, None)
+        if entry is not None and not entry[1].done():
+            entry[1].set_exception(NotAnswered(why))
+            entry[1].exception()  # retrieved here; waiting copies see it too
