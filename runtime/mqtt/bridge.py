@@ -285,6 +285,12 @@ class MqttBridge:
                 f"payload of {len(msg.payload)} bytes exceeds mqtt.max_payload_bytes "
                 f"({self._settings.max_payload_bytes})"
             )
+        if msg.qos == 0 and self.state.in_flight > self._settings.receive_maximum:
+            # QoS 0 has no flow control: beyond Receive Maximum, refuse rather than pile up.
+            raise errors.Busy(
+                f"more than {self._settings.receive_maximum} requests in flight; "
+                "send QoS 1 requests to let the broker hold the backlog"
+            )
         deadline = deadline_of(msg, obj)
         if deadline is not None and deadline <= time.monotonic():
             self.state.expired += 1

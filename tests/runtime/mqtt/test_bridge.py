@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.mqtt.conftest import ROOT, bridge_settings
@@ -187,3 +188,31 @@ async def test_mosquitto_cli_311_pair(mosquitto: Broker, service: FakeService) -
         assert await pub.wait() == 0
         out, _ = await sub.communicate()
     assert json.loads(out) == {"id": 7, "sum": 4.0}
+
+
+async def test_username_password_and_refusal_reason(tmp_path: Path, service: FakeService) -> None:
+    passwords = tmp_path / "passwd"
+    subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), "gw", "right"], check=True)
+    broker = Broker(tmp_path / "broker", extra_conf=f"password_file {passwords}\n")
+    broker.start()
+    try:
+        wrong = bridge_settings(broker.port, username="gw", password="wrong", client_id="wg-a")
+        async with MqttBridge(wrong, service) as bridge:
+            for _ in range(200):
+                if bridge.state.client.last_error:
+                    break
+                await asyncio.sleep(0.02)
+            assert not bridge.state.client.connected
+            assert "authori" in (bridge.state.client.last_error or "").lower()
+        right = bridge_settings(broker.port, username="gw", password="right", client_id="wg-b")
+        async with MqttBridge(right, service) as bridge:
+            async with asyncio.timeout(10):
+                await bridge.wait_connected()
+            with Requester(broker.port).connect("c/auth") as dev:
+                dev.request(
+                    f"{ROOT}/adapters/sum/req", b"2,3", response_topic="c/auth", correlation=b"a"
+                )
+                (reply,) = await dev.wait_for(1)
+        assert json.loads(reply.payload) == {"sum": 5.0}
+    finally:
+        broker.stop()
