@@ -183,10 +183,10 @@ def measure(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
 
 
 def run(quick: bool) -> list[Figure]:
-    """The suite's entry: the in-bench server (HTTP layer only), 2 s cells (quick: 0.2 s)."""
+    """The suite's entry: the in-bench server (HTTP layer only), 3 s cells (quick: 0.2 s)."""
     from tests.fixtures.models import get_models  # noqa: PLC0415 - builds fixtures once
 
-    args = parser().parse_args(["--seconds", "0.2" if quick else "2"])
+    args = parser().parse_args(["--seconds", "0.2" if quick else "3"])
     model = get_models().digits_fp32
     proc, url = start_server(model)
     try:

@@ -85,7 +85,7 @@ def perf_analyzer(daemon: Daemon, x: Array, requests: int, out: Path) -> dict[st
 def with_perf_analyzer(daemon: Daemon, x: Array, quick: bool, tmp: Path) -> list[Figure]:
     pa = perf_analyzer(daemon, x, 50 if quick else 500, tmp / "pa.csv")
     body, headers = bench_http.v2_body(x, "input")
-    seconds = 0.5 if quick else 3.0
+    seconds = 0.5 if quick else 5.0
     ours = served(f"{daemon.url}/v2/models/digits/infer", body, headers, 1, seconds)
     return [
         Figure("perf_analyzer", "digits V2 binary p50, 1 client", pa["p50"] * 1e6, "us",
@@ -129,7 +129,7 @@ def run(quick: bool) -> list[Figure]:
                 peer = MlServer(root / "mlserver", {k: v[0] for k, v in cases.items()})
                 try:
                     peer.wait_ready(list(cases))
-                    figures += versus_mlserver(daemon, peer, cases, 0.5 if quick else 3.0)
+                    figures += versus_mlserver(daemon, peer, cases, 0.5 if quick else 5.0)
                 finally:
                     peer.stop()
             if why[PERF_ANALYZER.name] is None:
