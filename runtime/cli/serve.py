@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers
-from wasmgate.runtime.config import DEFAULT_CONFIG_PATH, load_settings
+from wasmgate.runtime.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 from wasmgate.runtime.errors import ConfigError
 
 
@@ -25,6 +25,12 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--host", default=None, help="Override http.host.")
     parser.add_argument("--port", type=int, default=None, help="Override http.port.")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="Serve the example adapters, built and signed on first run by a demo key that "
+        "is trusted for the example names only (never use on a production gateway).",
+    )
     parser.add_argument(
         "--print-unit",
         action="store_true",
@@ -54,11 +60,27 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
         settings = settings.model_copy(update={"http": settings.http.model_copy(update=overrides)})
+    if args.demo:
+        settings = _demo_settings(settings)
     config_path = args.config if args.config is not None else _default_config()
     try:
         return asyncio.run(run_daemon(settings, config_path))
     except ConfigError as e:
         raise CliError(str(e), EXIT_USAGE) from e
+
+
+def _demo_settings(settings: Settings) -> Settings:
+    from wasmgate.guest_adapters.errors import GuestAdapterError  # noqa: PLC0415
+    from wasmgate.runtime.demo import apply_demo  # noqa: PLC0415 - needs zig; only for --demo
+    from wasmgate.runtime.logs import setup_logging  # noqa: PLC0415
+    from wasmgate.signing.errors import SigningError  # noqa: PLC0415
+
+    # Logging first, so the operator sees the DEMO MODE lines and what was built.
+    setup_logging(settings.log.format, settings.log.level)
+    try:
+        return apply_demo(settings)
+    except (GuestAdapterError, SigningError, OSError) as e:
+        raise CliError(f"demo set-up failed: {e}") from e
 
 
 def _default_config() -> Path | None:

@@ -36,3 +36,17 @@ def test_json_logs(daemon_factory: Callable[..., Daemon], tmp_path: Path) -> Non
     records = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
     assert any(r["msg"] == "listening" for r in records)
     assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
+
+
+@pytest.mark.timeout(300)
+def test_demo_mode_serves_signed_examples(daemon_factory: Callable[..., Daemon]) -> None:
+    import urllib.request  # noqa: PLC0415
+
+    daemon = daemon_factory(extra_args=("--demo",))
+    request = urllib.request.Request(
+        f"{daemon.url}/v1/adapters/digits", data=json.dumps([0.0] * 64).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        body = json.loads(answer.read())
+    assert set(body) == {"digit", "confidence"}
+    assert "DEMO MODE: trusting demo key" in daemon.log()
