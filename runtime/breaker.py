@@ -60,13 +60,20 @@ class CircuitBreaker:
         self._probing = 0
         self.opens = 0
         self.rejected = 0
+        self.on_change: list[Callable[[BreakerState], None]] = []
+        """Hooks called with the new state on every transition (e.g. a metrics gauge)."""
 
     @property
     def state(self) -> BreakerState:
         if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self._reset_s:
-            self._state = BreakerState.HALF_OPEN
             self._probing = 0
+            self._enter(BreakerState.HALF_OPEN)
         return self._state
+
+    def _enter(self, state: BreakerState) -> None:
+        self._state = state
+        for hook in self.on_change:
+            hook(state)
 
     def allow(self) -> bool:
         """True when a call may go out now (in half-open: it is one of the probes)."""
@@ -110,16 +117,16 @@ class CircuitBreaker:
         return self._outcomes.count(False) / len(self._outcomes)
 
     def _open(self) -> None:
-        self._state = BreakerState.OPEN
         self._opened_at = self._clock()
         self._probing = 0
         self.opens += 1
+        self._enter(BreakerState.OPEN)
 
     def _close(self) -> None:
-        self._state = BreakerState.CLOSED
         self._consecutive = 0
         self._probing = 0
         self._outcomes.clear()
+        self._enter(BreakerState.CLOSED)
 
     def snapshot(self) -> BreakerSnapshot:
         state = self.state

@@ -213,6 +213,8 @@ def test_breaker_failure_rate_and_half_open_probe_limit() -> None:
     br = CircuitBreaker(
         failures=100, reset_s=10, window=4, failure_rate=0.5, probes=1, clock=lambda: now[0]
     )
+    seen: list[BreakerState] = []
+    br.on_change.append(seen.append)
     for ok in (True, False, True):
         br.success() if ok else br.failure()
     assert br.snapshot().state is BreakerState.CLOSED  # window not full yet
@@ -227,6 +229,7 @@ def test_breaker_failure_rate_and_half_open_probe_limit() -> None:
     br.success()
     assert br.snapshot().state is BreakerState.CLOSED
     assert br.snapshot().rejected == 2
+    assert seen == [BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED]
 
 
 def test_v2_codec_round_trip_with_bytes_and_floats() -> None:
