@@ -1,10 +1,11 @@
 """QoS 1 streams through a real daemon while the daemon is SIGKILLed and restarted.
 
-The broker-restart case runs against the bridge in process in
+The bridge alone (in process, fake service) is covered by
 ``tests/runtime/mqtt/test_reliability.py::test_broker_restart_mid_stream_every_request_answered``;
-here the whole ``wasmgate serve`` process dies without warning (SIGKILL: no drain, no
-DISCONNECT) mid-stream and starts again on the same data directory and MQTT client id.
-Requests published while it is down wait in its persistent session at the broker.
+here the real ``wasmgate serve`` process either dies without warning (SIGKILL: no drain,
+no DISCONNECT) mid-stream and starts again on the same data directory and MQTT client id,
+or keeps running while mosquitto restarts under it. Requests published while the daemon
+is down wait in its persistent session at the broker.
 """
 
 from __future__ import annotations
@@ -45,16 +46,18 @@ def _by_correlation(replies: list[Reply]) -> dict[bytes, list[Reply]]:
 
 
 @pytest.mark.timeout(120)
-async def test_daemon_sigkill_mid_stream_loses_nothing(
-    kit: BenchKit, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+@pytest.mark.parametrize("fault", ["daemon-sigkill", "broker-restart"])
+async def test_qos1_stream_survives(
+    fault: str, kit: BenchKit, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> None:
-    """120 QoS 1 requests at ~100/s, the daemon SIGKILLed after 40 and restarted after 80.
+    """120 QoS 1 requests at ~100/s; after 40 the daemon is SIGKILLed (restarted after 80),
+    or the broker is restarted (persistent sessions on both sides).
 
-    Proves: every request is answered (none lost, including the ones in flight at the kill
-    and the 40 published while no daemon ran), every answer is 200 and correct, and no
-    request gets two different answers. A request the dead daemon had answered but not
+    Proves: every request is answered (none lost, including the ones in flight at the
+    fault and those published while no daemon ran), every answer is 200 and correct, and
+    no request gets two different answers. A request the dead daemon had answered but not
     yet acknowledged is redelivered by the broker (QoS 1 is at least once) and answered
-    again with the same bytes; the test bounds those to the kill's in-flight window.
+    again with the same bytes; the test bounds those to the fault's in-flight window.
     """
     total, kill_at, restart_at = 120, 40, 80
     daemon = daemon_factory(config=kit.config({"mqtt": _mqtt(mosquitto)}))
@@ -64,8 +67,8 @@ async def test_daemon_sigkill_mid_stream_loses_nothing(
         await dev_wait_online(dev, body)
         for i in range(total):
             if i == kill_at:
-                daemon.kill()
-            if i == restart_at:
+                daemon.kill() if fault == "daemon-sigkill" else mosquitto.restart()
+            if i == restart_at and fault == "daemon-sigkill":
                 daemon.start()
             dev.request(TOPIC, body, response_topic=REPLIES, correlation=f"r{i}".encode())
             time.sleep(0.01)
