@@ -204,7 +204,7 @@ def ladder(
     scale = 1e3 if unit == "ms" else 1e6
     return [
         Figure(label, "sandboxed in-process p50", in_proc.value / (1e3 if unit == "ms" else 1),
-               unit, "ORT backend p50", in_proc.baseline / (1e3 if unit == "ms" else 1)),
+               unit, "raw session.run p50", in_proc.baseline / (1e3 if unit == "ms" else 1)),
         _p50("HTTP V2 binary p50", v2, label, raw, unit),
         Figure(label, "HTTP V2 binary p99", percentile(v2, 99) * scale, unit, "ORT backend p99",
                percentile(raw, 99) * scale),
