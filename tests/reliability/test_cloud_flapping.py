@@ -3,7 +3,7 @@
 A real daemon serves the example ``digits`` adapter, which asks for cloud fallback when
 its confidence is low (``ambiguous.json``) and answers confident inputs (``seven.json``)
 itself. The fake cloud (aiohttp on loopback, ``cloud.protocol = "raw"``) changes mode
-every 0.4 s while 4 clients send both kinds. Proves: confident requests never touch the
+every few hundred ms while 4 clients send both kinds. Proves: confident requests never touch the
 cloud; low-confidence ones always get an answer (the cloud's, or the weak local one when
 the cloud fails, as the policy says), never a 5xx and never later than the cloud timeout
 allows; the circuit breaker does not stay open once the cloud is back.
@@ -74,6 +74,19 @@ class FlappingCloud:
         await self._runner.cleanup()
 
 
+async def _flap(cloud: FlappingCloud, stop: float) -> None:
+    """Cycle the modes until ``stop``; each stays until the daemon's calls reached it (the
+    breaker may hold them back for ``breaker_reset_s``), at most 1.5 s, then 0.2 s more."""
+    for mode in itertools.cycle(MODES):
+        if time.monotonic() > stop:
+            return
+        await cloud.set(mode)
+        seen, until = cloud.calls[mode], time.monotonic() + 1.5
+        while cloud.calls[mode] == seen and time.monotonic() < until:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+
+
 async def _client(
     url: str, bodies: list[tuple[str, bytes]], stop: float
 ) -> list[tuple[str, int, str, float]]:
@@ -110,11 +123,7 @@ async def test_flapping_cloud_under_load(
         url = f"{daemon.url}/v1/adapters/digits"
         stop = time.monotonic() + 4.0
         clients = asyncio.gather(*(_client(url, bodies, stop) for _ in range(4)))
-        for mode in itertools.cycle(MODES):
-            if time.monotonic() > stop:
-                break
-            await cloud.set(mode)
-            await asyncio.sleep(0.4)
+        await _flap(cloud, stop)
         results = [r for per_client in await clients for r in per_client]
         await cloud.set("up")
         await asyncio.sleep(0.5)  # > breaker_reset_s: half-open probes may pass
@@ -127,7 +136,7 @@ async def test_flapping_cloud_under_load(
     assert sources[("ambiguous", "cloud")] > 0, sources
     assert sources[("ambiguous", "local")] > 0, sources  # weak local answer while down
     assert max(seconds for *_, seconds in results) < TIMEOUT_S + 2.0
-    assert {"error", "slow", "down"} <= set(cloud.calls), cloud.calls
+    assert {"error", "slow"} <= set(cloud.calls), cloud.calls  # "down" mostly refuses
     assert recovered[-1][1:3] == (200, "cloud"), recovered[-5:]
     assert daemon.proc is not None
     assert daemon.proc.poll() is None
