@@ -180,6 +180,15 @@ class Registry:
             msg = f"{man.label()}: {conflict}"
             self._record(source, ok=False, name=man.name, version=man.version, message=msg)
             raise BundleRejected(msg)
+        if bundle.adapter_name and bundle.adapter_name in bundle.models:
+            log.warning(
+                "%s: adapter %r shares its name with one of the bundle's models, so "
+                "/v2/models/%s is the model; the adapter stays reachable at /v1/adapters/%s",
+                man.label(),
+                bundle.adapter_name,
+                bundle.adapter_name,
+                bundle.adapter_name,
+            )
         return bundle
 
     def _switch(self, bundle: LoadedBundle, source: str, percent: int) -> None:

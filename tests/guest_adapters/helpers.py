@@ -16,9 +16,9 @@ from wasmgate.sandbox.models import ModelHandle
 
 # The models each example's bundle.toml declares, by load_by_name name -> ModelFiles field.
 EXAMPLE_MODELS: dict[str, dict[str, str]] = {
-    "digits": {"digits": "digits_fp32"},
+    "digits": {"digits-mlp": "digits_fp32"},
     "vibration-anomaly": {"anomaly": "anomaly_fp32"},
-    "digits-zig": {"digits-zig": "digits_fp32"},
+    "digits-zig": {"digits-zig-mlp": "digits_fp32"},
     "digits-pipeline": {"pipeline-gate": "gate_fp32", "pipeline-digits": "digits_fp32"},
 }
 LIMITS = GuestLimits(memory_bytes=16 * 1024 * 1024, deadline_s=5.0)

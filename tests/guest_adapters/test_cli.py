@@ -70,7 +70,7 @@ def test_test_takes_models_and_params_for_a_bare_wasm(tmp_path: Path) -> None:
     zero = example_dir("digits") / "samples" / "zero.json"
     done = wasmgate(
         "adapter", "test", wasm, "--payload", zero,
-        "--model", f"digits={models_dir() / 'digits-int8.onnx'}",
+        "--model", f"digits-mlp={models_dir() / 'digits-int8.onnx'}",
         "--param", "confidence_threshold=1.5",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

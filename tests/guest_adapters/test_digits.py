@@ -117,4 +117,4 @@ def test_missing_model_is_an_adapter_error(digits: Runner) -> None:
     res, provider = empty.run([0] * 64)
     assert res.status == 2
     assert res.output == b"digits model failed: not found"
-    assert provider.loaded == ["digits"]
+    assert provider.loaded == ["digits-mlp"]

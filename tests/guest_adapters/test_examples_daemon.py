@@ -166,7 +166,7 @@ def test_examples_over_http_mqtt_and_fallback(
     # Direct V2 inference on a model the demo ships.
     v2 = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
                       "data": [float(v) for v in x[0]]}]}  # fmt: skip
-    status, body, _ = post(f"{daemon.url}/v2/models/digits/infer", json.dumps(v2).encode())
+    status, body, _ = post(f"{daemon.url}/v2/models/digits-mlp/infer", json.dumps(v2).encode())
     assert status == 200
     assert int(np.argmax(json.loads(body)["outputs"][0]["data"])) == int(y[0])
 

@@ -62,12 +62,12 @@ def _topics() -> list[tuple[str, bool]]:
     return [
         (f"{ROOT}/adapters/digits/req", True),
         (f"{ROOT}/adapters/digits/req/dev1", True),
-        (f"{ROOT}/models/digits/infer", True),
-        (f"{ROOT}/models/digits/infer/dev1", True),
+        (f"{ROOT}/models/digits-mlp/infer", True),
+        (f"{ROOT}/models/digits-mlp/infer/dev1", True),
         (f"{ROOT}/adapters/nope/req", True),
         (f"{ROOT}/models/nope/infer/dev1", True),
         (f"{ROOT}/adapters/digits/req/a/b", False),
-        (f"{ROOT}/models/digits", False),
+        (f"{ROOT}/models/digits-mlp", False),
         (f"{ROOT}/adapters//req", False),
     ]
 

@@ -64,7 +64,7 @@ fn readPixels(payload: []const u8, px: *[PIXELS]f32) ?[]const u8 {
 }
 
 fn classify(px: *const [PIXELS]f32, probs: *[CLASSES]f32) i32 {
-    const name = "digits-zig"; // model names are daemon-wide: not the digits bundle's "digits"
+    const name = "digits-zig-mlp"; // model names are daemon-wide and share the V2 namespace with adapters
     const dims = [_]u32{ 1, PIXELS };
     var graph: u32 = 0;
     var ctx: u32 = 0;

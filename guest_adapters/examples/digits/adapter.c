@@ -1,5 +1,5 @@
 /*
- * digits — classify an 8x8 grayscale digit with the "digits" model (MLP 64-32-10).
+ * digits — classify an 8x8 grayscale digit with the "digits-mlp" model (MLP 64-32-10).
  *
  * Payload (any of):
  *   - 64 raw bytes, row-major, 0..255 grayscale (content type application/octet-stream,
@@ -68,7 +68,7 @@ static int handle(const uint8_t *payload, size_t len) {
     wasi_nn_graph g;
     static const uint32_t dims[2] = {1, PIXELS};
     size_t n_out = 0;
-    int e = wg_nn_load("digits", &g);
+    int e = wg_nn_load("digits-mlp", &g);
     if (e == 0) e = wg_nn_infer_f32(g, dims, 2, px, PIXELS, probs, CLASSES, &n_out);
     if (e != 0 || n_out != CLASSES) {
         snprintf(err, sizeof err, "digits model failed: %s", e ? wg_nn_strerror(e) : "wrong output size");

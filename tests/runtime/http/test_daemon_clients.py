@@ -57,16 +57,16 @@ def test_tritonclient_against_the_daemon(
 ) -> None:
     assert client.is_server_live()
     assert client.is_server_ready()
-    assert client.is_model_ready("digits")
-    meta = client.get_model_metadata("digits")
+    assert client.is_model_ready("digits-mlp")
+    meta = client.get_model_metadata("digits-mlp")
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
-    assert client.get_model_config("digits")["max_batch_size"] > 0
+    assert client.get_model_config("digits-mlp")["max_batch_size"] > 0
     data = np.load(models.digits_test)
     x, y = data["x"][:20].astype(np.float32), data["y"][:20]
     probs = {}
     for binary in (False, True):
         outputs = [triton.InferRequestedOutput("probs", binary_data=binary)]
-        result = client.infer("digits", [digits_input(x, binary)], outputs=outputs)
+        result = client.infer("digits-mlp", [digits_input(x, binary)], outputs=outputs)
         probs[binary] = result.as_numpy("probs")
     np.testing.assert_allclose(probs[True], probs[False], rtol=1e-6)
     assert (np.argmax(probs[True], axis=1) == y).sum() >= 18
@@ -78,14 +78,21 @@ def test_tritonclient_against_the_daemon(
     assert answer is not None
     assert json.loads(answer[0])["is_digit"] is False
 
+    # The digits adapter is a V2 model too (one BYTES in, one BYTES out), beside its model.
+    pixels = triton.InferInput("payload", [1], "BYTES")
+    pixels.set_data_from_numpy(np.array([json.dumps(x[0].tolist()).encode()], dtype=object))
+    digit = client.infer("digits", [pixels]).as_numpy("answer")
+    assert digit is not None
+    assert json.loads(digit[0])["digit"] == y[0]
+
     with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as response:
         text = response.read().decode()
-    labels = {"transport": "http", "kind": "model", "name": "digits", "source": "local"}
+    labels = {"transport": "http", "kind": "model", "name": "digits-mlp", "source": "local"}
     assert value(text, "wasmgate_requests_total", **labels) == 2
 
 
 def test_kserve_sdk_against_the_daemon(daemon: Daemon) -> None:
-    outputs = kserve_check(daemon.url, "digits", "input", 2, 64)
+    outputs = kserve_check(daemon.url, "digits-mlp", "input", 2, 64)
     probs = np.array(outputs["binary"]["probs"], dtype=np.float32)
     assert probs.shape == (2, 10)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=0.02)  # int8 softmax
