@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,17 @@ async def status_json(request: web.Request) -> web.Response:
     return web.json_response(body, headers={"Cache-Control": "no-store"})
 
 
-async def index(_request: web.Request) -> web.FileResponse:
-    return web.FileResponse(static_dir() / "index.html", headers={"Cache-Control": "no-cache"})
+# A fixed list rather than a static directory route: no request path ever becomes a file
+# path, and it works where the package files are symlinks (an editable install), which
+# aiohttp's static route refuses to follow.
+_ASSETS = ("status.css", "status.js")
+
+
+def _file(name: str) -> Callable[[web.Request], Awaitable[web.FileResponse]]:
+    async def serve(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(static_dir() / name, headers={"Cache-Control": "no-cache"})
+
+    return serve
 
 
 def setup(app: web.Application) -> None:
@@ -111,6 +121,7 @@ def setup(app: web.Application) -> None:
     """
     app[STARTED] = time.monotonic()
     app.setdefault(STATUS_PROVIDERS, {})
-    app.router.add_get("/", index)
+    app.router.add_get("/", _file("index.html"))
     app.router.add_get("/v1/status", status_json)
-    app.router.add_static("/static/", static_dir(), append_version=False)
+    for name in _ASSETS:
+        app.router.add_get(f"/static/{name}", _file(name))
