@@ -64,6 +64,22 @@ class ClientState:
     since: float = field(default_factory=time.time)
 
 
+class _ClosingSSLSocket(ssl.SSLSocket):
+    """Closes itself when the TLS handshake fails.
+
+    paho's ``_ssl_wrap_socket`` raises out of ``do_handshake()`` without closing the socket
+    it wrapped, so every refused handshake (wrong CA, expired certificate) would leave an
+    open socket behind until garbage collection, with a ResourceWarning per retry.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
 def _consume(fut: asyncio.Future[None]) -> None:
     """Mark a future's exception as retrieved (its waiter may have timed out already)."""
     if not fut.cancelled():
@@ -155,9 +171,13 @@ class MqttClient:
             client.username_pw_set(s.username, s.password)
         if s.tls_ca is not None:
             ctx = ssl.create_default_context(cafile=str(s.tls_ca))
+            ctx.sslsocket_class = _ClosingSSLSocket
             if s.tls_cert is not None:
                 ctx.load_cert_chain(str(s.tls_cert), str(s.tls_key) if s.tls_key else None)
             client.tls_set_context(ctx)
+        # paho reports socket errors only through its logger; without this a broker that
+        # refuses our TLS client certificate shows up only as "Unspecified error".
+        client.enable_logger(log.getChild("paho"))
         client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect

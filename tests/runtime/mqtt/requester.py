@@ -7,6 +7,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Self
 
 import paho.mqtt.client as paho
@@ -32,14 +33,22 @@ class Requester:
     """Publishes requests and collects everything arriving on its subscriptions."""
 
     def __init__(
-        self, port: int, *, v5: bool = True, client_id: str | None = None, persistent: bool = False
+        self,
+        port: int,
+        *,
+        v5: bool = True,
+        client_id: str | None = None,
+        persistent: bool = False,
+        tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
+        """``tls``: (CA, client certificate, client key) PEM files for a TLS broker."""
         self.v5 = v5
         self.client_id = client_id or f"req-{next(_ids)}-{time.monotonic_ns()}"
         self.replies: list[Reply] = []
         self._lock = threading.Lock()
         self._port = port
         self._persistent = persistent
+        self._tls = tls
         self._client = self._build()
 
     def _build(self) -> paho.Client:
@@ -50,6 +59,9 @@ class Requester:
             clean_session=None if self.v5 else not self._persistent,
         )
         client.on_message = self._on_message
+        if self._tls is not None:
+            ca, cert, key = self._tls
+            client.tls_set(ca_certs=str(ca), certfile=str(cert), keyfile=str(key))
         return client
 
     def _on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
