@@ -15,9 +15,7 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
 import tempfile
 import time
 import urllib.request
@@ -27,7 +25,7 @@ import aiohttp
 import numpy as np
 
 from bench import bench_http
-from bench.common import Figure, format_table, median, percentile, write_json
+from bench.common import Figure, median, percentile, script_main
 from bench.stack import BenchKit, daemon_pid, payload, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
@@ -146,14 +144,7 @@ def run(quick: bool) -> list[Figure]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="one start, short loads")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
-    args = parser.parse_args()
-    figures = run(args.quick)
-    print(format_table(figures))
-    if args.json:
-        write_json(figures, args.json, {"cpus": os.cpu_count()})
+    script_main(__doc__, run, "one start, short loads")
 
 
 if __name__ == "__main__":

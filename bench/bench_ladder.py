@@ -16,7 +16,6 @@ limit; `bench_sandbox` compares against its own raw session):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import os
@@ -36,7 +35,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bench import bench_http, bench_sandbox
-from bench.common import Figure, format_table, median, percentile, write_json
+from bench.common import Figure, median, percentile, script_main
 from bench.stack import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
@@ -235,14 +234,7 @@ def run(quick: bool) -> list[Figure]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="short windows")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
-    args = parser.parse_args()
-    figures = run(args.quick)
-    print(format_table(figures))
-    if args.json:
-        write_json(figures, args.json, {"cpus": os.cpu_count()})
+    script_main(__doc__, run, "short windows")
 
 
 if __name__ == "__main__":

@@ -17,21 +17,18 @@ is not cached yet is skipped with the reason printed (installing takes minutes).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from bench import bench_http
 from bench.bench_ladder import inputs, served
-from bench.common import Figure, format_table, median, write_json
+from bench.common import Figure, median, script_main
 from bench.peers import MLSERVER, PERF_ANALYZER, MlServer, missing_system_libs, perf_analyzer_env
 from bench.stack import BenchKit
 from tests.fixtures.daemon import Daemon
@@ -140,14 +137,7 @@ def run(quick: bool) -> list[Figure]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="short windows")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
-    args = parser.parse_args()
-    figures = run(args.quick)
-    print(format_table(figures))
-    if args.json:
-        write_json(figures, args.json, {"cpus": os.cpu_count(), "numpy": np.__version__})
+    script_main(__doc__, run, "short windows")
 
 
 if __name__ == "__main__":

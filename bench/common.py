@@ -68,3 +68,18 @@ def write_json(figures: Sequence[Figure], path: Path, meta: dict[str, object]) -
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [{**asdict(f), "ratio": f.ratio} for f in figures]
     path.write_text(json.dumps({"meta": meta, "figures": rows}, indent=2))
+
+
+def script_main(doc: str | None, run: Callable[[bool], Sequence[Figure]], quick_help: str) -> None:
+    """The ``__main__`` of a bench module: ``--quick``, ``--json OUT``, print the table."""
+    import argparse  # noqa: PLC0415 - only scripts need it
+    import os  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    args = parser.parse_args()
+    figures = run(args.quick)
+    print(format_table(figures))
+    if args.json:
+        write_json(figures, args.json, {"cpus": os.cpu_count()})
