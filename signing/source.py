@@ -6,6 +6,10 @@ Invariants:
 - Bytes sources are read zero-copy (``bytes`` are immutable). Files are read into private
   buffers, so the bytes that are hashed are exactly the bytes that are stored, whoever
   rewrites the file meanwhile; a staged chunk is written before its buffer is reused.
+- Only the verify-only path (:func:`map_source`, nothing is stored) hashes a file through
+  a read-only ``mmap``: a concurrent rewrite can at worst make verification fail, and a
+  concurrent truncation can end the process with ``SIGBUS``; neither can put unverified
+  bytes anywhere. No view of the mapping outlives the ``with`` block's results.
 - A :class:`StagedFile` is created exclusively in the store's private ``tmp/``; it is
   flushed and ``fsync``-ed before it can be renamed into the blob store.
 """
@@ -13,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import secrets
 import stat
@@ -42,15 +47,61 @@ def open_source(
         _cap(label, len(source), max_bytes)
         yield memoryview(bytes(source)), len(source), label
         return
-    label = source.name
+    with _open_file(source, max_bytes) as opened:
+        yield opened
+
+
+@contextmanager
+def map_source(
+    source: bytes | Path, max_bytes: int
+) -> Iterator[tuple[io.BufferedIOBase | memoryview, int, str]]:
+    """Like :func:`open_source`, but a file is mapped read-only instead of read (no copy).
+
+    For verification only: the mapped bytes can change under the reader, so they must
+    never be stored (see the module invariants).
+    """
+    if isinstance(source, bytes | bytearray):
+        with open_source(source, max_bytes) as opened:
+            yield opened
+        return
+    with _open_file(source, max_bytes) as (f, size, label):
+        if size == 0:  # mmap refuses empty files; the reader reports "empty file"
+            yield memoryview(b""), 0, label
+            return
+        try:
+            mapped = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        except OSError:  # a file system without mmap support: read it instead
+            yield f, size, label
+            return
+        try:
+            if _regular_size(f, label) < size:  # shrank since fstat: don't touch the pages
+                raise MalformedArchiveError(label, "file shrank while being opened")
+            with memoryview(mapped) as view:
+                yield view, size, label
+        finally:
+            _unmap(mapped)
+
+
+@contextmanager
+def _open_file(path: Path, max_bytes: int) -> Iterator[tuple[io.BufferedIOBase, int, str]]:
+    label = path.name
     try:
-        f = source.open("rb")
+        f = path.open("rb")
     except OSError as e:
         raise MalformedArchiveError(label, f"cannot open ({e.strerror})") from e
     with f:
         size = _regular_size(f, label)
         _cap(label, size, max_bytes)
         yield f, size, label
+
+
+def _unmap(mapped: mmap.mmap) -> None:
+    try:
+        mapped.close()
+    except BufferError:
+        # A chunk view is still referenced (e.g. by an exception's traceback); the mapping
+        # is released with the last view.
+        pass
 
 
 def _regular_size(f: io.BufferedIOBase, label: str) -> int:

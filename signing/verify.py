@@ -11,6 +11,9 @@ Invariants:
   accepted once its full length has been hashed and matched.
 - Verification has no side effects; the caller commits only after :func:`verify_stream`
   returns.
+- :func:`verify_bundle` stores nothing, so it may hash a file through a read-only mapping
+  (:func:`~wasmgate.signing.source.map_source`); whatever stores bytes reads them into
+  private buffers first (:func:`~wasmgate.signing.source.open_source`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from wasmgate.signing.archive import ArchiveReader, Chunk
+from wasmgate.signing.archive import CHUNK, ArchiveReader, Chunk
 from wasmgate.signing.envelope import (
     BUNDLE_PAYLOAD_TYPE,
     EnvelopeFormatError,
@@ -47,12 +50,14 @@ from wasmgate.signing.errors import (
     VersionConflictError,
 )
 from wasmgate.signing.manifest import Manifest, parse_manifest
-from wasmgate.signing.source import open_source
+from wasmgate.signing.source import map_source, open_source
 from wasmgate.signing.state import StateDoc
 from wasmgate.signing.trust import TrustStore
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_SIGNATURE_BYTES = 16 * 1024
+DISCARD_CHUNK = 4 * CHUNK
+"""Hash slice when nothing consumes the bytes: few, large ``update`` calls (GIL released)."""
 
 
 @dataclass(frozen=True)
@@ -81,18 +86,6 @@ class FileSink(Protocol):
 
 
 SinkFactory = Callable[[str], FileSink]
-
-
-def _done() -> None:
-    pass
-
-
-class _NullSink:
-    def write(self, chunk: Chunk) -> Callable[[], None]:  # noqa: ARG002 - discards
-        return _done
-
-    def finish(self, sha256: str) -> None:
-        pass
 
 
 def _read_named(reader: ArchiveReader, label: str, name: str, cap: int) -> bytes:
@@ -162,7 +155,7 @@ def check_fresh(manifest: Manifest, digest: str, state: StateDoc | None, now: da
         )
 
 
-def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFactory) -> None:
+def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFactory | None) -> None:
     label = manifest.label()
     seen: set[str] = set()
     while (member := reader.next_member()) is not None:
@@ -176,18 +169,27 @@ def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFacto
             raise FileSizeError(
                 label, f"file {member.name!r} is {member.size} bytes, manifest says {entry.size}"
             )
-        sink = sink_for(member.name)
-        h = hashlib.sha256()
-        for chunk in reader.chunks():
-            wait = sink.write(chunk)  # copying (other thread) overlaps with hashing
-            h.update(chunk)
-            wait()
-        if h.hexdigest() != entry.sha256:
+        sink = sink_for(member.name) if sink_for else None
+        if _member_sha256(reader, sink) != entry.sha256:
             raise FileHashError(label, f"file {member.name!r}: SHA-256 does not match")
-        sink.finish(entry.sha256)
+        if sink is not None:
+            sink.finish(entry.sha256)
     missing = sorted(set(manifest.files) - seen)
     if missing:
         raise MissingFileError(label, f"listed but not in the archive: {', '.join(missing)}")
+
+
+def _member_sha256(reader: ArchiveReader, sink: FileSink | None) -> str:
+    h = hashlib.sha256()
+    if sink is None:
+        for chunk in reader.chunks(DISCARD_CHUNK):
+            h.update(chunk)
+        return h.hexdigest()
+    for chunk in reader.chunks():
+        wait = sink.write(chunk)  # copying (other thread) overlaps with hashing
+        h.update(chunk)
+        wait()
+    return h.hexdigest()
 
 
 def verify_stream(
@@ -209,7 +211,7 @@ def verify_stream(
     if manifest.total_size() > max_bundle_bytes:
         raise BundleTooLargeError(manifest.label(), "listed files exceed the bundle size cap")
     check_fresh(manifest, digest, state, now or datetime.now(UTC))
-    _stream_files(reader, manifest, sink_for or (lambda _name: _NullSink()))
+    _stream_files(reader, manifest, sink_for)
     return VerifiedBundle(manifest, digest, key_id, manifest_bytes, sig_bytes)
 
 
@@ -221,8 +223,12 @@ def verify_bundle(
     state: StateDoc | None = None,
     now: datetime | None = None,
 ) -> VerifiedBundle:
-    """Fully verify a bundle without installing it (``state`` adds the anti-rollback check)."""
-    with open_source(source, max_bundle_bytes) as (f, total, label):
+    """Fully verify a bundle without installing it (``state`` adds the anti-rollback check).
+
+    A file is hashed straight from a read-only mapping: this stores nothing, so bytes that
+    change underneath can only make verification fail (see :func:`map_source`).
+    """
+    with map_source(source, max_bundle_bytes) as (f, total, label):
         return verify_stream(
             f, total, label, trust, max_bundle_bytes=max_bundle_bytes, state=state, now=now
         )

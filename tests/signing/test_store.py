@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tarfile
 import threading
 from pathlib import Path
 
@@ -15,10 +16,12 @@ from wasmgate.signing import (
     BlobNotFoundError,
     BundleStore,
     FileHashError,
+    MalformedArchiveError,
     RevokedKeyError,
     RollbackError,
     SigningError,
     StoreIOError,
+    TruncatedArchiveError,
     TrustStore,
     key_id_of,
     verify_bundle,
@@ -99,6 +102,44 @@ def test_verify_without_store(kit: Kit, trust: TrustStore) -> None:
     verified = verify_bundle(kit.build(9), trust, max_bundle_bytes=MAX_BUNDLE)
     assert verified.manifest.version == 9
     assert verified.digest == hashlib.sha256(verified.manifest_bytes).hexdigest()
+
+
+def test_verify_file_matches_bytes_and_unmaps(kit: Kit, trust: TrustStore, tmp_path: Path) -> None:
+    data = kit.build(9)
+    path = tmp_path / "digits-9.wgb"
+    path.write_bytes(data)
+    from_file = verify_bundle(path, trust, max_bundle_bytes=MAX_BUNDLE)
+    assert from_file == verify_bundle(data, trust, max_bundle_bytes=MAX_BUNDLE)
+    # The file is hashed through a mapping; it must be gone once the call returns.
+    assert str(path) not in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.parametrize(
+    ("damage", "error"),
+    [
+        ("flip", FileHashError),
+        ("truncate", TruncatedArchiveError),
+        ("empty", MalformedArchiveError),
+    ],
+)
+def test_verify_file_refuses_damage(
+    kit: Kit, trust: TrustStore, tmp_path: Path, damage: str, error: type[SigningError]
+) -> None:
+    path = tmp_path / "digits-9.wgb"
+    path.write_bytes(kit.build(9))
+    with tarfile.open(path) as tf:
+        off = tf.getmember("digits-int8.onnx").offset_data
+    with path.open("r+b") as f:
+        if damage == "flip":
+            f.seek(off)
+            byte = f.read(1)[0]
+            f.seek(off)
+            f.write(bytes([byte ^ 1]))
+        else:
+            f.truncate(off + 100 if damage == "truncate" else 0)
+    with pytest.raises(SigningError) as info:
+        verify_bundle(path, trust, max_bundle_bytes=MAX_BUNDLE)
+    assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
 
 
 def test_concurrent_installs_keep_the_highest(kit: Kit, store: BundleStore) -> None:
