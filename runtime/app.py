@@ -232,7 +232,10 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
 
     settings = app[SETTINGS]
     registry = app[REGISTRY]
-    async with MqttBridge(settings.mqtt, app[SERVICE], drain_s=settings.drain_s) as bridge:
+    bridge_for = MqttBridge(
+        settings.mqtt, app[SERVICE], drain_s=settings.drain_s, metrics=app[METRICS]
+    )
+    async with bridge_for as bridge:
         registry.on_change.append(bridge.refresh_metadata)
         status.add_provider(app, "mqtt", bridge.state.as_dict)
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -27,6 +27,7 @@ from typing import Any, Self, TypeVar
 from wasmgate.runtime import errors, v2
 from wasmgate.runtime.config import MqttSettings
 from wasmgate.runtime.http.errors import status_for
+from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
@@ -89,13 +90,19 @@ class MqttBridge:
     """Serves the ``adapters/…/req`` and ``models/…/infer`` topics of one gateway."""
 
     def __init__(
-        self, settings: MqttSettings, service: ServiceAPI, *, drain_s: float = 5.0
+        self,
+        settings: MqttSettings,
+        service: ServiceAPI,
+        *,
+        drain_s: float = 5.0,
+        metrics: Metrics | None = None,
     ) -> None:
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
         self._settings = settings
         self._service = service
         self._drain_s = drain_s
+        self._metrics = metrics
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests(settings.dedupe_window_s)
@@ -267,16 +274,31 @@ class MqttBridge:
     async def _result(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
     ) -> _Result:
+        started = time.monotonic()
         try:
             deadline = self._admit(msg, obj)
             if route.kind == "adapter":
                 return await self._run_adapter(msg, route, deadline)
             return await self._infer_model(msg, route, deadline)
         except Exception as e:
+            self._observe(route, None, {}, type(e).__name__, time.monotonic() - started)
             code = status_for(e)
             if code == 500:
                 log.warning("mqtt request on %s failed: %r", msg.topic, e)
             return _Result(code, error_body(str(e) or type(e).__name__, code, reply.rid), JSON)
+
+    def _observe(
+        self,
+        route: Route,
+        source: str | None,
+        timings: Mapping[str, float],
+        error: str | None,
+        seconds: float,
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_request(
+                route.kind, route.name, source, timings, error, transport="mqtt", seconds=seconds
+            )
 
     def _admit(self, msg: Incoming, obj: dict[str, Any] | None) -> float | None:
         """Refuse oversize and expired requests before any work; returns the deadline."""
@@ -319,7 +341,9 @@ class MqttBridge:
     async def _run_adapter(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
         meta = {"transport": "mqtt", "topic": msg.topic, "client": route.client or ""}
         req = AdapterRequest(route.name, msg.payload, msg.content_type, meta, deadline)
+        started = time.monotonic()
         ans = await self._patiently(lambda: self._service.run_adapter(req), deadline)
+        self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if ans.fallback_reason:
             props = (*props, ("fallback_reason", ans.fallback_reason))
@@ -333,7 +357,9 @@ class MqttBridge:
             raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
         parsed = v2.parse_request(msg.payload, header_length)
         req = ModelRequest(route.name, parsed.inputs, parsed.output_names, deadline=deadline)
+        started = time.monotonic()
         ans = await self._patiently(lambda: self._service.infer_model(req), deadline)
+        self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
         enc = v2.encode_response(route.name, str(ans.version), ans.outputs, parsed)
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if enc.header_length is not None:

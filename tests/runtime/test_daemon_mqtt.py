@@ -50,6 +50,14 @@ def test_mqtt_and_http_share_the_service(
         req = urllib.request.Request(f"{daemon.url}/v1/adapters/probe", data=b"Phttp")
         with urllib.request.urlopen(req, timeout=10) as r:
             assert r.read() == b"v1:http"
+        with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        for transport in ("mqtt", "http"):
+            line = (
+                f'wasmgate_requests_total{{kind="adapter",name="probe",source="local",'
+                f'transport="{transport}"}} 1.0'
+            )
+            assert line in metrics, [m for m in metrics.splitlines() if "requests_total" in m]
         assert daemon.stop() == 0
         assert got.get(timeout=20) == (f"{ROOT}/status", b"offline")
     finally:
