@@ -5,7 +5,7 @@
 For the digits MLP and the MobileNet-class CNN, batch 1, closed loop, one client unless
 noted; every figure's baseline is ``infer`` on the same ONNX file through the daemon's own
 ONNX Runtime backend and device profile, in this process, measured in the same run (the
-limit; `bench_sandbox` compares against its own raw session):
+limit; `bench_sandbox` compares against the same model's raw `infer`):
 
 - sandboxed adapter in-process (``Adapter.run`` + wasi-nn round trip; `bench_sandbox`);
 - HTTP KServe V2 binary ``/v2/models/<m>/infer`` on a real ``wasmgate serve`` (no sandbox);

@@ -1,10 +1,11 @@
-"""Sandbox overhead: a sandboxed request vs raw ONNX Runtime ``session.run``, same run.
+"""Sandbox overhead: a sandboxed request vs the raw backend model's ``infer``, same run.
 
     python bench/bench_sandbox.py [--rounds N] [--json out.json]
 
 Per request the sandbox creates a fresh store + instance of a C adapter, runs its handler,
 and does one wasi-nn round trip (load_by_name, set_input, compute, get_output) on the same
-ORT session the raw baseline calls with the same input. Models: the digits MLP (64→32→10,
+backend model (ONNX Runtime, generic CPU profile, as the daemon loads it) the raw baseline
+calls with the same input. Models: the digits MLP (64→32→10,
 ``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class CNN (the shared
 ``mobilenet-fp32.onnx`` from the test cache, else built with ``gen_mobilenet.build()``).
 Also: instantiate cost, and cold compile vs cached load of the adapter module.
@@ -28,7 +29,8 @@ import onnx
 
 from bench.common import Figure, format_table, median, timed, write_json
 from tests.fixtures.zig import compile_c
-from wasmgate.runtime.guest_models import OrtModel
+from tests.sandbox.helpers import load_model
+from wasmgate.runtime.backends import LoadedModel
 from wasmgate.sandbox import GuestLimits, SandboxEngine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,10 +41,10 @@ GUEST = REPO / "tests" / "sandbox" / "guests" / "bench_adapter.c"
 class Named:
     """The provider the adapter sees: one model under its name."""
 
-    def __init__(self, model: OrtModel) -> None:
+    def __init__(self, model: LoadedModel) -> None:
         self.model = model
 
-    def by_name(self, name: str) -> OrtModel | None:
+    def by_name(self, name: str) -> LoadedModel | None:
         return self.model if name == self.model.name else None
 
     def from_bytes(self, data: bytes, encoding: str, target: str) -> None:  # noqa: ARG002
@@ -69,13 +71,12 @@ def payload(x: npt.NDArray[np.float32]) -> bytes:
 def bench_model(  # noqa: PLR0917
     engine: SandboxEngine, wasm: bytes, label: str, data: bytes, x: npt.NDArray[Any], rounds: int
 ) -> list[Figure]:
-    model = OrtModel(data, label)
+    model = load_model(data, label)
     adapter = engine.compile(wasm, name="bench")
     provider, body = Named(model), payload(x)
     meta = {"param.model": label}
     limits = GuestLimits(deadline_s=10.0)
-    feed = {model.session.get_inputs()[0].name: x}
-    want = model.session.run(None, feed)[0].tobytes()
+    want = model.infer([x])[0].tobytes()
     assert adapter.run(body, meta, provider, limits).output == want
     pooled = adapter.with_mode("pooled")
     raw: list[float] = []
@@ -83,7 +84,7 @@ def bench_model(  # noqa: PLR0917
     reused: list[float] = []
     instantiate: list[float] = []
     for _ in range(rounds):  # interleaved, so drift on a shared VM hits all alike
-        raw += timed(lambda: model.session.run(None, feed), repeat=1, warmup=0)
+        raw += timed(lambda: model.infer([x]), repeat=1, warmup=0)
         sandboxed += timed(
             lambda: instantiate.append(adapter.run(body, meta, provider, limits).instantiate_s),
             repeat=1,
@@ -91,7 +92,7 @@ def bench_model(  # noqa: PLR0917
         )
         reused += timed(lambda: pooled.run(body, meta, provider, limits), repeat=1, warmup=0)
     r, s, p = median(raw), median(sandboxed), median(reused)
-    base = ("raw session.run", r * 1e6)
+    base = ("raw model.infer", r * 1e6)
     return [
         Figure(label, "sandboxed request", s * 1e6, "us", *base),
         Figure(label, "overhead per request", (s - r) * 1e6, "us", *base),

@@ -54,12 +54,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load: the device profile, the precision to realise, and where to cache."""
+    """How to load: the device profile, the precision to realise, and where to cache.
+
+    ``raw_quantized_io`` keeps a full-integer TFLite model's int8/uint8 I/O tensors as they
+    are (what WasmEdge-style guests of ``run-guest`` feed); the daemon keeps a float interface.
+    """
 
     profile: DeviceProfile
     precision: Precision = "fp32"
     cache_dir: Path | None = None
     host: HostInfo | None = None
+    raw_quantized_io: bool = False
 
     def resolved_host(self) -> HostInfo:
         return self.host if self.host is not None else HostInfo.current()

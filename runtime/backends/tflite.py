@@ -4,8 +4,9 @@ Delegates come from the device profile and are tried in order; when none loads (
 missing, ABI mismatch, model rejected) the interpreter runs on its built-in XNNPACK/CPU path
 and the reason is recorded in ``notes``. Full-integer models keep a float interface: inputs
 are quantized and outputs dequantized with each tensor's (scale, zero_point), so an ``int8``
-variant is a drop-in replacement for the ``fp32`` one. Interpreters are not thread-safe:
-every call holds the model's lock.
+variant is a drop-in replacement for the ``fp32`` one (unless ``raw_quantized_io`` asks for
+the model's own integer tensors, as WasmEdge gives them to guests). Interpreters are not
+thread-safe: every call holds the model's lock.
 """
 
 from __future__ import annotations
@@ -72,11 +73,19 @@ class TfliteModel(LoadedModel):
     """One interpreter behind a lock; resizes the batch dimension on demand."""
 
     def __init__(
-        self, interpreter: Any, spec: ModelSpec, providers: tuple[str, ...], notes: list[str]
+        self,
+        interpreter: Any,
+        spec: ModelSpec,
+        providers: tuple[str, ...],
+        notes: list[str],
+        *,
+        raw_io: bool = False,
     ) -> None:
-        self._ins = [_io(d) for d in interpreter.get_input_details()]
-        self._outs = [_io(d) for d in interpreter.get_output_details()]
-        quantized = any(io.quantized for io in [*self._ins, *self._outs])
+        ins = [_io(d) for d in interpreter.get_input_details()]
+        outs = [_io(d) for d in interpreter.get_output_details()]
+        quantized = any(io.quantized for io in [*ins, *outs])
+        self._ins = [_raw(io) for io in ins] if raw_io else ins
+        self._outs = [_raw(io) for io in outs] if raw_io else outs
         super().__init__(
             name=spec.name,
             inputs=[io.spec for io in self._ins],
@@ -134,7 +143,7 @@ class TfliteBackend(InferenceBackend):
         settings = options.profile.tflite
         notes: list[str] = []
         interpreter, providers = self._create(data, spec, settings, notes)
-        model = TfliteModel(interpreter, spec, providers, notes)
+        model = TfliteModel(interpreter, spec, providers, notes, raw_io=options.raw_quantized_io)
         if model.precision == "int8" and options.precision != "int8":
             notes.append(f"asked for {options.precision}, but the model has int8 I/O tensors")
         model.precision = options.precision
@@ -205,6 +214,12 @@ def _io(detail: dict[str, Any]) -> _Io:
         scale=float(scale),
         zero_point=int(zero_point),
     )
+
+
+def _raw(io: _Io) -> _Io:
+    """The tensor as the model stores it: its own dtype, no (de)quantization."""
+    spec = TensorSpec(name=io.spec.name, datatype=datatype_of(io.raw), shape=io.spec.shape)
+    return _Io(index=io.index, spec=spec, raw=io.raw, scale=0.0, zero_point=0)
 
 
 def _quantize(io: _Io, array: Array) -> Array:

@@ -18,6 +18,7 @@ from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.guest_adapters.examples import example_dir, example_names, models_dir
 from wasmgate.runtime.cli._common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, SubParsers
+from wasmgate.runtime.cli._models import add_profile_option
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -63,6 +64,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     test.add_argument("--param", action="append", default=[], metavar="K=V", help="param.K.")
     test.add_argument("--meta", action="append", default=[], metavar="K=V", help="Request meta.")
     test.add_argument("--content-type", help="Content type (default: by file extension).")
+    add_profile_option(test)
     test.set_defaults(func=_test)
 
 
@@ -123,5 +125,8 @@ def _test(args: argparse.Namespace) -> int:
         if isinstance(e, AdapterBuildError) and e.output:
             print(e.output, file=sys.stderr)
         raise CliError(str(e), EXIT_USAGE) from e
-    statuses = run.run_all()
+    try:
+        statuses = run.run_all()
+    except GuestAdapterError as e:
+        raise CliError(str(e)) from e
     return EXIT_OK if all(s == 0 for s in statuses) else EXIT_FAILURE

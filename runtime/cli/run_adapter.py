@@ -2,7 +2,8 @@
 
 What the daemon would do for one request, minus signing, batching and transports: the
 adapter runs in a fresh ``wasmgate.sandbox`` instance under the bundle's limits, models come
-from files (CPU ONNX Runtime / LiteRT, as ``run-guest``), ``param.*`` from bundle.toml.
+from files through the daemon's backends and device profile (``--profile``, else detected;
+a full-integer TFLite model keeps the daemon's float interface), ``param.*`` from bundle.toml.
 The answer goes to stdout; status, fallback requests, events and guest logs to stderr.
 """
 
@@ -19,7 +20,9 @@ from typing import Any
 
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterSourceError
-from wasmgate.runtime.guest_models import PreloadedModels, load_model
+from wasmgate.runtime.backends import LoadOptions
+from wasmgate.runtime.cli._models import PreloadedModels, load_model, resolve_profile
+from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox import GuestLimits, SandboxEngine, SandboxError
 from wasmgate.sandbox.limits import MIB
 from wasmgate.sandbox.models import ModelHandle
@@ -42,6 +45,7 @@ class TestRun:
     meta: dict[str, str] = field(default_factory=dict)
     limits: GuestLimits = field(default_factory=GuestLimits)
     payloads: list[Payload] = field(default_factory=list)
+    profile: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TestRun:
@@ -67,11 +71,12 @@ class TestRun:
             k, v = _pair(item, "--meta")
             run.meta[k] = v
         run.payloads = _payloads(args.payload, src, args.content_type)
+        run.profile = args.profile
         return run
 
     def run_all(self) -> list[int]:
-        handles = self._load_models()
-        provider = PreloadedModels(handles)
+        options = LoadOptions(resolve_profile(self.profile))
+        provider = PreloadedModels(self._load_models(options), options)
         with (
             tempfile.TemporaryDirectory(prefix="wasmgate-test-") as tmp,
             SandboxEngine(Path(tmp) / "modules") as engine,
@@ -82,14 +87,16 @@ class TestRun:
                 raise AdapterSourceError(f"the sandbox refuses this adapter: {e}") from e
             return [self._one(adapter, p, provider) for p in self.payloads]
 
-    def _load_models(self) -> dict[str, ModelHandle]:
+    def _load_models(self, options: LoadOptions) -> dict[str, ModelHandle]:
         handles: dict[str, ModelHandle] = {}
         for name, path in self.models.items():
             encoding = "tflite" if path.suffix == ".tflite" else "onnx"
             try:
-                handles[name] = load_model(path.read_bytes(), encoding)
+                handles[name] = load_model(path.read_bytes(), encoding, name, options)
             except OSError as e:
                 raise AdapterSourceError(f"model {name}: cannot read {path}: {e.strerror}") from e
+            except BackendError as e:
+                raise AdapterSourceError(f"model {name}: cannot load {path}: {e}") from e
         return handles
 
     def _one(self, adapter: Any, p: Payload, provider: PreloadedModels) -> int:

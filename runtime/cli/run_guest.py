@@ -1,13 +1,16 @@
 """`wasmgate run-guest`: run a WASI command module with wasi-nn, like ``wasmedge``.
 
-    wasmgate run-guest GUEST.wasm [--dir HOST:GUEST[:ro]] [--env K=V]
+    wasmgate run-guest GUEST.wasm [--dir HOST:GUEST[:ro]] [--env K=V] [--profile NAME|PATH]
                        [--nn-preload NAME:ENCODING:TARGET:PATH] [-- args...]
     wasmgate run-guest [--dir ...] [--env ...] [--nn-preload ...] GUEST.wasm args...
 
 The second form is WasmEdge's own order: everything after the module goes to the guest.
 In the first form the options directly after the module are ours up to ``--``.
 
-Encodings: ``onnx`` (ONNX Runtime, CPU) and ``tensorflowlite`` (LiteRT). The exit code is
+Encodings: ``onnx`` (ONNX Runtime) and ``tensorflowlite`` (LiteRT), loaded by the daemon's
+backends with the device profile ``serve`` would use (``--profile``, else detected); the
+target is ignored, the profile picks the providers. Full-integer TFLite models keep their
+int8/uint8 tensors, as WasmEdge gives them to guests. The exit code is
 the guest's; a trap or a load failure prints one ``error:`` line and exits 134 (like an
 aborted process), so it cannot be mistaken for a guest's own exit code 1.
 """
@@ -18,8 +21,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from wasmgate.runtime.backends import LoadOptions
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers
-from wasmgate.runtime.guest_models import PreloadedModels, load_model
+from wasmgate.runtime.cli._models import (
+    PreloadedModels,
+    add_profile_option,
+    load_model,
+    resolve_profile,
+)
+from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.errors import SandboxError
 from wasmgate.sandbox.models import ModelHandle
 from wasmgate.sandbox.runner import DirMapping, GuestRunner, NnPreload
@@ -62,10 +72,11 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="NAME:ENCODING:TARGET:PATH",
         help="a model for load_by_name, e.g. default:ONNX:CPU:model.onnx (repeatable)",
     )
+    add_profile_option(parser)
     parser.set_defaults(func=_run)
 
 
-_OPTIONS = {"--dir": "dir", "--env": "env", "--nn-preload": "nn_preload"}
+_OPTIONS = {"--dir": "dir", "--env": "env", "--nn-preload": "nn_preload", "--profile": "profile"}
 
 
 def _split_trailing(args: argparse.Namespace) -> None:
@@ -84,7 +95,10 @@ def _split_trailing(args: argparse.Namespace) -> None:
             if not rest:
                 raise CliError(f"{name} needs a value", EXIT_USAGE)
             value = rest.pop(0)
-        getattr(args, _OPTIONS[name]).append(value)
+        if name == "--profile":
+            args.profile = value
+        else:
+            getattr(args, _OPTIONS[name]).append(value)
     args.args = rest
 
 
@@ -106,14 +120,14 @@ def _parse(
     return dirs, env, preloads
 
 
-def _load(preloads: list[NnPreload]) -> dict[str, ModelHandle]:
+def _load(preloads: list[NnPreload], options: LoadOptions) -> dict[str, ModelHandle]:
     named: dict[str, ModelHandle] = {}
     for p in preloads:
         try:
-            named[p.name] = load_model(p.path.read_bytes(), p.encoding, p.name)
+            named[p.name] = load_model(p.path.read_bytes(), p.encoding, p.name, options)
         except OSError as e:
             raise CliError(f"--nn-preload {p.name}: cannot read {p.path}: {e.strerror}") from e
-        except Exception as e:
+        except BackendError as e:
             raise CliError(f"--nn-preload {p.name}: cannot load {p.path}: {e}") from e
     return named
 
@@ -124,7 +138,9 @@ def _run(args: argparse.Namespace) -> int:
         wasm = args.guest.read_bytes()
     except OSError as e:
         raise CliError(f"cannot read {args.guest}: {e.strerror}", EXIT_USAGE) from e
-    runner = GuestRunner(PreloadedModels(_load(preloads)), dirs, env, list(args.args))
+    options = LoadOptions(resolve_profile(args.profile), raw_quantized_io=True)
+    models = PreloadedModels(_load(preloads, options), options)
+    runner = GuestRunner(models, dirs, env, list(args.args))
     try:
         code = runner.run(wasm, args.guest.name)
     except SandboxError as e:

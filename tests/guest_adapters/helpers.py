@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fixtures.cache import cache_dir
+from tests.sandbox.helpers import load_model
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.examples import example_dir
-from wasmgate.runtime.guest_models import load_model
 from wasmgate.sandbox import Adapter, GuestLimits, GuestResult, SandboxEngine
 from wasmgate.sandbox.models import ModelHandle
 
@@ -31,7 +31,7 @@ def build_example(name: str) -> bytes:
 
 @dataclass
 class RecordingModels:
-    """A ModelProvider over real ONNX Runtime models that records what the guest loaded."""
+    """A ModelProvider over real backend (ONNX Runtime) models that records what was loaded."""
 
     named: Mapping[str, ModelHandle]
     loaded: list[str] = field(default_factory=list)
@@ -46,7 +46,7 @@ class RecordingModels:
 
 def load_models(models: object, example: str) -> dict[str, ModelHandle]:
     return {
-        name: load_model(Path(getattr(models, attr)).read_bytes(), "onnx", name)
+        name: load_model(Path(getattr(models, attr)).read_bytes(), name)
         for name, attr in EXAMPLE_MODELS[example].items()
     }
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.fixtures.cache import cache_dir
+from tests.sandbox.helpers import cpu_profile
 from wasmgate.guest_adapters.examples import example_dir, models_dir
 
 
@@ -78,6 +79,26 @@ def test_test_takes_models_and_params_for_a_bare_wasm(tmp_path: Path) -> None:
     no_model = wasmgate("adapter", "test", wasm, "--payload", zero)
     assert no_model.returncode == 1
     assert b"digits model failed: not found" in no_model.stderr
+
+
+def test_test_loads_tflite_and_int8_models_with_a_profile(tmp_path: Path) -> None:
+    src, zero = example_dir("digits"), example_dir("digits") / "samples" / "zero.json"
+    for model in ("digits-int8.tflite", "digits-fp32.tflite", "digits-int8.onnx"):
+        done = wasmgate(
+            "adapter", "test", src, "--payload", zero, "--profile", cpu_profile().name,
+            "--model", f"digits-mlp={models_dir() / model}",
+        )  # fmt: skip
+        assert done.returncode == 0, (model, done.stderr)
+        assert json.loads(done.stdout)["digit"] == 0
+    (tmp_path / "bad.onnx").write_bytes(b"not onnx")
+    bad = wasmgate(
+        "adapter", "test", src, "--payload", zero, "--model", f"digits-mlp={tmp_path}/bad.onnx"
+    )
+    assert bad.returncode == 1
+    assert b"model digits-mlp: cannot load" in bad.stderr
+    board = wasmgate("adapter", "test", src, "--payload", zero, "--profile", "no-such-board")
+    assert board.returncode == 2
+    assert b"device profile" in board.stderr
 
 
 def test_all_samples_of_the_anomaly_example() -> None:

@@ -1,8 +1,10 @@
-"""Test helpers: tiny ONNX models, a test ModelProvider, the nn_proxy script builder."""
+"""Test helpers: tiny ONNX models loaded by the real backend, a test ModelProvider, the
+nn_proxy script builder."""
 
 from __future__ import annotations
 
 import hashlib
+import platform
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +13,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from wasmgate.runtime.guest_models import OrtModel
+from wasmgate.device_profiles import DeviceProfile, load_profile
+from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.sandbox.models import ModelHandle
 
 GUESTS = Path(__file__).parent / "guests"
@@ -49,6 +52,17 @@ def cast_onnx(elem: int) -> bytes:
     return _model(helper.make_graph(nodes, "cast", [x], [y], [half]))
 
 
+def cpu_profile() -> DeviceProfile:
+    """The generic CPU profile of this host's architecture (no accelerator, no detection)."""
+    machine = platform.machine().lower()
+    return load_profile("generic-arm64" if machine in ("aarch64", "arm64") else "generic-x86_64")
+
+
+def load_model(data: bytes, name: str = "model") -> LoadedModel:
+    """A real backend ONNX model (what the daemon hands the sandbox), generic CPU profile."""
+    return create_backend("onnx").load(data, ModelSpec(name), LoadOptions(cpu_profile()))
+
+
 MODEL_BYTES: dict[str, bytes] = {}
 
 
@@ -70,7 +84,7 @@ class DeclaredModels:
     """A daemon-like provider: named models, raw bytes only if their hash is declared."""
 
     def __init__(self, named: Mapping[str, bytes]) -> None:
-        self.named: dict[str, ModelHandle] = {n: OrtModel(b, n) for n, b in named.items()}
+        self.named: dict[str, ModelHandle] = {n: load_model(b, n) for n, b in named.items()}
         self._by_hash = {hashlib.sha256(b).hexdigest(): n for n, b in named.items()}
         self.from_bytes_calls: list[tuple[str, str]] = []
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.helpers import affine_onnx
-from wasmgate.runtime.guest_models import OrtModel, PreloadedModels
-from wasmgate.sandbox import AdapterLoadError, GuestTrap
+from tests.runtime.backends.models import affine_tflite
+from tests.sandbox.helpers import affine_onnx, cpu_profile, load_model
+from wasmgate.runtime.backends import LoadOptions
+from wasmgate.runtime.cli._models import PreloadedModels
+from wasmgate.sandbox import AdapterLoadError, GuestTrap, ModelHandle
 from wasmgate.sandbox.runner import DirMapping, GuestRunner, NnPreload
 
 EXPECTED = "3.0 5.0 7.0 9.0\n"
@@ -27,11 +29,16 @@ def command(zig_cc: Callable[..., Path]) -> Path:
 def workdir(tmp_path: Path) -> Path:
     (tmp_path / "input.bin").write_bytes(struct.pack("<4f", 1, 2, 3, 4))
     (tmp_path / "model.onnx").write_bytes(affine_onnx())
+    (tmp_path / "model.tflite").write_bytes(affine_tflite())
     return tmp_path
 
 
+def preloaded(named: dict[str, ModelHandle] | None = None) -> PreloadedModels:
+    return PreloadedModels(named or {}, LoadOptions(cpu_profile()))
+
+
 def runner(workdir: Path, *args: str, **kw: object) -> GuestRunner:
-    models = PreloadedModels({"default": OrtModel(affine_onnx())})
+    models = preloaded({"default": load_model(affine_onnx())})
     return GuestRunner(models, [DirMapping(workdir, ".")], args=list(args), **kw)  # type: ignore[arg-type]
 
 
@@ -63,7 +70,7 @@ def test_only_named_dirs_are_visible(
 
 
 def test_read_only_dir(command: Path, workdir: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    models = PreloadedModels()
+    models = preloaded()
     ro = GuestRunner(models, [DirMapping(workdir, ".", read_only=True)], args=["write", "new.txt"])
     rw = GuestRunner(models, [DirMapping(workdir, ".")], args=["write", "new2.txt"])
     assert ro.run(command.read_bytes()) == 0
@@ -76,7 +83,7 @@ def test_read_only_dir(command: Path, workdir: Path, capfd: pytest.CaptureFixtur
 def test_unknown_preload_name_is_not_found(
     command: Path, workdir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    r = GuestRunner(PreloadedModels(), [DirMapping(workdir, ".")], args=["name", "input.bin"])
+    r = GuestRunner(preloaded(), [DirMapping(workdir, ".")], args=["name", "input.bin"])
     assert r.run(command.read_bytes()) == 5
     assert "load failed: 8" in capfd.readouterr().err
     assert r.log == ["wasi-nn load_by_name: no model named 'default'"]
@@ -84,14 +91,14 @@ def test_unknown_preload_name_is_not_found(
 
 def test_reactor_and_unknown_imports_are_refused(guest_wasm: Callable[[str], bytes]) -> None:
     with pytest.raises(AdapterLoadError, match="wasmgate::set_output"):
-        GuestRunner(PreloadedModels()).run(guest_wasm("nn_proxy"))
+        GuestRunner(preloaded()).run(guest_wasm("nn_proxy"))
     import wasmtime  # noqa: PLC0415
 
     with pytest.raises(AdapterLoadError, match="no `_start`"):
-        GuestRunner(PreloadedModels()).run(bytes(wasmtime.wat2wasm("(module)")))
+        GuestRunner(preloaded()).run(bytes(wasmtime.wat2wasm("(module)")))
     trap = bytes(wasmtime.wat2wasm('(module (func (export "_start") unreachable))'))
     with pytest.raises(GuestTrap, match="unreachable"):
-        GuestRunner(PreloadedModels()).run(trap)
+        GuestRunner(preloaded()).run(trap)
 
 
 @pytest.mark.parametrize(
@@ -150,3 +157,25 @@ def test_cli_wasmedge_order(command: Path, workdir: Path) -> None:
         "name", "input.bin", cwd=workdir,
     )  # fmt: skip
     assert (proc.returncode, proc.stdout) == (0, EXPECTED), proc.stderr
+
+
+def test_cli_tflite_preload_with_a_profile(command: Path, workdir: Path) -> None:
+    proc = cli(
+        str(command), "--dir", ".:.", "--nn-preload", "default:TensorflowLite:CPU:model.tflite",
+        "--profile", cpu_profile().name, "--", "name", "input.bin", cwd=workdir,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, EXPECTED), proc.stderr
+    proc = cli(
+        "--profile=no-such-board", "--nn-preload", "default:ONNX:CPU:model.onnx", str(command),
+        "name", "input.bin", cwd=workdir,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "device profile" in proc.stderr
+    assert "no-such-board" in proc.stderr
+
+
+def test_cli_refuses_a_model_the_backend_refuses(command: Path, workdir: Path) -> None:
+    (workdir / "bad.onnx").write_bytes(b"not onnx at all")
+    proc = cli(str(command), "--nn-preload", "default:ONNX:CPU:bad.onnx", cwd=workdir)
+    assert proc.returncode == 1
+    assert "cannot load bad.onnx: not a valid ONNX model" in proc.stderr

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.sandbox.helpers import DeclaredModels, Ptr, Result, Script, model_bytes
+from tests.sandbox.helpers import DeclaredModels, Ptr, Result, Script, load_model, model_bytes
 from wasmgate.sandbox import Adapter, GuestLimits, TensorSpec
 
 OK, INVALID_ARGUMENT, INVALID_ENCODING, RUNTIME_ERROR, TOO_LARGE, NOT_FOUND = 0, 1, 2, 5, 7, 8
@@ -348,13 +348,12 @@ def test_missing_memory_errno() -> None:
 
 
 def session_with_context(max_handles: int = 256) -> tuple[Any, list[str]]:
-    from wasmgate.runtime.guest_models import OrtModel  # noqa: PLC0415
     from wasmgate.sandbox.memory import GuestMemory  # noqa: PLC0415
     from wasmgate.sandbox.wasi_nn import NnSession  # noqa: PLC0415
 
     logs: list[str] = []
     provider = DeclaredModels({})
-    provider.named["affine"] = OrtModel(model_bytes()["affine"], "affine")
+    provider.named["affine"] = load_model(model_bytes()["affine"], "affine")
     session = NnSession(provider, logs.append, max_handles)
     buf = (ctypes.c_ubyte * 128)()
     mem = GuestMemory(ctypes.addressof(buf), 128)

@@ -150,6 +150,19 @@ def fc_tflite(*, int8: bool) -> bytes:
     return _pack(tensors, buffers, version=4 if int8 else 1)
 
 
+def affine_tflite(n: int = 4) -> bytes:
+    """FULLY_CONNECTED n->n computing 2x + 1, fp32 (the fused ReLU is a no-op for x >= 0)."""
+    f32 = tfl.TensorType.FLOAT32
+    tensors = [
+        _tensor("x", [1, n], f32),
+        _tensor("w", [n, n], f32, 1),
+        _tensor("b", [n], f32, 2),
+        _tensor("y", [1, n], f32),
+    ]
+    two, one = 2 * np.eye(n, dtype=np.float32), np.ones(n, dtype=np.float32)
+    return _pack(tensors, [tfl.BufferT(), _buffer(two), _buffer(one)], version=1)
+
+
 def _pack(tensors: list[tfl.TensorT], buffers: list[tfl.BufferT], version: int) -> bytes:
     code = tfl.OperatorCodeT()
     code.builtinCode = code.deprecatedBuiltinCode = tfl.BuiltinOperator.FULLY_CONNECTED

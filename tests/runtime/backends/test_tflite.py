@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.runtime.backends.conftest import X86
-from tests.runtime.backends.models import OUT_Q, fc_tflite, mlp_reference
+from tests.runtime.backends.models import IN_Q, OUT_Q, fc_tflite, mlp_reference
 from wasmgate.device_profiles import DeviceProfile, Precision, load_profile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.tflite import CPU_PATH, TfliteBackend, TfliteModel
@@ -53,6 +53,20 @@ def test_int8_output_is_an_exact_multiple_of_the_scale(batch: np.ndarray) -> Non
     steps = out / OUT_Q[0] + OUT_Q[1]
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-4)
     assert steps.min() >= -128
+
+
+def test_raw_quantized_io_keeps_the_int8_tensors(batch: np.ndarray) -> None:
+    raw_options = LoadOptions(load_profile("generic-x86_64"), host=X86, raw_quantized_io=True)
+    raw = TfliteBackend().load(fc_tflite(int8=True), ModelSpec("fc"), raw_options)
+    assert raw.inputs[0].datatype == "INT8"
+    assert raw.outputs[0].datatype == "INT8"
+    q = np.clip(np.rint(batch / IN_Q[0]), -128, 127).astype(np.int8)
+    got = raw.infer([q])[0]
+    assert got.dtype == np.int8
+    want = _load(fc_tflite(int8=True)).infer([batch])[0] / OUT_Q[0] + OUT_Q[1]
+    np.testing.assert_array_equal(got, np.rint(want).astype(np.int8))
+    with pytest.raises(BadRequest, match="must be INT8"):
+        raw.infer([batch])
 
 
 def test_batch_dimension_is_resized_on_demand(batch: np.ndarray) -> None:
