@@ -3,7 +3,8 @@
 Everything here is blocking (wasmtime compilation, ONNX Runtime session creation): the
 registry runs it off the event loop. Any failure raises `BundleRejected` naming the step;
 models already loaded for the failed bundle are closed again.
-Model bytes are re-hashed (`verify_blob_again`) right before each backend load.
+Adapter and model bytes are re-hashed (`verify_blob_again`) right before each compile or
+backend load.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ _PLATFORMS = {"onnx": "onnxruntime_onnx", "tflite": "tensorflow_lite"}
 class BlobSource(Protocol):
     """The part of `wasmgate.signing.BundleStore` the loader reads."""
 
-    def open_blob(self, sha256: str) -> bytes: ...
     def verify_blob_again(self, sha256: str) -> bytes: ...
 
 
@@ -178,7 +178,7 @@ def _assemble(
     if manifest.adapter is not None:
         sha = manifest.file_digest(manifest.adapter.file)
         try:
-            compiled = deps.engine.compile(blobs.open_blob(sha), sha, name=manifest.name)
+            compiled = deps.engine.compile(blobs.verify_blob_again(sha), sha, name=manifest.name)
             adapter = compiled.with_mode(manifest.adapter.mode)
         except SandboxError as e:
             raise BundleRejected(f"{manifest.label()}: adapter: {e}") from e

@@ -1,10 +1,15 @@
-"""The bundle registry: install (verify → compile → load models → selftest → switch), remove.
+"""The bundle registry: install (stage → compile → load models → selftest → commit → switch).
 
 Bundles arrive from three places: the store's installed bundles and the bundle directory at
 start, a file dropped into the directory later (`DirWatcher`), the management API. One
 install runs at a time. A failure at any step keeps the serving version and is recorded
 (`Registry.status()`, the log). A switch is atomic (`ServingTable.activate`); the replaced
 version is unloaded off the loop once its last in-flight request finished.
+
+An install stages the bundle in the store (verified, blobs written, nothing recorded),
+loads it from there and commits it (recorded, anti-rollback floor raised) only once it
+works here; a bundle that fails is discarded and its blobs collected, so it is neither
+served nor the installed version after a restart.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -22,33 +28,26 @@ from wasmgate.runtime.bundles import LoadedBundle
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.registry_table import ServingTable
-from wasmgate.runtime.staging import Staged, clear_staging, stage
-from wasmgate.signing.errors import SigningError
-from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.errors import RollbackError, SigningError
+from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.registry")
 
 
-class Installed(Protocol):
-    @property
-    def manifest(self) -> Manifest: ...
-    @property
-    def digest(self) -> str: ...
-
-
 class Store(BlobSource, Protocol):
     """The part of `wasmgate.signing.BundleStore` the registry uses."""
 
-    def install(self, data: bytes | Path) -> Installed: ...
-    def installed(self) -> Sequence[Installed]: ...
+    def stage(self, data: bytes | Path) -> InstalledBundle: ...
+    def commit(self, bundle: InstalledBundle) -> None: ...
+    def discard(self, bundle: InstalledBundle) -> None: ...
+    def gc(self) -> Sequence[str]: ...
+    def installed(self) -> Sequence[InstalledBundle]: ...
     def remove(self, name: str) -> None: ...
     def recheck(self) -> Mapping[str, SigningError]: ...
-    def floors(self) -> Mapping[str, int]: ...
 
     trust: TrustStore
     state_dir: Path
-    max_bundle_bytes: int
 
 
 @dataclass
@@ -74,7 +73,6 @@ class Registry:
         self.table = ServingTable(self._schedule_close)
         self._store = store
         self._deps = deps
-        self._staging = store.state_dir / "staging"
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
@@ -94,11 +92,11 @@ class Registry:
 
         ``progress`` is told before each bundle (systemd: STATUS and a start-timeout extension).
         """
-        await asyncio.to_thread(clear_staging, self._staging)
+        await asyncio.to_thread(self._collect_leftovers)
         for item in await asyncio.to_thread(self._store.installed):
             progress(f"loading {item.manifest.label()}")
             with contextlib.suppress(BundleRejected):
-                self._switch(await self._prepare(item, self._store, "store"), "store", 100)
+                self._switch(await self._prepare(item, "store"), "store", 100)
         for path in bundle_files:
             progress(f"loading {path.name}")
             with contextlib.suppress(BundleRejected):
@@ -122,55 +120,67 @@ class Registry:
         percent: int = 100,
         origin: Path | None = None,
     ) -> LoadedBundle:
-        """Verify, load, selftest, record and switch; `BundleRejected` says why not.
+        """Stage, load, selftest, commit and switch; `BundleRejected` says why not.
 
-        Verification and loading happen from a staging store (`wasmgate.runtime.staging`),
-        so the real store records only bundles that serve. ``origin`` is the bundle-dir
-        file it came from: `remove` deletes it, so it does not come back at the next start.
+        ``origin`` is the bundle-dir file it came from: `remove` deletes it, so it does
+        not come back at the next start.
         """
         async with self._lock:
             try:
-                staged = await asyncio.to_thread(
-                    stage, data, self._staging, self._store.trust, self._store.max_bundle_bytes
-                )
+                item = await asyncio.to_thread(self._store.stage, data)
             except SigningError as e:
-                self._record(source, ok=False, message=str(e))
-                raise BundleRejected(str(e)) from e
+                msg = f"{e} (rollback)" if isinstance(e, RollbackError) else str(e)
+                self._record(source, ok=False, message=msg)
+                raise BundleRejected(msg) from e
             try:
-                bundle = await self._install_staged(staged, data, source, percent)
-            finally:
-                await asyncio.to_thread(staged.discard)
+                bundle = await self._load_and_commit(item, source, percent)
+            except BaseException:
+                await asyncio.to_thread(self._drop, item)
+                raise
             if origin is not None:
                 self._origins.setdefault(bundle.name, set()).add(origin)
             return bundle
 
-    async def _install_staged(
-        self, staged: Staged, data: bytes | Path, source: str, percent: int
+    async def _load_and_commit(
+        self, item: InstalledBundle, source: str, percent: int
     ) -> LoadedBundle:
-        man = staged.item.manifest
+        man = item.manifest
         slot = self.table.slots().get(man.name)
-        if slot is not None and slot.current.digest == staged.item.digest:
+        if slot is not None and slot.current.digest == item.digest:
+            await asyncio.to_thread(self._store.discard, item)
             return slot.current  # already serving exactly this bundle
-        floor = self._store.floors().get(man.name)
-        if floor is not None and man.version < floor:
-            msg = f"bundle {man.label()}: version {man.version} < installed {floor} (rollback)"
-            self._record(source, ok=False, name=man.name, version=man.version, message=msg)
-            raise BundleRejected(msg)
-        bundle = await self._prepare(staged.item, staged.store, source)
+        bundle = await self._prepare(item, source)
         try:
-            await asyncio.to_thread(self._store.install, data)
-        except SigningError as e:
+            await asyncio.to_thread(self._store.commit, item)
+        except SigningError as e:  # a newer version committed meanwhile, disk full, ...
             self._schedule_close(bundle)
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e
         self._switch(bundle, source, percent)
         return bundle
 
-    async def _prepare(self, item: Installed, blobs: BlobSource, source: str) -> LoadedBundle:
+    def _drop(self, item: InstalledBundle) -> None:
+        """Forget a staged bundle that will not serve, and delete its blobs (blocking)."""
+        self._store.discard(item)
+        try:
+            self._store.gc()
+        except (OSError, SigningError) as e:  # only disk space is lost; the next gc retries
+            log.warning("bundle store gc failed: %s", e)
+
+    def _collect_leftovers(self) -> None:
+        """Blobs of an install interrupted by a crash (blocking; at start)."""
+        # ``staging/``: the throw-away stores of daemons before two-phase installs
+        shutil.rmtree(self._store.state_dir / "staging", ignore_errors=True)
+        try:
+            self._store.gc()
+        except (OSError, SigningError) as e:
+            log.warning("bundle store gc failed: %s", e)
+
+    async def _prepare(self, item: InstalledBundle, source: str) -> LoadedBundle:
         """Load (compile, models, selftest) and check names; nothing serves it yet."""
         man = item.manifest
         try:
-            bundle = await asyncio.to_thread(load_bundle, self._deps, blobs, man, item.digest)
+            bundle = await asyncio.to_thread(load_bundle, self._deps, self._store, man, item.digest)
         except (DaemonError, SigningError) as e:  # SigningError: a blob missing or damaged
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e

@@ -127,9 +127,10 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 def test_disk_full_during_install_keeps_the_old_version(
     kit: BenchKit, models: object, small_tmpfs: Path, daemon_factory: Callable[..., Daemon]
 ) -> None:
-    """State on a 7 MiB tmpfs; v2 carries a 4.4 MB model, so its upload fits but staging
-    (API) or the store commit (bundle directory) hits ENOSPC: refused with the reason,
-    no leftovers, v1 keeps serving, also after a restart."""
+    """State on a 7 MiB tmpfs; v2 carries a 4.4 MB model, so its upload fits but staging it
+    next to the upload hits ENOSPC (API); for the bundle directory (nothing uploaded) a
+    ballast file leaves less free than the model. Refused with the reason, no leftovers,
+    v1 keeps serving, also after a restart."""
     v2 = kit.build("digits", models.mobilenet_int8, 2, out_dir=small_tmpfs.parent)  # type: ignore[attr-defined]
     config = {"paths": {"state_dir": small_tmpfs}, "http": {"management_token": TOKEN}}
     daemon = daemon_factory(config=kit.config(config))
@@ -139,6 +140,10 @@ def test_disk_full_during_install_keeps_the_old_version(
         assert status == 422, body
         assert b"No space left on device" in body
         assert served_version(daemon) == "1"
+        time.sleep(0.5)
+        assert _used(small_tmpfs) <= used + 64, "staging space not released (API)"
+        _fill(small_tmpfs / "ballast", _free(small_tmpfs) - 2048)
+        used = _used(small_tmpfs)
         shutil.copy(v2, kit.bundle_dir)  # the watcher installs from the bundle directory
         wait_until(lambda: "source=file digits-2.wgb" in daemon.log(), 30, "watcher refusal")
         assert served_version(daemon) == "1"
@@ -152,6 +157,20 @@ def test_disk_full_during_install_keeps_the_old_version(
         daemon.stop()
 
 
-def _used(mount: Path) -> int:
+def _df(mount: Path) -> list[str]:
     out = subprocess.run(["df", "-k", str(mount)], capture_output=True, text=True, check=True)
-    return int(out.stdout.splitlines()[1].split()[2])
+    return out.stdout.splitlines()[1].split()
+
+
+def _used(mount: Path) -> int:
+    return int(_df(mount)[2])
+
+
+def _free(mount: Path) -> int:
+    return int(_df(mount)[3])
+
+
+def _fill(path: Path, kib: int) -> None:
+    with path.open("wb") as f:
+        for _ in range(kib):
+            f.write(bytes(1024))

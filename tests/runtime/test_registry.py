@@ -60,14 +60,31 @@ async def test_selftest_gates_the_switch(tmp_path: Path, kit: BundleKit) -> None
         assert (await st.service.run_adapter(probe())).version == 1
         [entry] = st.registry.status()
         assert "selftest" in entry["last_error"]["message"]
+        [v1] = st.store.installed()
+        kept = {p.name for p in (state / "blobs").iterdir()}
+        assert kept == {f.sha256 for f in v1.manifest.files.values()}  # v2's were collected
     # the failed version was never recorded: after a restart the good one still serves
     async with open_stack(tmp_path, kit, state_dir=state) as st:
         assert (await st.service.run_adapter(probe())).version == 1
         assert st.store.floors() == {"probe": 1}
-        assert not (state / "staging").exists() or not any((state / "staging").iterdir())
         await st.install(kit.build("probe", 3, selftest=b"B", expect_status=1))
         assert (await st.service.run_adapter(probe())).version == 3
         assert "last_error" not in st.registry.status()[0]
+
+
+async def test_adapter_blob_is_rehashed_before_compiling(tmp_path: Path, kit: BundleKit) -> None:
+    state = tmp_path / "state"
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1),), state_dir=state) as st:
+        [item] = st.store.installed()
+        assert item.manifest.adapter is not None
+        sha = item.manifest.file_digest(item.manifest.adapter.file)
+    blob = state / "blobs" / sha
+    blob.chmod(0o600)
+    blob.write_bytes(blob.read_bytes() + b"\0")
+    async with open_stack(tmp_path, kit, state_dir=state) as st:
+        assert st.service.adapter_names() == []
+        [failure] = st.registry.failures()
+        assert f"blob {sha}: content now hashes to" in failure.message
 
 
 @pytest.mark.parametrize(
