@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnx
+import onnxruntime as ort
 
 from bench.common import Figure, format_table, median, timed, write_json
 from tests.fixtures.zig import compile_c
@@ -72,6 +73,9 @@ def bench_model(  # noqa: PLR0917
     engine: SandboxEngine, wasm: bytes, label: str, data: bytes, x: npt.NDArray[Any], rounds: int
 ) -> list[Figure]:
     model = load_model(data, label)
+    # The baseline: a plain ONNX Runtime session on the same bytes and input.
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x}
     adapter = engine.compile(wasm, name="bench")
     provider, body = Named(model), payload(x)
     meta = {"param.model": label}
@@ -80,11 +84,13 @@ def bench_model(  # noqa: PLR0917
     assert adapter.run(body, meta, provider, limits).output == want
     pooled = adapter.with_mode("pooled")
     raw: list[float] = []
+    bare: list[float] = []
     sandboxed: list[float] = []
     reused: list[float] = []
     instantiate: list[float] = []
     for _ in range(rounds):  # interleaved, so drift on a shared VM hits all alike
         raw += timed(lambda: model.infer([x]), repeat=1, warmup=0)
+        bare += timed(lambda: session.run(None, feed), repeat=1, warmup=0)
         sandboxed += timed(
             lambda: instantiate.append(adapter.run(body, meta, provider, limits).instantiate_s),
             repeat=1,
@@ -94,6 +100,7 @@ def bench_model(  # noqa: PLR0917
     r, s, p = median(raw), median(sandboxed), median(reused)
     base = ("raw model.infer", r * 1e6)
     return [
+        Figure(label, "sandboxed request", s * 1e6, "us", "raw session.run", median(bare) * 1e6),
         Figure(label, "sandboxed request", s * 1e6, "us", *base),
         Figure(label, "overhead per request", (s - r) * 1e6, "us", *base),
         Figure(label, "instantiate (+_initialize)", median(instantiate) * 1e6, "us", *base),
