@@ -15,10 +15,9 @@ import time
 
 import numpy as np
 import numpy.typing as npt
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
 
+from tests.sandbox.helpers import affine_onnx
 from wasmgate.runtime import errors
 from wasmgate.runtime.service_api import (
     AdapterAnswer,
@@ -30,24 +29,6 @@ from wasmgate.runtime.service_api import (
 )
 
 ADAPTERS = ("sum", "echo", "slow", "fail")
-
-
-def affine_model() -> bytes:
-    """``y = 2x + 1`` on FP32 ``[-1, 4]``."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
-    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
-    nodes = [
-        helper.make_node("Mul", ["x", "two"], ["t"]),
-        helper.make_node("Add", ["t", "one"], ["y"]),
-    ]
-    graph = helper.make_graph(nodes, "affine", [x], [y], initializer=[two, one])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    data: bytes = model.SerializeToString()
-    return data
 
 
 def _sum(payload: bytes) -> float:
@@ -67,7 +48,7 @@ class FakeService:
     def __init__(self, slow_s: float = 0.2) -> None:
         self.calls: collections.Counter[bytes] = collections.Counter()
         self.slow_s = slow_s
-        self._session = ort.InferenceSession(affine_model(), providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(affine_onnx(), providers=["CPUExecutionProvider"])
 
     @property
     def ready(self) -> bool:

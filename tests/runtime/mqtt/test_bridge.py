@@ -96,56 +96,35 @@ async def test_mqtt311_topic_pairs_echo_id(mosquitto: Broker, service: FakeServi
     assert model["outputs"][0]["data"] == [3, 3, 3, 3]
 
 
-async def test_mosquitto_cli_clients(mosquitto: Broker, service: FakeService) -> None:
-    port = str(mosquitto.port)
-    async with MqttBridge(bridge_settings(mosquitto.port), service) as bridge:
+async def _cli_round_trip(
+    broker: Broker, service: FakeService, sub_args: list[str], pub_args: list[str]
+) -> bytes:
+    """One answer through the mosquitto_sub / mosquitto_pub command-line clients."""
+    where = ["-h", "127.0.0.1", "-p", str(broker.port)]
+    async with MqttBridge(bridge_settings(broker.port), service) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         sub = await asyncio.create_subprocess_exec(
-            "mosquitto_sub",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-V",
-            "mqttv5",
-            "-C",
-            "1",
-            "-W",
-            "10",
-            "-t",
-            "cli/answer",
-            "-F",
-            "%p|%C|%P",
-            stdout=subprocess.PIPE,
+            "mosquitto_sub", *where, "-C", "1", "-W", "10", *sub_args, stdout=subprocess.PIPE
         )
         await asyncio.sleep(0.3)  # let mosquitto_sub subscribe
-        pub = await asyncio.create_subprocess_exec(
-            "mosquitto_pub",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-V",
-            "mqttv5",
-            "-q",
-            "1",
-            "-t",
-            f"{ROOT}/adapters/sum/req",
-            "-m",
-            "1,2,3",
-            "-D",
-            "publish",
-            "response-topic",
-            "cli/answer",
-            "-D",
-            "publish",
-            "correlation-data",
-            "corr-9",
-        )
+        pub = await asyncio.create_subprocess_exec("mosquitto_pub", *where, "-q", "1", *pub_args)
         assert await pub.wait() == 0
         out, _ = await sub.communicate()
         assert sub.returncode == 0
+    return out
+
+
+async def test_mosquitto_cli_clients(mosquitto: Broker, service: FakeService) -> None:
+    v5 = ["-V", "mqttv5"]
+    out = await _cli_round_trip(
+        mosquitto,
+        service,
+        [*v5, "-t", "cli/answer", "-F", "%p|%C|%P"],
+        [*v5, "-t", f"{ROOT}/adapters/sum/req", "-m", "1,2,3",
+         "-D", "publish", "response-topic", "cli/answer",
+         "-D", "publish", "correlation-data", "corr-9"],
+    )  # fmt: skip
     payload, content_type, props = out.decode().strip().split("|")
     assert json.loads(payload) == {"sum": 6.0}
     assert content_type == "application/json"
@@ -153,40 +132,12 @@ async def test_mosquitto_cli_clients(mosquitto: Broker, service: FakeService) ->
 
 
 async def test_mosquitto_cli_311_pair(mosquitto: Broker, service: FakeService) -> None:
-    port = str(mosquitto.port)
-    async with MqttBridge(bridge_settings(mosquitto.port), service) as bridge:
-        async with asyncio.timeout(10):
-            await bridge.wait_connected()
-        sub = await asyncio.create_subprocess_exec(
-            "mosquitto_sub",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-C",
-            "1",
-            "-W",
-            "10",
-            "-t",
-            f"{ROOT}/adapters/sum/res/cli",
-            stdout=subprocess.PIPE,
-        )
-        await asyncio.sleep(0.3)
-        pub = await asyncio.create_subprocess_exec(
-            "mosquitto_pub",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            port,
-            "-q",
-            "1",
-            "-t",
-            f"{ROOT}/adapters/sum/req/cli",
-            "-m",
-            '{"id": 7, "values": [2, 2]}',
-        )
-        assert await pub.wait() == 0
-        out, _ = await sub.communicate()
+    out = await _cli_round_trip(
+        mosquitto,
+        service,
+        ["-t", f"{ROOT}/adapters/sum/res/cli"],
+        ["-t", f"{ROOT}/adapters/sum/req/cli", "-m", '{"id": 7, "values": [2, 2]}'],
+    )
     assert json.loads(out) == {"id": 7, "sum": 4.0}
 
 
