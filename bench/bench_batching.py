@@ -36,7 +36,7 @@ from bench.common import Figure, format_table, percentile, write_json
 from tests.fixtures.models import get_models
 from wasmgate.device_profiles import detect
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
-from wasmgate.runtime.batcher import Batcher
+from wasmgate.runtime.serving.batcher import Batcher
 
 Array = npt.NDArray[Any]
 Infer = Callable[[Sequence[Array]], list[Array]]

@@ -41,10 +41,10 @@ from paho.mqtt.properties import Properties
 
 from bench.common import Figure, format_table, median, percentile, write_json
 from tests.fixtures.mosquitto import Broker
-from wasmgate.runtime.config import MqttSettings
 from wasmgate.runtime.errors import NotFound
 from wasmgate.runtime.mqtt import MqttBridge
-from wasmgate.runtime.service_api import (
+from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

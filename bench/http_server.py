@@ -21,8 +21,8 @@ from wasmgate.runtime.http import errors as http_errors
 from wasmgate.runtime.http import metrics as metrics_routes
 from wasmgate.runtime.http import status, v2
 from wasmgate.runtime.http.keys import METRICS, SERVICE
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.service_api import (
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

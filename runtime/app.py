@@ -22,18 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
-from wasmgate.runtime.config import Settings
+from wasmgate.runtime.bundles.loader import LoaderDeps
+from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
+from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.fallback import CloudFallback
 from wasmgate.runtime.http import errors, manage, metrics, openapi, status, v2
 from wasmgate.runtime.http.keys import LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
-from wasmgate.runtime.live import LiveSettings
-from wasmgate.runtime.loader import LoaderDeps
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.registry import Registry
-from wasmgate.runtime.service import InferenceService
-from wasmgate.runtime.systemd import Notifier
-from wasmgate.runtime.watcher import DirWatcher, bundle_files
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
 from wasmgate.signing.errors import SigningError

@@ -22,13 +22,13 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.app import WATCHER, build_app, load_trust
-from wasmgate.runtime.config import Settings, load_settings
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.keys import LIVE, REGISTRY, SERVICE
-from wasmgate.runtime.live import LiveSettings
-from wasmgate.runtime.logs import setup_logging
-from wasmgate.runtime.service import InferenceService
-from wasmgate.runtime.systemd import Notifier
+from wasmgate.runtime.ops.config import Settings, load_settings
+from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.logs import setup_logging
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.signing.errors import SigningError
 
 log = logging.getLogger("wasmgate.daemon")

@@ -16,7 +16,7 @@ from typing import Any
 
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
-from wasmgate.runtime.config import Settings
+from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing import (
     BundleInfo,
     Manifest,

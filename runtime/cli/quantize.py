@@ -18,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the test extras
 
-from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
-from wasmgate.runtime.quantize import (
+from wasmgate.runtime.backends.quantize import (
     QuantizeError,
     QuantizeResult,
     load_npz,
     quantize_model,
 )
+from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
 
 DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 

@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers
-from wasmgate.runtime.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -41,7 +41,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 
 def _print_unit(args: argparse.Namespace) -> int:
-    from wasmgate.runtime.unit import DEFAULT_CONFIG, current_executable, render_unit  # noqa: PLC0415
+    from wasmgate.runtime.ops.unit import DEFAULT_CONFIG, current_executable, render_unit  # noqa: PLC0415
 
     config = str(args.config.resolve()) if args.config is not None else DEFAULT_CONFIG
     print(render_unit(current_executable(), config), end="")
@@ -71,8 +71,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _demo_settings(settings: Settings) -> Settings:
     from wasmgate.guest_adapters.errors import GuestAdapterError  # noqa: PLC0415
-    from wasmgate.runtime.demo import apply_demo  # noqa: PLC0415 - needs zig; only for --demo
-    from wasmgate.runtime.logs import setup_logging  # noqa: PLC0415
+    from wasmgate.runtime.bundles.demo import apply_demo  # noqa: PLC0415 - needs zig; only for --demo
+    from wasmgate.runtime.ops.logs import setup_logging  # noqa: PLC0415
     from wasmgate.signing.errors import SigningError  # noqa: PLC0415
 
     # Logging first, so the operator sees the DEMO MODE lines and what was built.

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from aiohttp import hdrs, web
 
-from wasmgate.runtime import v2
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
 from wasmgate.runtime.http.keys import SERVICE
-from wasmgate.runtime.service_api import AdapterAnswer, AdapterRequest, ModelInfo, Source
+from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo, Source
 
 Array = v2.Array
 

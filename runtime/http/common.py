@@ -10,8 +10,8 @@ from aiohttp import web
 
 from wasmgate.runtime.errors import BadRequest, DaemonError
 from wasmgate.runtime.http.keys import METRICS
-from wasmgate.runtime.metrics import Kind
-from wasmgate.runtime.service_api import Source
+from wasmgate.runtime.ops.metrics import Kind
+from wasmgate.runtime.serving.api import Source
 
 TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
 """Optional request header: answer within this many milliseconds or get 504."""

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from wasmgate.runtime.config import Settings
-from wasmgate.runtime.live import LiveSettings
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.registry import Registry
-from wasmgate.runtime.service_api import ServiceAPI
+from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", ServiceAPI)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from wasmgate.runtime.bundles.registry import describe
 from wasmgate.runtime.errors import BundleRejected, NotFound
 from wasmgate.runtime.http.keys import LIVE, REGISTRY
-from wasmgate.runtime.registry import describe
 
 log = logging.getLogger("wasmgate.manage")
 

@@ -13,8 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from wasmgate.runtime.http.keys import METRICS, SERVICE
-from wasmgate.runtime.metrics import NameStats
-from wasmgate.runtime.service_api import ModelInfo
+from wasmgate.runtime.ops.metrics import NameStats
+from wasmgate.runtime.serving.api import ModelInfo
 
 
 def _duration(count: int, seconds: float) -> dict[str, int]:

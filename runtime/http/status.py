@@ -22,8 +22,8 @@ from aiohttp import web
 
 import wasmgate
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
-from wasmgate.runtime.metrics import NameStats
-from wasmgate.runtime.service_api import ModelInfo
+from wasmgate.runtime.ops.metrics import NameStats
+from wasmgate.runtime.serving.api import ModelInfo
 
 log = logging.getLogger(__name__)
 

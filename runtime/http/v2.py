@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 import wasmgate
-from wasmgate.runtime import v2
 from wasmgate.runtime.errors import BadRequest, NotReady
 from wasmgate.runtime.http import adapters, stats
 from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
 from wasmgate.runtime.http.keys import SERVICE
-from wasmgate.runtime.service_api import ModelInfo, ModelRequest, TensorMeta
+from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, TensorMeta
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ("binary_tensor_data",)

@@ -24,10 +24,8 @@ from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from wasmgate.runtime import errors, v2
-from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime import errors
 from wasmgate.runtime.http.errors import status_for
-from wasmgate.runtime.metrics import Metrics
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
@@ -43,7 +41,10 @@ from wasmgate.runtime.mqtt.messages import (
 )
 from wasmgate.runtime.mqtt.metadata import MetadataPublisher
 from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
-from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAPI
+from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
 
 log = logging.getLogger("wasmgate.mqtt")
 

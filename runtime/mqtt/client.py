@@ -36,8 +36,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from wasmgate.runtime.config import MqttSettings
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
+from wasmgate.runtime.ops.config import MqttSettings
 
 log = logging.getLogger("wasmgate.mqtt")
 

@@ -14,7 +14,7 @@ from typing import Any
 from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.messages import JSON, Outgoing
 from wasmgate.runtime.mqtt.topics import Topics
-from wasmgate.runtime.service_api import ModelInfo, ServiceAPI, TensorMeta
+from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI, TensorMeta
 
 log = logging.getLogger("wasmgate.mqtt")
 

@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
-from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime.ops.config import MqttSettings
 
 Kind = Literal["adapter", "model"]
 

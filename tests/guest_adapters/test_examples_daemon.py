@@ -23,7 +23,7 @@ from tests.fixtures.mosquitto import Broker
 from tests.runtime.mqtt.requester import Reply, Requester
 from tests.runtime.stack import host_profile_name
 from wasmgate.guest_adapters.examples import example_dir
-from wasmgate.runtime.demo import DemoSetup, prepare_demo
+from wasmgate.runtime.bundles.demo import DemoSetup, prepare_demo
 
 ROOT = "wasmgate/v1/gw1"
 CLOUD_ANSWER = b'{"digit": 4, "confidence": 0.99, "by": "fake-cloud"}'

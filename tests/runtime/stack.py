@@ -17,12 +17,12 @@ from typing import Any
 from tests.runtime.bundlekit import BundleKit
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.app import ceilings
-from wasmgate.runtime.config import LimitSettings, Settings
-from wasmgate.runtime.fallback_policy import CloudClient
-from wasmgate.runtime.loader import LoaderDeps
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.registry import Registry
-from wasmgate.runtime.service import InferenceService
+from wasmgate.runtime.bundles.loader import LoaderDeps
+from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.cloud.policy import CloudClient
+from wasmgate.runtime.ops.config import LimitSettings, Settings
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import SandboxEngine
 from wasmgate.signing.store import BundleStore
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.app import build_app
-from wasmgate.runtime.config import HttpSettings, LimitSettings, PathSettings, Settings
+from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, PathSettings, Settings
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

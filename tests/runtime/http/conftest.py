@@ -8,7 +8,7 @@ import pytest
 
 from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
-from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.ops.metrics import Metrics
 
 
 @pytest.fixture

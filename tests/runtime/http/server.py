@@ -17,8 +17,8 @@ from aiohttp import web
 from wasmgate.runtime.http import errors, status, v2
 from wasmgate.runtime.http import metrics as metrics_routes
 from wasmgate.runtime.http.keys import METRICS, SERVICE
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.service_api import ServiceAPI
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.api import ServiceAPI
 
 MAX_BODY = 1024 * 1024
 

@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from wasmgate.runtime import v2
 from wasmgate.runtime.errors import BadRequest
-from wasmgate.runtime.service_api import TensorMeta
+from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.serving.api import TensorMeta
 
 
 def one(tensor: dict[str, Any], blob: bytes = b"") -> np.ndarray[Any, Any]:

@@ -22,7 +22,7 @@ from tests.runtime.http.test_kserve import kserve_check
 from tests.runtime.http.test_metrics import value
 from tests.runtime.stack import host_profile_name
 from wasmgate.guest_adapters.examples import example_dir
-from wasmgate.runtime.demo import prepare_demo
+from wasmgate.runtime.bundles.demo import prepare_demo
 
 
 @pytest.fixture

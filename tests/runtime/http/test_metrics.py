@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.runtime.http.server import MAX_BODY, LiveServer
-from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.ops.metrics import Metrics
 
 ADD = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
 

@@ -18,7 +18,7 @@ import pytest
 from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
 from wasmgate.runtime.http import status
-from wasmgate.runtime.metrics import Metrics
+from wasmgate.runtime.ops.metrics import Metrics
 
 ADD = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
 CHROMIUM_FLAGS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.runtime.mqtt.service import FakeService
-from wasmgate.runtime.config import MqttSettings
+from wasmgate.runtime.ops.config import MqttSettings
 
 ROOT = "wasmgate/v1/gw1"
 

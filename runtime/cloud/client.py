@@ -1,6 +1,6 @@
 """`CloudFallback`: the KServe V2 (Open Inference Protocol) client the service falls back to.
 
-Satisfies `wasmgate.runtime.fallback_policy.CloudClient`; the per-bundle policy (which
+Satisfies `wasmgate.runtime.cloud.policy.CloudClient`; the per-bundle policy (which
 causes, whether the payload may leave the gateway) is applied there, not here.
 
 - Adapters (``cloud.protocol = "v2"``, the default): ``POST {url}/v2/models/{adapter}/infer``
@@ -32,10 +32,10 @@ import aiohttp
 import numpy as np
 import numpy.typing as npt
 
-from wasmgate.runtime import v2
-from wasmgate.runtime.breaker import CircuitBreaker
-from wasmgate.runtime.config import CloudSettings
+from wasmgate.runtime.cloud.breaker import CircuitBreaker
 from wasmgate.runtime.errors import BadRequest, CloudUnavailable, ConfigError
+from wasmgate.runtime.ops.config import CloudSettings
+from wasmgate.runtime.protocol import codec as v2
 
 Array = npt.NDArray[Any]
 HEADER_LENGTH = "Inference-Header-Content-Length"

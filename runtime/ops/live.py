@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasmgate.runtime.config import Settings
+from wasmgate.runtime.ops.config import Settings
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`wasmgate quantize` and wasmgate.runtime.quantize on real models and real ONNX Runtime."""
+"""`wasmgate quantize` and its module on real models and real ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.fixtures.models import ModelFiles, get_models
+from wasmgate.runtime.backends.quantize import QuantizeError, accuracy, quantize_model, run_model
 from wasmgate.runtime.cli import main
-from wasmgate.runtime.quantize import QuantizeError, accuracy, quantize_model, run_model
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import pytest
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name, open_stack
-from wasmgate.runtime.bundles import LoadedBundle
+from wasmgate.runtime.bundles.loaded import LoadedBundle
+from wasmgate.runtime.bundles.watcher import DirWatcher
 from wasmgate.runtime.errors import BundleRejected, NotFound
-from wasmgate.runtime.service_api import AdapterRequest
-from wasmgate.runtime.watcher import DirWatcher
+from wasmgate.runtime.serving.api import AdapterRequest
 from wasmgate.signing.keys import key_id_of
 
 SLOW = {"limits": {"deadline_ms": 20_000}}

@@ -9,8 +9,8 @@ import nacl.signing
 import pytest
 
 from wasmgate.runtime.app import open_store
-from wasmgate.runtime.config import Settings
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust
 
 

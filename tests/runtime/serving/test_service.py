@@ -14,7 +14,6 @@ import pytest
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import open_stack
-from wasmgate.runtime.config import LimitSettings
 from wasmgate.runtime.errors import (
     BadRequest,
     BundleRejected,
@@ -26,7 +25,8 @@ from wasmgate.runtime.errors import (
     NotReady,
     PayloadTooLarge,
 )
-from wasmgate.runtime.service_api import AdapterRequest, ModelRequest, ServiceAPI
+from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
 
 SLOW = {"limits": {"deadline_ms": 20_000}}
 

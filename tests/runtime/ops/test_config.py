@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from wasmgate.runtime.config import Settings, load_settings
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.ops.config import Settings, load_settings
 
 
 def test_defaults_without_any_file(monkeypatch: pytest.MonkeyPatch) -> None:

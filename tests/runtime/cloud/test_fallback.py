@@ -12,11 +12,11 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.net import free_port
-from wasmgate.runtime import v2
-from wasmgate.runtime.breaker import BreakerState, CircuitBreaker
-from wasmgate.runtime.config import CloudSettings
+from wasmgate.runtime.cloud.breaker import BreakerState, CircuitBreaker
+from wasmgate.runtime.cloud.client import CloudFallback, decode_v2_response, encode_v2_request
 from wasmgate.runtime.errors import CloudUnavailable
-from wasmgate.runtime.fallback import CloudFallback, decode_v2_response, encode_v2_request
+from wasmgate.runtime.ops.config import CloudSettings
+from wasmgate.runtime.protocol import codec as v2
 
 TOKEN = "s3cret"
 

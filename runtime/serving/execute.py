@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from wasmgate.runtime.bundles import GuestOutcome, LoadedBundle, ServedModel
+from wasmgate.runtime.bundles.loaded import GuestOutcome, LoadedBundle, ServedModel
 from wasmgate.runtime.errors import (
     BadRequest,
     Busy,
@@ -25,7 +25,7 @@ from wasmgate.runtime.errors import (
     InferenceFailed,
     PayloadTooLarge,
 )
-from wasmgate.runtime.service_api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
 
 log = logging.getLogger("wasmgate.service")
@@ -53,7 +53,7 @@ def guest_meta(bundle: LoadedBundle, req: AdapterRequest) -> dict[str, str]:
     return meta
 
 
-async def run_guest(
+async def execute_adapter(
     pool: Executor,
     bundle: LoadedBundle,
     req: AdapterRequest,
@@ -115,7 +115,7 @@ def _message(output: bytes) -> str:
     return text[:_MAX_ERROR_CHARS] or "(no message)"
 
 
-async def run_model(
+async def execute_model(
     pool: Executor,
     served: ServedModel,
     inputs: Sequence[npt.NDArray[Any]],

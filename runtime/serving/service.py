@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
-from wasmgate.runtime.admission import Gate, GateStats
-from wasmgate.runtime.bundles import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
-from wasmgate.runtime.config import LimitSettings
+from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
+from wasmgate.runtime.bundles.table import ServingTable
+from wasmgate.runtime.cloud.policy import CloudClient, FallbackRunner
 from wasmgate.runtime.errors import (
     BadRequest,
     Busy,
@@ -27,24 +27,24 @@ from wasmgate.runtime.errors import (
     NotReady,
     PayloadTooLarge,
 )
-from wasmgate.runtime.fallback_policy import CloudClient, FallbackRunner
-from wasmgate.runtime.local_run import run_guest, run_model
-from wasmgate.runtime.metrics import Metrics
-from wasmgate.runtime.registry_table import ServingTable
-from wasmgate.runtime.service_api import (
+from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.admission import Gate, GateStats
+from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,
     ModelInfo,
     ModelRequest,
 )
+from wasmgate.runtime.serving.execute import execute_adapter, execute_model
 from wasmgate.sandbox.errors import GuestTrap
 
 ADAPTER_CONTENT_TYPE = "application/octet-stream"
 
 
 class InferenceService:
-    """Implements `wasmgate.runtime.service_api.ServiceAPI`."""
+    """Implements `wasmgate.runtime.serving.api.ServiceAPI`."""
 
     def __init__(
         self,
@@ -143,7 +143,7 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                answer = await run_guest(self._pool, bundle, req, deadline, timings)
+                answer = await execute_adapter(self._pool, bundle, req, deadline, timings)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
             if not self._fallback.wants(bundle.fallback, e):
@@ -189,7 +189,7 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                outputs = await run_model(self._pool, served, ordered, deadline, timings)
+                outputs = await execute_model(self._pool, served, ordered, deadline, timings)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             if not self._fallback.wants(bundle.fallback, e):
                 raise

@@ -1,6 +1,6 @@
 """The transport-neutral service interface the bridges (HTTP, MQTT) call.
 
-`wasmgate.runtime.service.InferenceService` implements `ServiceAPI`; bridge tests may use
+`wasmgate.runtime.serving.service.InferenceService` implements `ServiceAPI`; bridge tests may use
 any object that satisfies the protocol. Times are seconds; deadlines are `time.monotonic()`
 values.
 """

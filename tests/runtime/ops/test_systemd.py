@@ -23,10 +23,10 @@ from tests.fixtures.daemon import Daemon, write_config
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.notify_socket import NotifySocket
 from tests.runtime.stack import host_profile_name
-from wasmgate.runtime.systemd import Notifier
-from wasmgate.runtime.unit import current_executable, render_unit
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.ops.unit import current_executable, render_unit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

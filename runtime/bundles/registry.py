@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from wasmgate.runtime.bundles import LoadedBundle
+from wasmgate.runtime.bundles.loaded import LoadedBundle
+from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
+from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError
-from wasmgate.runtime.loader import BlobSource, LoaderDeps, load_bundle
-from wasmgate.runtime.registry_table import ServingTable
 from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore

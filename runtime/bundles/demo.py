@@ -23,7 +23,7 @@ import nacl.signing
 
 from wasmgate import __version__
 from wasmgate.guest_adapters.examples import example_names, stage_example
-from wasmgate.runtime.config import Settings
+from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing.build import build_bundle
 from wasmgate.signing.keys import generate_key, key_id_of, read_private_key, write_private_key
 from wasmgate.signing.trust import TrustStore

@@ -23,15 +23,15 @@ from wasmgate import __version__
 from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
-from wasmgate.runtime.batcher import Batcher, BatchHook, capped
-from wasmgate.runtime.bundles import (
+from wasmgate.runtime.bundles.loaded import (
     AdmissionLimits,
     FallbackPolicy,
     LoadedBundle,
     ServedModel,
 )
-from wasmgate.runtime.config import LimitSettings
 from wasmgate.runtime.errors import BundleRejected, DaemonError
+from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.serving.batcher import Batcher, BatchHook, capped
 from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 

@@ -24,8 +24,7 @@ from typing import Any
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
-from wasmgate.runtime.service_api import TensorMeta
-from wasmgate.runtime.v2_tensors import (
+from wasmgate.runtime.protocol.tensors import (
     DTYPES,
     datatype_of,
     decode_binary,
@@ -33,6 +32,7 @@ from wasmgate.runtime.v2_tensors import (
     encode_binary,
     encode_json,
 )
+from wasmgate.runtime.serving.api import TensorMeta
 
 Array = npt.NDArray[Any]
 

@@ -12,9 +12,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wasmgate.runtime.bundles import LoadedBundle, ServedModel
+from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.errors import NotFound
-from wasmgate.runtime.service_api import ModelInfo, TensorMeta
+from wasmgate.runtime.serving.api import ModelInfo, TensorMeta
 
 ADAPTER_PLATFORM = "wasmgate_adapter"
 ADAPTER_INPUT = TensorMeta("payload", "BYTES", (1,))

@@ -1,6 +1,6 @@
 """A bundle as the daemon serves it: compiled adapter, loaded models, limits, reference count.
 
-A `LoadedBundle` is built by `wasmgate.runtime.loader` from a verified manifest and is
+A `LoadedBundle` is built by `wasmgate.runtime.bundles.loader` from a verified manifest and is
 immutable while it serves. Requests hold a lease (`acquire`/`release`); a bundle replaced
 by a newer version is `retire`d and closed by the registry once its last lease is gone, so
 requests in flight always finish on the version they started on.

@@ -14,8 +14,8 @@ from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.base import Array
-from wasmgate.runtime.batcher import Batcher, batched, capped
 from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
+from wasmgate.runtime.serving.batcher import Batcher, batched, capped
 from wasmgate.sandbox.models import ModelHandle
 
 

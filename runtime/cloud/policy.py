@@ -1,6 +1,6 @@
 """Applying a bundle's cloud fallback policy: when to ask the cloud, and what to answer.
 
-The cloud client (`wasmgate.runtime.fallback.CloudFallback`) is anything with the
+The cloud client (`wasmgate.runtime.cloud.client.CloudFallback`) is anything with the
 `CloudClient` shape. Rules:
 - a flag of the manifest's ``fallback`` (already and-ed with ``allowed`` by the loader)
   decides per cause: ``on_error`` (adapter error, trap, backend failure), ``on_busy``,
@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from wasmgate.runtime.bundles import FallbackPolicy, LoadedBundle
+from wasmgate.runtime.bundles.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.runtime.errors import (
     Busy,
     DaemonError,
@@ -31,7 +31,7 @@ from wasmgate.runtime.errors import (
     FallbackFailed,
     InferenceFailed,
 )
-from wasmgate.runtime.service_api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
+from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
 
 log = logging.getLogger("wasmgate.fallback")
 T = TypeVar("T")

@@ -1,0 +1,1 @@
+"""Bundles as the daemon serves them: install, load, registry, serving table."""

@@ -1,0 +1,1 @@
+"""Cloud fallback: the KServe V2 client, the per-bundle policy, the breaker."""

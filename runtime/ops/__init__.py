@@ -1,0 +1,1 @@
+"""What an operator touches: config, logs, metrics, systemd, the unit file."""

@@ -1,0 +1,1 @@
+"""Serving a request: the service, admission, execution, batching."""
