@@ -8,9 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
-from wasmgate.runtime.errors import BadRequest, DaemonError
+from wasmgate.runtime.errors import DaemonError
 from wasmgate.runtime.http.keys import METRICS
 from wasmgate.runtime.ops.metrics import Kind
+from wasmgate.runtime.serving import timeouts
 from wasmgate.runtime.serving.api import Source
 
 TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
@@ -23,23 +24,16 @@ FALLBACK_HEADER = "X-Wasmgate-Fallback-Reason"
 def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:
     """A monotonic deadline from ``X-Wasmgate-Timeout-Ms`` or the V2 ``timeout`` parameter
     (microseconds, what tritonclient's ``timeout=`` sends); the sooner wins."""
-    budgets: list[float] = []
     header = request.headers.get(TIMEOUT_HEADER)
-    if header is not None:
-        try:
-            budgets.append(float(header) / 1e3)
-        except ValueError:
-            raise BadRequest(f"{TIMEOUT_HEADER} must be a number of milliseconds") from None
     timeout = (parameters or {}).get("timeout")
-    if timeout is not None:
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-            raise BadRequest("parameter 'timeout' must be a number of microseconds")
-        budgets.append(timeout / 1e6)
-    if not budgets:
-        return None
-    if min(budgets) <= 0:
-        raise BadRequest("the timeout must be positive")
-    return time.monotonic() + min(budgets)
+    return timeouts.earliest(
+        timeouts.after(None if header is None else timeouts.budget_s(header, TIMEOUT_HEADER)),
+        timeouts.after(
+            None
+            if timeout is None
+            else timeouts.budget_s(timeout, "parameter 'timeout'", "microseconds", 1e-6)
+        ),
+    )
 
 
 def answer_headers(

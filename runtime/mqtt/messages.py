@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wasmgate.runtime.serving import timeouts
+
 JSON = "application/json"
 
 
@@ -61,8 +63,8 @@ def json_object(payload: bytes) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None  # nested too deeply is not an object either: the adapter sees raw bytes
     return value if isinstance(value, dict) else None
 
 
@@ -82,34 +84,25 @@ def request_id(obj: Mapping[str, Any] | None) -> RequestId | None:
 def deadline_of(
     msg: Incoming, obj: Mapping[str, Any] | None, now: float | None = None
 ) -> float | None:
-    """The earliest deadline the requester asked for, as a time.monotonic() value."""
+    """The earliest deadline the requester asked for, as a time.monotonic() value.
+
+    A ``timeout_ms`` or ``deadline`` that is present but not a finite number in range is
+    refused (`BadRequest`), never ignored: see `wasmgate.runtime.serving.timeouts`."""
     mono = msg.received
     wall = time.time() if now is None else now
-    candidates: list[float] = []
+    candidates: list[float | None] = []
     if msg.expiry_s is not None:
         candidates.append(mono + msg.expiry_s)
-    timeout_ms = _number(msg.user_properties.get("timeout_ms"))
+    timeout_ms = msg.user_properties.get("timeout_ms")
     if timeout_ms is not None:
-        candidates.append(mono + timeout_ms / 1000.0)
-    absolute = _number(msg.user_properties.get("deadline"))
-    if absolute is None and obj is not None:
-        absolute = _number(obj.get("deadline"))
-    if absolute is not None:
-        candidates.append(mono + (absolute - wall))
-    return min(candidates) if candidates else None
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+        candidates.append(mono + timeouts.budget_s(timeout_ms, "user property 'timeout_ms'"))
+    for where, source in (("user property", msg.user_properties), ("payload field", obj or {})):
+        absolute = source.get("deadline")
+        if absolute is not None:
+            field = f"{where} 'deadline'"
+            candidates.append(timeouts.monotonic_of_unix(absolute, field, mono, wall))
+            break
+    return timeouts.earliest(*candidates)
 
 
 def error_body(message: str, code: int, rid: RequestId | None) -> bytes:

@@ -17,6 +17,7 @@ extension is refused rather than silently ignored.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,8 @@ def _load_json(data: bytes, what: str) -> dict[str, Any]:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"{what} is nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequest(f"{what} must be a JSON object, got {type(doc).__name__}")
     return doc
@@ -103,12 +106,26 @@ def _params(entry: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     return params
 
 
+MAX_RANK = 16
+MAX_ELEMENTS = 2**32
+"""Parsing limits on a declared shape (whatever the body holds): numpy refuses larger ones
+with an error that would otherwise surface as a 500. Zero dims count as 1 here, because
+numpy checks the product of the others even for an empty array."""
+
+
 def _shape(entry: Mapping[str, Any], what: str) -> tuple[int, ...]:
     shape = entry.get("shape")
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+    if len(shape) > MAX_RANK:
+        raise BadRequest(f"{what}: 'shape' has {len(shape)} dimensions, at most {MAX_RANK}")
+    if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+        shown = repr(shape)[:100]
+        raise BadRequest(
+            f"{what}: 'shape' {shown} is out of range (at most {MAX_ELEMENTS} elements)"
+        )
     return tuple(shape)
 
 

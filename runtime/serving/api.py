@@ -14,6 +14,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from wasmgate.runtime.serving.timeouts import check_deadline
+
 Source = Literal["local", "cloud"]
 
 
@@ -27,6 +29,9 @@ class AdapterRequest:
     meta: Mapping[str, str] = field(default_factory=dict)
     """Transport facts the guest may read: ``transport``, ``topic``, ``client``, ..."""
     deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        check_deadline(self.deadline, f"adapter {self.adapter!r}")
 
 
 @dataclass
@@ -54,6 +59,9 @@ class ModelRequest:
     """Requested output names; None = all."""
     version: str | None = None
     deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        check_deadline(self.deadline, f"model {self.model!r}")
 
 
 @dataclass

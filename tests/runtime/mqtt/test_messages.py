@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 
 import pytest
 
 from tests.runtime.mqtt.conftest import bridge_settings
+from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import Incoming, deadline_of, json_object, request_id, with_id
 from wasmgate.runtime.mqtt.topics import Route, Topics
@@ -65,7 +68,30 @@ def test_deadline_sources_take_the_earliest() -> None:
     absolute = deadline_of(_msg(user_properties={"deadline": str(now + 2)}), None, now)
     assert absolute == pytest.approx(102.0)
     assert deadline_of(_msg(), {"deadline": now - 1}, now) == pytest.approx(99.0)
-    assert deadline_of(_msg(user_properties={"timeout_ms": "soon"}), {"deadline": True}) is None
+
+
+@pytest.mark.parametrize(
+    ("props", "obj", "field"),
+    [
+        ({"timeout_ms": "soon"}, None, "user property 'timeout_ms'"),
+        ({"timeout_ms": "nan"}, None, "user property 'timeout_ms'"),
+        ({"timeout_ms": "inf"}, None, "user property 'timeout_ms'"),
+        ({"timeout_ms": "1e999"}, None, "user property 'timeout_ms'"),
+        ({"timeout_ms": "-5"}, None, "user property 'timeout_ms'"),
+        ({"timeout_ms": "0"}, None, "user property 'timeout_ms'"),
+        ({"deadline": "NaN"}, None, "user property 'deadline'"),
+        ({}, {"deadline": math.nan}, "payload field 'deadline'"),
+        ({}, {"deadline": math.inf}, "payload field 'deadline'"),
+        ({}, {"deadline": 10**400}, "payload field 'deadline'"),
+        ({}, {"deadline": True}, "payload field 'deadline'"),
+        ({}, {"deadline": time.time() + 10**7}, "payload field 'deadline'"),
+    ],
+)
+def test_non_finite_or_out_of_range_deadlines_are_refused_naming_the_field(
+    props: dict[str, str], obj: dict[str, object] | None, field: str
+) -> None:
+    with pytest.raises(BadRequest, match=re.escape(field)):
+        deadline_of(_msg(user_properties=props), obj)
 
 
 def test_json_id_echo() -> None:
