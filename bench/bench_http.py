@@ -7,8 +7,9 @@ Without ``--url`` the bench starts the HTTP app (errors, V2, adapters, metrics, 
 child process on a free loopback port, serving the digits model (FP32 [-1, 64] -> [-1, 10])
 from the shared model fixtures through a minimal in-bench `ServiceAPI`, plus an ``echo``
 adapter (Python, no sandbox: it isolates the HTTP cost). With ``--url`` it drives a running
-daemon instead. Closed-loop clients (aiohttp, one connection each) send batch-1 binary V2
-requests (``POST /v2/models/{m}/infer``) and raw adapter requests for S seconds per cell.
+daemon instead. ``wrk`` (`bench.wrk`; connections = concurrency, closed loop) sends batch-1
+binary V2 requests (``POST /v2/models/{m}/infer``) and raw adapter requests for S seconds
+per cell. `http_run` (a Python client) stays for scenarios that need per-request control.
 
 The limit, measured in the same run: ``session.run`` on the same ONNX file in this process,
 closed-loop from the same number of threads. Ratios: HTTP / ORT (req/s: higher is better,
@@ -34,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from bench import wrk
 from bench.common import Figure, format_table, median, percentile, write_json
 from tests.fixtures.net import free_port, wait_for_port
 
@@ -134,23 +136,14 @@ def http_run(
 
 
 def figures_for(
-    scenario: str, http: Samples, limit: list[float], seconds: float, base: str
+    scenario: str, http: wrk.WrkResult, limit: list[float], seconds: float, base: str
 ) -> list[Figure]:
-    def ms(samples: list[float], q: float) -> float:
-        return percentile(samples, q) * 1e3 if samples else float("nan")
-
-    ok = http.latencies
-    figures = [
-        Figure(
-            scenario, "req/s", len(ok) / seconds, "/s", base, len(limit) / seconds,
-            lower_is_better=False,
-        ),
-        Figure(scenario, "p50", ms(ok, 50), "ms", base, median(limit) * 1e3),
-        Figure(scenario, "p99", ms(ok, 99), "ms", base, ms(limit, 99)),
+    return [
+        Figure(scenario, "req/s", http.rps, "/s", base, len(limit) / seconds,
+               lower_is_better=False),
+        Figure(scenario, "p50", http.p50 * 1e3, "ms", base, median(limit) * 1e3),
+        Figure(scenario, "p99", http.p99 * 1e3, "ms", base, percentile(limit, 99) * 1e3),
     ]  # fmt: skip
-    if http.rejected:
-        figures.append(Figure(scenario, "rejected 429/503", http.rejected / seconds, "/s", "-", 0))
-    return figures
 
 
 def start_server(model: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -175,18 +168,18 @@ def measure(args: argparse.Namespace, model: Path, url: str) -> list[Figure]:
     for c in CONCURRENCY:
         limit = ort_limit(model, x, c, args.seconds)
         base = f"ORT c{c}"
-        v2 = http_run(infer_url, body, headers, c, args.seconds)
+        v2 = wrk.run(infer_url, body, headers, c, args.seconds)
         figures += figures_for(f"v2 c{c}", v2, limit, args.seconds, base)
-        raw = http_run(raw_url, payload, {}, c, args.seconds)
+        raw = wrk.run(raw_url, payload, {}, c, args.seconds)
         figures += figures_for(f"raw c{c}", raw, limit, args.seconds, base)
     return figures
 
 
 def run(quick: bool) -> list[Figure]:
-    """The suite's entry: the in-bench server (HTTP layer only), 3 s cells (quick: 0.2 s)."""
+    """The suite's entry: the in-bench server (HTTP layer only), 3 s cells (quick: 1 s)."""
     from tests.fixtures.models import get_models  # noqa: PLC0415 - builds fixtures once
 
-    args = parser().parse_args(["--seconds", "0.2" if quick else "3"])
+    args = parser().parse_args(["--seconds", "1" if quick else "3"])
     model = get_models().digits_fp32
     proc, url = start_server(model)
     try:

@@ -1,118 +1,146 @@
-"""MQTT request -> reply through mosquitto on loopback: the bridge vs the broker's own round trip.
+"""MQTT 5 request -> answer on a real daemon through mosquitto, per requester configuration.
 
-``python -m bench.bench_mqtt [--requests N] [--window W] [--json OUT]``
+``python -m bench.bench_mqtt [--quick] [--json OUT]``
 
-Starts a private mosquitto (the test fixture's `Broker`) and measures, in the same run:
+A real ``wasmgate serve`` runs the sandboxed digits adapter (the pass-through bundle of
+`bench.stack`) behind a private mosquitto 2.0 on loopback, once with the **stock** broker
+config (Nagle on, as every distribution ships it) and once with ``set_tcp_nodelay true``.
+One request in flight, p50 per configuration, all in the same run:
 
-- **echo** (baseline): a bare paho MQTT 5 client that republishes each request to its
-  Response Topic with the Correlation Data (no parsing, no inference): the broker's round
-  trip plus one minimal client.
-- **bridge**: `MqttBridge` in front of a minimal `ServiceAPI` whose ``digits`` adapter parses
-  64 CSV pixels and runs the digits MLP (ONNX Runtime, FP32) in a worker thread, answering
-  ``{"digit": d, "p": p}``: everything the bridge adds (topic routing, dedupe, deadline,
-  V2-style status properties, manual ack after PUBACK) plus a real small model.
+- requester configurations side by side: TCP_NODELAY with QoS 0 requests and a QoS 0 reply
+  subscription (a requester that cannot stall its own link), TCP_NODELAY with QoS 1 both
+  ways, and Nagle on (paho's default socket) with QoS 1;
+- a bare paho echo responder (QoS 1, NODELAY, no parsing, no inference) in the daemon's
+  place: what any client of the same broker gets;
+- the baseline of every figure: the broker's own round trip, a NODELAY QoS 0 client
+  publishing to a topic it subscribes to itself.
 
-The requester is a paho MQTT 5 client (QoS 1 both ways). Every socket has Nagle off
-(mosquitto ``set_tcp_nodelay true``; the bridge sets TCP_NODELAY itself), otherwise each
-figure is dominated by ~40 ms of delayed-ACK waits. Latency: one request in flight,
-p50/p99. Throughput: ``--window`` requests in flight, requests/s. Ratios: bridge / echo;
-the goal is <= 1 ms added at p50.
+Why the stock broker matters: mosquitto keeps Nagle on its sockets unless
+``set_tcp_nodelay true``. After it sends a client a small packet (a PUBACK), its next small
+packet to that client waits until the client's delayed ACK (~40 ms on Linux) arrives.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
+import itertools
+import os
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bench.common import Figure, format_table, median, percentile, write_json
+from bench.common import Figure, median, script_main
+from bench.stack import BenchKit, payload
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.models import get_models
 from tests.fixtures.mosquitto import Broker
-from wasmgate.runtime.errors import NotFound
-from wasmgate.runtime.mqtt import MqttBridge
-from wasmgate.runtime.ops.config import MqttSettings
-from wasmgate.runtime.serving.api import (
-    AdapterAnswer,
-    AdapterRequest,
-    ModelAnswer,
-    ModelInfo,
-    ModelRequest,
-)
 
-ROOT = "wasmgate/v1/bench"
-REPLY = "bench/replies"
+GATEWAY = "bench"
+NODELAY_CONF = "set_tcp_nodelay true\n"
 
 
-class DigitsService:
-    """`ServiceAPI` with one adapter, ``digits``: CSV pixels -> ORT digits MLP -> JSON."""
+@dataclass(frozen=True)
+class Style:
+    """How a requester treats its own link: Nagle off or on, QoS of request and replies."""
 
-    def __init__(self, model: Path) -> None:
-        self._session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    label: str
+    nodelay: bool = True
+    qos: int = 1
 
-    @property
-    def ready(self) -> bool:
-        return True
 
-    def _classify(self, payload: bytes) -> bytes:
-        x = np.array(payload.split(b","), dtype=np.float32).reshape(1, 64)
-        probs = self._session.run(None, {"input": x})[0][0]
-        digit = int(np.argmax(probs))
-        return json.dumps({"digit": digit, "p": round(float(probs[digit]), 4)}).encode()
+NODELAY_QOS0 = Style("NODELAY, QoS 0", nodelay=True, qos=0)
+NODELAY_QOS1 = Style("NODELAY, QoS 1", nodelay=True, qos=1)
+NAGLE_QOS1 = Style("Nagle on (paho default), QoS 1", nodelay=False, qos=1)
 
-    async def run_adapter(self, req: AdapterRequest) -> AdapterAnswer:
-        if req.adapter != "digits":
-            raise NotFound(req.adapter)
-        body = await asyncio.to_thread(self._classify, req.payload)
-        return AdapterAnswer(body, "application/json", "local", 1)
 
-    async def infer_model(self, req: ModelRequest) -> ModelAnswer:
-        raise NotFound(req.model)
+class MqttRequester:
+    """One MQTT 5 requester: publish, wait for the answer with the same correlation data."""
 
-    def model_info(self, name: str, _version: str | None = None) -> ModelInfo:
-        raise NotFound(name)
+    def __init__(self, port: int, style: Style = NODELAY_QOS1) -> None:
+        self._event = threading.Event()
+        self._want = b""
+        self._ids = itertools.count()
+        self._qos = style.qos
+        self.status: str | None = None
+        self.reply_topic = f"bench/replies/{os.getpid()}/{id(self)}"
+        self._client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+        if style.nodelay:
+            self._client.on_socket_open = _nodelay
+        self._client.on_message = self._on_message
+        subscribed = threading.Event()
+        self._client.on_subscribe = lambda *_: subscribed.set()
+        self._client.connect("127.0.0.1", port)
+        self._client.loop_start()
+        self._client.subscribe(self.reply_topic, qos=style.qos)
+        if not subscribed.wait(10):
+            raise TimeoutError("MQTT subscribe not acknowledged")
 
-    def list_models(self) -> list[ModelInfo]:
-        return []
+    def _on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
+        if getattr(msg.properties, "CorrelationData", None) == self._want:
+            self.status = dict(getattr(msg.properties, "UserProperty", []) or []).get("status")
+            self._event.set()
 
-    def adapter_names(self) -> list[str]:
-        return ["digits"]
+    def call(self, topic: str, body: bytes, timeout: float = 30.0) -> float:
+        """Send one request and wait for its answer; seconds from publish to answer.
+
+        Correlation data is unique per requester: the bridge answers a repeated
+        (reply topic, correlation) pair once, as a redelivered duplicate."""
+        self._event.clear()
+        self._want = f"{next(self._ids)}".encode()
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        props.ResponseTopic, props.CorrelationData = self.reply_topic, self._want
+        start = time.perf_counter()
+        self._client.publish(topic, body, qos=self._qos, properties=props)
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"no MQTT answer on {topic} within {timeout}s")
+        elapsed = time.perf_counter() - start
+        if self.status not in (None, "200"):
+            raise RuntimeError(f"MQTT answer status {self.status} on {topic}")
+        return elapsed
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
 
 
 def _nodelay(_c: paho.Client, _u: Any, sock: Any) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _v5_client(port: int, name: str) -> paho.Client:
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=paho.MQTTv5)
-    client.on_socket_open = _nodelay
-    client.connect("127.0.0.1", port)
-    return client
-
-
-def _subscribe(client: paho.Client, topic: str) -> None:
-    done = threading.Event()
-    client.on_subscribe = lambda *_: done.set()
-    client.subscribe(topic, qos=1)
-    if not done.wait(5):
-        raise TimeoutError(f"no SUBACK for {topic}")
+def latencies(
+    port: int, topic: str | None, body: bytes, seconds: float, style: Style = NODELAY_QOS1
+) -> list[float]:
+    """Closed-loop request -> answer latencies for ``seconds`` (at least 5 samples);
+    ``topic=None`` publishes to the requester's own reply topic (the broker round trip)."""
+    requester = MqttRequester(port, style)
+    try:
+        target = topic or requester.reply_topic
+        for _ in range(3):
+            requester.call(target, body)
+        out: list[float] = []
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop or len(out) < 5:
+            out.append(requester.call(target, body))
+        return out
+    finally:
+        requester.close()
 
 
 def start_echo(port: int) -> paho.Client:
-    """The baseline responder: republish to the Response Topic, nothing else."""
-    client = _v5_client(port, "bench-echo")
+    """A bare paho responder: republish each request to its Response Topic (QoS 1)."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    client.on_socket_open = _nodelay
 
     def on_message(c: paho.Client, _u: Any, msg: paho.MQTTMessage) -> None:
         request: Any = msg.properties
@@ -120,131 +148,77 @@ def start_echo(port: int) -> paho.Client:
         props.CorrelationData = request.CorrelationData
         c.publish(request.ResponseTopic, msg.payload, qos=1, properties=props)
 
+    subscribed = threading.Event()
+    client.on_subscribe = lambda *_: subscribed.set()
     client.on_message = on_message
+    client.connect("127.0.0.1", port)
     client.loop_start()
-    _subscribe(client, f"{ROOT}/echo/req")
+    client.subscribe("bench/echo", qos=1)
+    if not subscribed.wait(10):
+        raise TimeoutError("echo subscribe not acknowledged")
     return client
 
 
-class Requester:
-    """Closed-loop MQTT 5 requester with up to ``window`` requests in flight."""
-
-    def __init__(self, port: int) -> None:
-        self._client = _v5_client(port, "bench-req")
-        self._cond = threading.Condition()
-        self._done: dict[bytes, float] = {}
-        self._runs = 0
-        self._client.on_message = self._on_message
-        self._client.loop_start()
-        _subscribe(self._client, REPLY)
-
-    def _on_message(self, _c: paho.Client, _u: Any, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            props: Any = msg.properties
-            self._done[props.CorrelationData] = time.perf_counter()
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
-
-    def run(self, topic: str, payload: bytes, total: int, window: int) -> tuple[list[float], float]:
-        """Per-request latencies and requests/s for ``total`` requests."""
-        sent: dict[bytes, float] = {}
-        latencies: list[float] = []
-        self._runs += 1  # fresh correlation data per run: the bridge deduplicates repeats
-        began = time.perf_counter()
-        for i in range(total):
-            corr = f"{self._runs}-{i}".encode()
-            with self._cond:
-                if not self._cond.wait_for(lambda: self._harvest(sent, latencies) < window, 10):
-                    raise TimeoutError(f"{len(sent)} replies missing")
-            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            props.ResponseTopic, props.CorrelationData = REPLY, corr
-            sent[corr] = time.perf_counter()
-            self._client.publish(topic, payload, qos=1, properties=props)
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._harvest(sent, latencies) == 0, 30):
-                raise TimeoutError(f"{len(sent)} replies missing")
-        return latencies, total / (time.perf_counter() - began)
-
-    def _harvest(self, sent: dict[bytes, float], latencies: list[float]) -> int:
-        """Move answered requests to ``latencies``; returns how many are still out."""
-        answered = [c for c in self._done if c in sent]
-        latencies.extend(self._done.pop(c) - sent.pop(c) for c in answered)
-        return len(sent)
-
-
-def _measure(
-    req: Requester, topic: str, payload: bytes, args: argparse.Namespace
-) -> tuple[list[float], float]:
-    req.run(topic, payload, 200, 1)  # warm-up
-    lat, _ = req.run(topic, payload, args.requests, 1)
-    _, rps = req.run(topic, payload, args.requests, args.window)
-    return lat, rps
-
-
-async def bench(port: int, model: Path, args: argparse.Namespace) -> list[Figure]:
-    x = np.load(model.parent / "digits-test.npz")["x"][0]
-    payload = ",".join(str(int(v)) for v in x).encode()
-    settings = MqttSettings(host="127.0.0.1", port=port, gateway_id="bench", client_id="bench-gw")
-    echo = start_echo(port)
-    req = Requester(port)
+@contextmanager
+def daemon_behind(
+    root: Path, conf: str, models: dict[str, Path]
+) -> Iterator[tuple[Daemon, Broker]]:
+    """mosquitto (``conf`` added to the fixture's config) and a daemon serving one
+    pass-through bundle per model, connected to it; both stopped after."""
+    broker = Broker(root / "mosquitto", extra_conf=conf)
+    broker.start()
     try:
-        async with MqttBridge(settings, DigitsService(model)) as bridge:
-            async with asyncio.timeout(10):
-                await bridge.wait_connected()
-            await asyncio.sleep(0.2)
-            base_lat, base_rps = await asyncio.to_thread(
-                _measure, req, f"{ROOT}/echo/req", payload, args
-            )
-            lat, rps = await asyncio.to_thread(
-                _measure, req, f"{ROOT}/adapters/digits/req", payload, args
-            )
+        kit = BenchKit(root / "kit")
+        for name, path in models.items():
+            kit.build(name, path)
+        mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": GATEWAY}
+        daemon = kit.daemon(root / "daemon", config={"mqtt": mqtt})
+        daemon.start(timeout=120)
+        try:
+            yield daemon, broker
+        finally:
+            daemon.stop()
     finally:
-        req.close()
-        echo.disconnect()
-        echo.loop_stop()
-    ms: Callable[[list[float], float], float] = lambda s, q: percentile(s, q) * 1e3  # noqa: E731
-    added = (median(lat) - median(base_lat)) * 1e3
-    print(f"added at p50 by bridge + digits: {added:.3f} ms (goal <= 1 ms)")
-    return [
-        Figure(
-            "mqtt", "p50 request->reply", median(lat) * 1e3, "ms", "echo", median(base_lat) * 1e3
-        ),
-        Figure("mqtt", "p99 request->reply", ms(lat, 99), "ms", "echo", ms(base_lat, 99)),
-        Figure(
-            "mqtt",
-            f"req/s window {args.window}",
-            rps,
-            "1/s",
-            "echo",
-            base_rps,
-            lower_is_better=False,
-        ),
-    ]
+        broker.stop()
+
+
+def _figures(broker: str, port: int, body: bytes, seconds: float, echo: bool) -> list[Figure]:
+    topic = f"wasmgate/v1/{GATEWAY}/adapters/digits/req"
+    base = median(latencies(port, None, b"x" * len(body), seconds, NODELAY_QOS0)) * 1e3
+    figures = []
+    for style in (NODELAY_QOS0, NODELAY_QOS1, NAGLE_QOS1):
+        p50 = median(latencies(port, topic, body, seconds, style)) * 1e3
+        figures.append(Figure(f"mqtt {broker}", f"daemon p50, requester {style.label}", p50,
+                              "ms", "broker round trip", base))  # fmt: skip
+    if echo:
+        client = start_echo(port)
+        try:
+            p50 = median(latencies(port, "bench/echo", body, seconds, NODELAY_QOS0)) * 1e3
+        finally:
+            client.disconnect()
+            client.loop_stop()
+        figures.append(Figure(f"mqtt {broker}", f"bare paho echo p50, {NODELAY_QOS0.label}",
+                              p50, "ms", "broker round trip", base))  # fmt: skip
+    return figures
+
+
+def run(quick: bool) -> list[Figure]:
+    """Both broker configurations, every requester style; quick: short windows."""
+    seconds = 0.3 if quick else 3.0
+    x = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
+    body = payload(x)
+    figures: list[Figure] = []
+    for name, conf in (("stock mosquitto", ""), ("mosquitto set_tcp_nodelay", NODELAY_CONF)):
+        with (
+            tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp,
+            daemon_behind(Path(tmp), conf, {"digits": get_models().digits_fp32}) as (_, broker),
+        ):
+            figures += _figures(name, broker.port, body, seconds, echo=not conf)
+    return figures
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--window", type=int, default=16)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    from tests.fixtures.models import get_models  # noqa: PLC0415 - builds fixtures once
-
-    model = get_models().digits_fp32
-    with tempfile.TemporaryDirectory() as tmp:
-        # Nagle off on the broker's sockets too, or every figure is ~40 ms of delayed ACK.
-        broker = Broker(Path(tmp), extra_conf="set_tcp_nodelay true\n")
-        broker.start()
-        try:
-            figures = asyncio.run(bench(broker.port, model, args))
-        finally:
-            broker.stop()
-    print(format_table(figures))
-    if args.json:
-        write_json(figures, args.json, {"requests": args.requests, "window": args.window})
+    script_main(__doc__, run, "short windows")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
-"""wasmgate against a peer server on the same models, same client, same run.
+"""wasmgate against the bare ceiling and a peer server: same models, same client, same run.
 
 ``python -m bench.bench_peers [--quick] [--json OUT]``
 
-- Seldon MLServer 1.7 (its own venv, see `bench.peers`) serves the digits and
-  MobileNet-class ONNX files through a small custom ONNX Runtime runtime; a real
-  ``wasmgate serve`` serves the same files (batching off on both). The same aiohttp
-  closed-loop client sends the same KServe V2 **JSON** request (MLServer's REST API has no
-  binary tensor extension) to ``/v2/models/<m>/infer`` on each, alternating servers per
-  cell, at 1 and 8 clients. Baseline = MLServer (ratio < 1 on latency: wasmgate faster).
+- The **ceiling**: `bench.bare_server`, a bare aiohttp + ONNX Runtime V2 JSON handler (no
+  validation, no sandbox, inference inline on the loop) with the daemon's session options.
+- Seldon MLServer 1.7 (its own venv, see `bench.peers`) through a small custom ONNX
+  Runtime runtime.
+- A real ``wasmgate serve`` serving the same digits and MobileNet-class ONNX files (batching
+  off everywhere). ``wrk -t1`` (`bench.wrk`) sends the same KServe V2 **JSON** request
+  (MLServer's REST API has no binary tensor extension) to ``/v2/models/<m>/infer`` on each
+  server in turn per cell: p50 at 1 connection, req/s at 8. Plus the daemon's raw adapter
+  endpoint (the sandboxed path) at 1 connection against the ceiling's p50.
 - Triton's ``perf_analyzer`` drives wasmgate's digits model (binary tensors, 1 client,
-  count windows); baseline = the suite's own aiohttp client on the same request.
+  count windows); baseline = wrk on the same request.
 
 ``ensure_peers(quick)`` installs the peers on first use; in ``--quick`` a peer whose venv
 is not cached yet is skipped with the reason printed (installing takes minutes).
@@ -26,14 +29,22 @@ from typing import Any
 
 import numpy.typing as npt
 
-from bench import bench_http
-from bench.bench_ladder import inputs, served
-from bench.common import Figure, median, script_main
-from bench.peers import MLSERVER, PERF_ANALYZER, MlServer, missing_system_libs, perf_analyzer_env
-from bench.stack import BenchKit
+from bench import bench_http, wrk
+from bench.bench_ladder import inputs
+from bench.common import Figure, script_main
+from bench.peers import (
+    MLSERVER,
+    PERF_ANALYZER,
+    BareServer,
+    MlServer,
+    missing_system_libs,
+    perf_analyzer_env,
+)
+from bench.stack import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 
 Array = npt.NDArray[Any]
+CEILING = "bare aiohttp+ORT"
 
 
 def json_body(x: Array) -> tuple[bytes, dict[str, str]]:
@@ -42,26 +53,40 @@ def json_body(x: Array) -> tuple[bytes, dict[str, str]]:
     return json.dumps(req).encode(), {"Content-Type": "application/json"}
 
 
-def versus_mlserver(
-    daemon: Daemon, peer: MlServer, cases: dict[str, tuple[Path, Array]], seconds: float
+def versus(
+    urls: dict[str, str], cases: dict[str, tuple[Path, Array]], seconds: float
 ) -> list[Figure]:
+    """wasmgate (``urls["wasmgate"]``) against every other server in ``urls``, per model:
+    p50 at 1 connection and req/s at 8, each cell run on every server in turn."""
     figures: list[Figure] = []
     for name, (_, x) in cases.items():
         body, headers = json_body(x)
         unit, scale = ("us", 1e6) if name == "digits" else ("ms", 1e3)
-        for clients in (1, 8):
-            ours = served(f"{daemon.url}/v2/models/{name}/infer", body, headers,
-                                       clients, seconds)  # fmt: skip
-            theirs = served(f"{peer.url}/v2/models/{name}/infer", body, headers,
-                                         clients, seconds)  # fmt: skip
-            scenario = f"vs MLServer {name}"
-            figures += [
-                Figure(scenario, f"V2 JSON p50, {clients} client(s)", median(ours) * scale,
-                       unit, "MLServer 1.7", median(theirs) * scale),
-                Figure(scenario, f"V2 JSON req/s, {clients} client(s)", len(ours) / seconds,
-                       "/s", "MLServer 1.7", len(theirs) / seconds, lower_is_better=False),
-            ]  # fmt: skip
+        for conns in (1, 8):
+            got = {
+                server: wrk.run(f"{url}/v2/models/{name}/infer", body, headers, conns, seconds)
+                for server, url in urls.items()
+            }
+            ours = got.pop("wasmgate")
+            for server, theirs in got.items():
+                scenario = f"{name} V2 JSON vs {server}"
+                figures.append(
+                    Figure(scenario, "p50, 1 connection", ours.p50 * scale, unit, server,
+                           theirs.p50 * scale)
+                    if conns == 1 else
+                    Figure(scenario, "req/s, 8 connections", ours.rps, "/s", server,
+                           theirs.rps, lower_is_better=False)
+                )  # fmt: skip
     return figures
+
+
+def raw_adapter(daemon: Daemon, bare: BareServer, x: Array, seconds: float) -> Figure:
+    """The sandboxed raw adapter endpoint against the ceiling's V2 JSON, 1 connection."""
+    ours = wrk.run(f"{daemon.url}/v1/adapters/digits", payload(x), {}, 1, seconds)
+    body, headers = json_body(x)
+    theirs = wrk.run(f"{bare.url}/v2/models/digits/infer", body, headers, 1, seconds)
+    return Figure("digits raw adapter (sandboxed)", "p50, 1 connection", ours.p50 * 1e6, "us",
+                  CEILING, theirs.p50 * 1e6)  # fmt: skip
 
 
 def perf_analyzer(daemon: Daemon, x: Array, requests: int, out: Path) -> dict[str, float]:
@@ -82,13 +107,13 @@ def perf_analyzer(daemon: Daemon, x: Array, requests: int, out: Path) -> dict[st
 def with_perf_analyzer(daemon: Daemon, x: Array, quick: bool, tmp: Path) -> list[Figure]:
     pa = perf_analyzer(daemon, x, 50 if quick else 500, tmp / "pa.csv")
     body, headers = bench_http.v2_body(x, "input")
-    seconds = 0.5 if quick else 5.0
-    ours = served(f"{daemon.url}/v2/models/digits/infer", body, headers, 1, seconds)
+    ours = wrk.run(f"{daemon.url}/v2/models/digits/infer", body, headers, 1,
+                   0.5 if quick else 5.0)  # fmt: skip
     return [
         Figure("perf_analyzer", "digits V2 binary p50, 1 client", pa["p50"] * 1e6, "us",
-               "suite client", median(ours) * 1e6),
+               "wrk", ours.p50 * 1e6),
         Figure("perf_analyzer", "digits V2 binary req/s, 1 client", pa["req/s"], "/s",
-               "suite client", len(ours) / seconds, lower_is_better=False),
+               "wrk", ours.rps, lower_is_better=False),
     ]  # fmt: skip
 
 
@@ -107,32 +132,37 @@ def available(quick: bool) -> dict[str, str | None]:
 
 
 def run(quick: bool) -> list[Figure]:
-    """MLServer and perf_analyzer figures; skips (quick) are printed, never silent."""
+    """Ceiling, MLServer and perf_analyzer figures; skips (quick) are printed, never silent."""
     why = available(quick)
     for name, reason in why.items():
         if reason is not None:
             print(f"bench_peers: skipping {name}: {reason}", flush=True)
     cases = inputs()
-    figures: list[Figure] = []
+    models = {k: v[0] for k, v in cases.items()}
+    seconds = 0.3 if quick else 3.0
     with tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp:
         root = Path(tmp)
         kit = BenchKit(root / "kit")
-        for name, (path, _) in cases.items():
+        for name, path in models.items():
             kit.build(name, path)
         daemon = kit.daemon(root / "daemon")
         daemon.start(timeout=120)
+        bare = BareServer(models)
+        peer = MlServer(root / "mlserver", models) if why[MLSERVER.name] is None else None
         try:
-            if why[MLSERVER.name] is None:
-                peer = MlServer(root / "mlserver", {k: v[0] for k, v in cases.items()})
-                try:
-                    peer.wait_ready(list(cases))
-                    figures += versus_mlserver(daemon, peer, cases, 0.5 if quick else 5.0)
-                finally:
-                    peer.stop()
+            urls = {"wasmgate": daemon.url, CEILING: bare.url}
+            if peer is not None:
+                peer.wait_ready(list(cases))
+                urls["MLServer 1.7"] = peer.url
+            figures = versus(urls, cases, seconds)
+            figures.append(raw_adapter(daemon, bare, cases["digits"][1], seconds))
             if why[PERF_ANALYZER.name] is None:
                 figures += with_perf_analyzer(daemon, cases["digits"][1], quick, root)
         finally:
             daemon.stop()
+            bare.stop()
+            if peer is not None:
+                peer.stop()
     return figures
 
 

@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fixtures.net import free_port
+from tests.fixtures.net import free_port, wait_for_port
 
 CACHE = Path(os.environ.get("WASMGATE_BENCH_CACHE") or Path.home() / ".cache" / "wasmgate-bench")
 
@@ -165,3 +165,25 @@ class MlServer:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+
+
+class BareServer:
+    """`bench.bare_server` (the bare aiohttp + ONNX Runtime ceiling) on a free port."""
+
+    def __init__(self, models: dict[str, Path]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [f"{name}={path}" for name, path in models.items()]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.bare_server", str(self.port), *args],
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        wait_for_port(self.port, timeout=60)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -6,6 +6,10 @@ its own ``__main__`` for a closer look. Every figure carries a baseline measured
 same run on the same machine, and the ratio value / baseline.
 
 ``--quick`` only checks that every scenario runs (tiny counts; the figures mean nothing).
+``--before FILE`` (default: the previous full run's JSON, when there is one) puts the
+value each figure had there beside it, matched by section, scenario and name: the
+previous version's figure next to the new one (for a same-session comparison, run the
+suite once on the previous commit with ``--json`` and pass that file).
 A scenario that fails is reported with its traceback and makes the exit status 1; the
 others still run. Nothing is downloaded while measuring: the peers (MLServer,
 perf_analyzer) are installed into their own venvs before their scenario starts, once.
@@ -45,10 +49,11 @@ SCENARIOS = (
     Scenario("sandbox", "bench.bench_sandbox", "sandboxed adapter in-process vs raw ORT"),
     Scenario("ladder", "bench.bench_ladder", "raw ORT -> sandbox -> HTTP V2 -> MQTT, daemon"),
     Scenario("http", "bench.bench_http", "HTTP layer alone at 1/8/32 clients vs ORT"),
+    Scenario("mqtt", "bench.bench_mqtt", "MQTT stock vs NODELAY broker, requester styles"),
     Scenario("batching", "bench.bench_batching", "dynamic batching on vs off"),
     Scenario("precision", "bench.bench_precision", "INT8 vs FP32, LiteRT vs ORT"),
     Scenario("daemon", "bench.bench_daemon", "cold start, hot swap, idle/loaded RSS"),
-    Scenario("peers", "bench.bench_peers", "vs Seldon MLServer 1.7; perf_analyzer"),
+    Scenario("peers", "bench.bench_peers", "vs bare aiohttp+ORT, MLServer (wrk); perf_analyzer"),
 )
 
 
@@ -93,11 +98,30 @@ def run_one(scenario: Scenario, quick: bool) -> Outcome:
     return outcome
 
 
-def table(outcomes: Sequence[Outcome]) -> str:
+Key = tuple[str, str, str]
+
+
+def key(section: str, f: Figure) -> Key:
+    return (section, f.scenario, f.name)
+
+
+def load_before(path: Path | None) -> dict[Key, float]:
+    """Figure values of an earlier run's JSON (empty when there is none or it was quick)."""
+    if path is None or not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("meta", {}).get("quick"):
+        return {}
+    return {(r["section"], r["scenario"], r["name"]): r["value"] for r in doc["figures"]}
+
+
+def table(outcomes: Sequence[Outcome], before: dict[Key, float] | None = None) -> str:
     """One table for the whole run: a section row per scenario, then its figures."""
+    before = before or {}
     rows = [(o.scenario.name, f) for o in outcomes for f in o.figures]
     wide = max([len(f"{f.scenario}: {f.name}") for _, f in rows] + [30])
-    head = f"{'figure':<{wide}} {'value':>14} {'baseline (same run)':>38} {'ratio':>7}"
+    head = (f"{'figure':<{wide}} {'value':>14} {'baseline (same run)':>38} {'ratio':>7}"
+            f" {'before':>10}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for o in outcomes:
         state = "FAILED" if o.error else f"{len(o.figures)} figures"
@@ -106,16 +130,21 @@ def table(outcomes: Sequence[Outcome]) -> str:
             value = f"{f.value:.4g} {f.unit}"
             base = f"{f.baseline:.4g} {f.unit} ({f.baseline_name})"
             label = f"{f.scenario}: {f.name}"
-            lines.append(f"{label:<{wide}} {value:>14} {base:>38} {f.ratio:>7.2f}")
+            old = before.get(key(o.scenario.name, f))
+            was = "-" if old is None else f"{old:.4g}"
+            lines.append(f"{label:<{wide}} {value:>14} {base:>38} {f.ratio:>7.2f} {was:>10}")
     return "\n".join(lines)
 
 
-def write(outcomes: Sequence[Outcome], path: Path, meta: dict[str, object]) -> None:
+def write(
+    outcomes: Sequence[Outcome], path: Path, meta: dict[str, object], before: dict[Key, float]
+) -> None:
     rows = [
-        {"section": o.scenario.name, **asdict(f), "ratio": f.ratio}
+        {"section": o.scenario.name, **asdict(f), "ratio": f.ratio,
+         "before": before.get(key(o.scenario.name, f))}
         for o in outcomes
         for f in o.figures
-    ]
+    ]  # fmt: skip
     sections = {
         o.scenario.name: {"seconds": round(o.seconds, 1), "error": o.error} for o in outcomes
     }
@@ -130,6 +159,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"JSON output ({RESULTS})")
     names = [s.name for s in SCENARIOS]
     parser.add_argument("--only", nargs="+", choices=names, help="run only these scenarios")
+    parser.add_argument("--before", type=Path, help="an earlier run's JSON for the before column")
     return parser.parse_args(argv)
 
 
@@ -141,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    before = load_before(args.before or args.json)  # read before this run overwrites it
     began = time.perf_counter()
     outcomes = []
     for i, scenario in enumerate(chosen, 1):
@@ -162,8 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{command}  ({meta['date']}, {total:.0f} s)")
     print(f"machine: {json.dumps(meta['machine'])}")
     print("ratio = value / baseline; latencies and sizes: lower is better, req/s: higher")
-    print(table(outcomes))
-    write(outcomes, args.json, meta)
+    print(table(outcomes, before))
+    write(outcomes, args.json, meta, before)
     print(f"\nJSON: {args.json}")
     failed = [o for o in outcomes if o.error]
     for o in failed:
