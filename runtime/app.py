@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
@@ -33,6 +32,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
@@ -44,7 +44,7 @@ log = logging.getLogger("wasmgate.app")
 
 DEPS = web.AppKey("loader_deps", LoaderDeps)
 WATCHER = web.AppKey("bundle_watcher", DirWatcher)
-POOL = web.AppKey("worker_pool", ThreadPoolExecutor)
+POOL = web.AppKey("worker_pool", FairPool)
 CLOUD = web.AppKey("cloud_fallback", CloudFallback)
 NOTIFIER = web.AppKey("notifier", Notifier)
 _EXTEND_US = 120_000_000
@@ -109,7 +109,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     # deadline, and the ticker stops with the engine.
     with (
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
-        ThreadPoolExecutor(workers, thread_name_prefix="wasmgate-worker") as pool,
+        FairPool(workers, max_tenant_workers=settings.limits.max_tenant_workers) as pool,
     ):
         deps = LoaderDeps(
             engine=engine,

@@ -105,6 +105,9 @@ class Limits(_Strict):
     max_output_bytes: int = Field(default=1024 * 1024, gt=0)
     max_in_flight: int = Field(default=4, gt=0)
     queue_size: int = Field(default=16, ge=0)
+    weight: int = Field(default=1, ge=1, le=1000)
+    """Share of the worker pool relative to other tenants (each adapter and each model
+    of the bundle is one tenant); the daemon caps it at ``limits.max_weight``."""
 
 
 class Targets(_Strict):

@@ -29,7 +29,7 @@ KeyId = Annotated[str, Field(pattern=HEX64)]
 Pattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?-]{1,64}$")]
 LimitName = Literal[
     "memory_mb", "deadline_ms", "fuel", "max_input_bytes", "max_output_bytes",
-    "max_in_flight", "queue_size",
+    "max_in_flight", "queue_size", "weight",
 ]  # fmt: skip
 
 

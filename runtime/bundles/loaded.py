@@ -52,6 +52,8 @@ class AdmissionLimits:
     queue_size: int
     deadline_s: float
     max_input_bytes: int | None = None
+    weight: int = 1
+    """Worker-pool share of each of the bundle's tenants (adapter, models)."""
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,11 @@ def _assemble(
         adapter=adapter,
         models=models,
         admission=AdmissionLimits(
-            lim.max_in_flight, lim.queue_size, lim.deadline_ms / 1000, lim.max_input_bytes
+            lim.max_in_flight,
+            lim.queue_size,
+            lim.deadline_ms / 1000,
+            lim.max_input_bytes,
+            lim.weight,
         ),
         fallback=_policy(manifest),
         guest_limits=lambda left: _guest_limits(manifest, ceilings, left),

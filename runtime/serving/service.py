@@ -1,7 +1,8 @@
 """`InferenceService`: the one transport-neutral core every bridge (HTTP, MQTT) calls.
 
 Request path: look the adapter up in the registry (a lease keeps its version alive),
-admission control (`Gate`), run the adapter in the sandbox on the worker pool with the
+admission control (`Gate`), run the adapter in the sandbox on the worker pool (`FairPool`:
+each adapter and model is a tenant with the manifest's weight) with the
 bundle's models (Batchers) behind wasi-nn ``compute``, map the outcome to an answer or a
 `wasmgate.runtime.errors` type, and apply the bundle's cloud fallback policy.
 """
@@ -12,7 +13,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor
 from typing import Any
 
 from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
@@ -38,6 +38,7 @@ from wasmgate.runtime.serving.api import (
     ModelRequest,
 )
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
+from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
 
 ADAPTER_CONTENT_TYPE = "application/octet-stream"
@@ -49,7 +50,7 @@ class InferenceService:
     def __init__(
         self,
         table: ServingTable,
-        pool: Executor,
+        pool: FairPool,
         limits: LimitSettings,
         cloud: CloudClient | None = None,
         metrics: Metrics | None = None,
@@ -139,11 +140,13 @@ class InferenceService:
             reason = f"model {bundle.missing_models[0]!r} is not loaded on this device"
             return await self._fallback.adapter(bundle, req, reason, req.deadline, {})
         timings: dict[str, float] = {}
-        gate = self._gate(f"adapter:{req.adapter}", admission)
+        key = f"adapter:{req.adapter}"
+        gate = self._gate(key, admission)
+        pool = self._pool.for_tenant(key, admission.weight)
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                answer = await execute_adapter(self._pool, bundle, req, deadline, timings)
+                answer = await execute_adapter(pool, bundle, req, deadline, timings)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
             if not self._fallback.wants(bundle.fallback, e):
@@ -184,12 +187,14 @@ class InferenceService:
         names = _output_names(served, req.outputs)
         admission = self._capped(bundle.admission)
         deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
-        gate = self._gate(f"model:{served.name}", admission)
+        key = f"model:{served.name}"
+        gate = self._gate(key, admission)
+        pool = self._pool.for_tenant(key, admission.weight)
         timings: dict[str, float] = {}
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                outputs = await execute_model(self._pool, served, ordered, deadline, timings)
+                outputs = await execute_model(pool, served, ordered, deadline, timings)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             if not self._fallback.wants(bundle.fallback, e):
                 raise
@@ -217,6 +222,7 @@ class InferenceService:
             queue_size=min(wanted.queue_size, lim.queue_size),
             deadline_s=min(wanted.deadline_s, lim.deadline_ms / 1000),
             max_input_bytes=wanted.max_input_bytes,
+            weight=min(wanted.weight, lim.max_weight),
         )
 
     def _note_trap(self, adapter: str, error: DaemonError) -> None:

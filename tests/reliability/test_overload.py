@@ -2,7 +2,9 @@
 
 The bundle allows 2 requests running and 4 waiting (manifest ``limits``); everything
 beyond is refused at once with 429 "busy" (admission control), never queued without
-bound. Memory bound stated and checked: the daemon's peak RSS during the burst stays
+bound. A second tenant (``digits``, a small model) is sampled throughout the burst: every
+one of its requests must be answered 200 (the burst is another tenant's problem). Memory
+bound stated and checked: the daemon's peak RSS during the burst stays
 below its idle RSS + 192 MiB (the burst sends at most 400 requests of 197 KB each; holding
 them all would already be ~77 MB of bodies on top of per-request buffers).
 """
@@ -11,11 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Self
 
 import aiohttp
 import numpy as np
@@ -23,25 +22,12 @@ import pytest
 
 from bench.stack import BenchKit, daemon_pid, payload, rss_mb
 from tests.fixtures.daemon import Daemon
+from tests.reliability.conftest import digits_payload
+from tests.reliability.load import RssSampler, closed_loop, sample
 
 RSS_HEADROOM_MB = 192
 MAX_BURST = 400
 X = np.random.default_rng(1).standard_normal((1, 3, 128, 128)).astype(np.float32)
-
-
-async def _closed_loop(url: str, body: bytes, clients: int, seconds: float) -> Counter[int]:
-    statuses: Counter[int] = Counter()
-    stop = time.monotonic() + seconds
-    async with aiohttp.ClientSession() as session:
-
-        async def client() -> None:
-            while time.monotonic() < stop:
-                async with session.post(url, data=body) as r:
-                    await r.read()
-                    statuses[r.status] += 1
-
-        await asyncio.gather(*(client() for _ in range(clients)))
-    return statuses
 
 
 async def _burst(url: str, body: bytes, rate: float, count: int) -> tuple[Counter[int], list[str]]:
@@ -64,28 +50,6 @@ async def _burst(url: str, body: bytes, rate: float, count: int) -> tuple[Counte
     return statuses, busy_bodies
 
 
-class RssSampler:
-    """Peak VmRSS of a process, sampled every 20 ms in a thread."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak = pid, 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss_mb(self.pid))
-            time.sleep(0.02)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @pytest.mark.timeout(150)
 async def test_burst_at_10x_gets_busy_answers_bounded_rss_and_recovers(
     tmp_path_factory: pytest.TempPathFactory,
@@ -95,24 +59,29 @@ async def test_burst_at_10x_gets_busy_answers_bounded_rss_and_recovers(
     kit = BenchKit(tmp_path_factory.mktemp("kit"))
     limits = {"max_in_flight": 2, "queue_size": 4}
     kit.build("mobilenet", models.mobilenet_fp32, limits=limits)  # type: ignore[attr-defined]
+    kit.build("digits", models.digits_fp32)  # type: ignore[attr-defined]
     daemon = daemon_factory(config=kit.config())
+    other = f"{daemon.url}/v1/adapters/digits"
     url, body = f"{daemon.url}/v1/adapters/mobilenet", payload(X)
     pid = daemon_pid(daemon)
 
-    steady = await _closed_loop(url, body, 2, 1.5)
+    steady = (await closed_loop(url, body, 2, 1.5)).statuses
     assert set(steady) == {200}, steady
     rate = steady[200] / 1.5  # sustainable: 2 clients, nothing refused
     idle = rss_mb(pid)
     count = min(MAX_BURST, max(60, int(10 * rate * 2)))
     with RssSampler(pid) as rss:
+        second = asyncio.create_task(asyncio.to_thread(sample, other, digits_payload(), 30))
         statuses, busy = await _burst(url, body, 10 * rate, count)
+        quiet = await second
+    assert quiet.statuses == {200: 30}, quiet.summary()  # the other tenant is still served
     assert set(statuses) <= {200, 429}, statuses
     assert statuses[429] > 0, f"no busy answers at 10x the sustainable rate: {statuses}"
     assert statuses[200] > 0, statuses
     assert all("busy" in json.loads(b)["error"].lower() for b in busy), busy
     assert rss.peak < idle + RSS_HEADROOM_MB, f"peak {rss.peak:.0f} MiB, idle {idle:.0f} MiB"
 
-    after = await _closed_loop(url, body, 2, 1.5)
+    after = (await closed_loop(url, body, 2, 1.5)).statuses
     assert set(after) == {200}, after  # recovered: nothing refused at the sustainable load
     assert daemon.proc is not None
     assert daemon.proc.poll() is None

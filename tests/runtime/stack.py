@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import platform
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.cloud.policy import CloudClient
 from wasmgate.runtime.ops.config import LimitSettings, Settings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import SandboxEngine
 from wasmgate.signing.store import BundleStore
@@ -68,7 +68,7 @@ async def open_stack(
     # The pool closes first: a running guest needs the engine's epoch ticker to stop.
     with (
         SandboxEngine(tmp / "cache" / "modules", ceilings(settings)) as engine,
-        ThreadPoolExecutor(8) as pool,
+        FairPool(8) as pool,
     ):
         deps = LoaderDeps(engine, host_profile(), lim, cache_dir=tmp / "cache" / "models")
         registry = Registry(store, deps)

@@ -1,0 +1,163 @@
+"""Load helpers for the reliability tests: closed-loop floods, sampled latencies, peak RSS.
+
+Everything is bounded: a flood stops at its deadline or its request budget, whichever is
+first, and every client talks to loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Self
+
+import aiohttp
+
+from bench.stack import rss_mb
+
+
+@dataclass
+class Tally:
+    """Statuses and latencies (seconds) of one client group."""
+
+    statuses: Counter[int] = field(default_factory=Counter)
+    latencies: list[float] = field(default_factory=list)
+
+    def add(self, status: int, took: float) -> None:
+        self.statuses[status] += 1
+        self.latencies.append(took)
+
+    @property
+    def count(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def errors(self) -> int:
+        return self.count - self.statuses[200]
+
+    def p(self, q: float) -> float:
+        """The ``q`` quantile (0..1) of the latencies, nearest rank."""
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def summary(self) -> str:
+        return f"{dict(self.statuses)} p50 {self.p(0.5):.3f}s p99 {self.p(0.99):.3f}s"
+
+
+async def closed_loop(
+    url: str,
+    body: bytes,
+    clients: int,
+    seconds: float,
+    *,
+    headers: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+    tally: Tally | None = None,
+) -> Tally:
+    """``clients`` concurrent clients POST ``body`` back to back for ``seconds`` (or ``stop``)."""
+    tally = Tally() if tally is None else tally
+    end = time.monotonic() + seconds
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def client() -> None:
+            while time.monotonic() < end and not (stop is not None and stop.is_set()):
+                start = time.monotonic()
+                async with session.post(url, data=body, headers=headers) as r:
+                    await r.read()
+                    tally.add(r.status, time.monotonic() - start)
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return tally
+
+
+class Flood:
+    """`closed_loop` in a background thread (its own event loop) until the block ends."""
+
+    def __init__(
+        self,
+        url: str,
+        body: bytes,
+        clients: int,
+        max_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.tally = Tally()
+        self._stop = threading.Event()
+        self._args = (url, body, clients, max_s)
+        self._headers = headers
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        loop = closed_loop(*self._args, headers=self._headers, stop=self._stop, tally=self.tally)
+        asyncio.run(loop)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def sample(
+    url: str,
+    body: bytes,
+    count: int,
+    *,
+    pause_s: float = 0.02,
+    headers: Mapping[str, str] | None = None,
+) -> Tally:
+    """``count`` sequential POSTs from this thread, ``pause_s`` apart (a quiet tenant)."""
+    tally = Tally()
+    for _ in range(count):
+        req = urllib.request.Request(url, data=body, method="POST", headers=dict(headers or {}))
+        start = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            e.read()
+            status = e.code
+        tally.add(status, time.monotonic() - start)
+        time.sleep(pause_s)
+    return tally
+
+
+def wait_for_load(flood: Flood, requests: int, timeout: float) -> None:
+    """Block until the flood has had ``requests`` answers (so the daemon is saturated)."""
+    deadline = time.monotonic() + timeout
+    while flood.tally.count < requests:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"flood got only {flood.tally.count} answers in {timeout}s")
+        time.sleep(0.05)
+
+
+class RssSampler:
+    """Peak VmRSS of a process, sampled every 20 ms in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            time.sleep(0.02)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
