@@ -74,7 +74,7 @@ def build_app(
     return app
 
 
-def resolve_profile(settings: Settings) -> DeviceProfile:
+def configured_profile(settings: Settings) -> DeviceProfile:
     """The configured device profile, or the detected one; ConfigError when unusable."""
     try:
         if settings.profile is not None:
@@ -103,7 +103,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     cache = settings.paths.resolved("cache_dir")
     workers = settings.limits.workers or 2 * (os.cpu_count() or 1)
-    profile = resolve_profile(settings)
+    profile = configured_profile(settings)
     m = app[METRICS]
     # The pool closes first: a guest still running needs the epoch ticker to reach its
     # deadline, and the ticker stops with the engine.

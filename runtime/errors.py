@@ -1,4 +1,5 @@
-"""The runtime's error hierarchy. No HTTP or MQTT codes here: bridges map them once."""
+"""The runtime's error hierarchy. No HTTP or MQTT codes here: every transport answers with
+the one table in `wasmgate.runtime.protocol.error_table`."""
 
 
 class DaemonError(Exception):
@@ -39,6 +40,10 @@ class InferenceFailed(DaemonError):
 
 class Unauthorized(DaemonError):
     """A management call came without a valid bearer token."""
+
+
+class Forbidden(DaemonError):
+    """The call is switched off here (the management API without a configured token)."""
 
 
 class BackendError(DaemonError):

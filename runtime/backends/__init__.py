@@ -8,10 +8,8 @@ import time; asking for it then raises `BackendError` naming the cause.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
-from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends.base import (
     HostInfo,
     InferenceBackend,
@@ -52,23 +50,6 @@ def create_backend(type_key: str) -> InferenceBackend:
         raise BackendError(f"backend {type_key!r} is not installed here: {e}") from e
 
 
-def load_best(
-    type_key: str,
-    spec: ModelSpec,
-    variants: Mapping[str, VariantSource],
-    profile: DeviceProfile,
-    cache_dir: Path | None = None,
-) -> Negotiated:
-    """The daemon's one call: negotiate precision and load the best variant.
-
-    ``variants`` maps precision names to bytes or to a zero-argument callable returning the
-    verified bytes (e.g. the bundle store's re-hash right before loading); only the variants
-    actually tried are read.
-    """
-    backend = create_backend(type_key)
-    return negotiate(backend, spec, variants, LoadOptions(profile, cache_dir=cache_dir))
-
-
 def available_backends() -> list[str]:
     """Formats whose runtime imports on this host."""
     names = []
@@ -92,6 +73,5 @@ __all__ = [
     "VariantSource",
     "available_backends",
     "create_backend",
-    "load_best",
     "negotiate",
 ]

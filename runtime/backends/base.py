@@ -91,10 +91,6 @@ class LoadedModel(ABC):
         self._input_dtypes = [_dtype_or_none(s.datatype) for s in self.inputs]
 
     @property
-    def fallback_notes(self) -> list[str]:
-        return self.notes
-
-    @property
     def dynamic_batch(self) -> bool:
         """True when every input and output has a dynamic first dimension."""
         specs = [*self.inputs, *self.outputs]

@@ -1,4 +1,4 @@
-"""Shared CLI helpers: exit codes, the error type commands raise, the not-implemented stub."""
+"""Shared CLI helpers: exit codes, the error type commands raise."""
 
 from __future__ import annotations
 
@@ -17,8 +17,3 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def not_implemented(issue: int) -> int:
-    """Commands whose issue has not landed refuse clearly with the usage exit code."""
-    raise CliError(f"not implemented yet (tracked in issue {issue})", EXIT_USAGE)

@@ -16,7 +16,7 @@ from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, creat
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
 from wasmgate.sandbox.models import ModelHandle
 
-__all__ = ["PreloadedModels", "add_profile_option", "load_model", "resolve_profile"]
+__all__ = ["PreloadedModels", "add_profile_option", "load_model", "profile_named"]
 
 # wasi-nn / --nn-preload encoding names -> backend type keys
 FORMATS = {"onnx": "onnx", "tensorflowlite": "tflite", "tflite": "tflite"}
@@ -33,7 +33,7 @@ def add_profile_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_profile(name: str | None) -> DeviceProfile:
+def profile_named(name: str | None) -> DeviceProfile:
     """The named profile (name or TOML path), else the detected one, as ``serve`` does."""
     try:
         return load_profile(name) if name is not None else detect().profile

@@ -21,7 +21,7 @@ from typing import Any
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterSourceError
 from wasmgate.runtime.backends import LoadOptions
-from wasmgate.runtime.cli._models import PreloadedModels, load_model, resolve_profile
+from wasmgate.runtime.cli._models import PreloadedModels, load_model, profile_named
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox import GuestLimits, SandboxEngine, SandboxError
 from wasmgate.sandbox.limits import MIB
@@ -75,7 +75,7 @@ class TestRun:
         return run
 
     def run_all(self) -> list[int]:
-        options = LoadOptions(resolve_profile(self.profile))
+        options = LoadOptions(profile_named(self.profile))
         provider = PreloadedModels(self._load_models(options), options)
         with (
             tempfile.TemporaryDirectory(prefix="wasmgate-test-") as tmp,

@@ -27,7 +27,7 @@ from wasmgate.runtime.cli._models import (
     PreloadedModels,
     add_profile_option,
     load_model,
-    resolve_profile,
+    profile_named,
 )
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.errors import SandboxError
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         wasm = args.guest.read_bytes()
     except OSError as e:
         raise CliError(f"cannot read {args.guest}: {e.strerror}", EXIT_USAGE) from e
-    options = LoadOptions(resolve_profile(args.profile), raw_quantized_io=True)
+    options = LoadOptions(profile_named(args.profile), raw_quantized_io=True)
     models = PreloadedModels(_load(preloads, options), options)
     runner = GuestRunner(models, dirs, env, list(args.args))
     try:

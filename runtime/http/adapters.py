@@ -13,30 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from aiohttp import hdrs, web
 
 from wasmgate.runtime.errors import BadRequest
-from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.common import InferOutcome, Observation, answer_headers, deadline_of
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo, Source
+from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo
 
 Array = v2.Array
-
-
-@dataclass
-class AdapterOutputs:
-    """What an adapter run as a V2 model produced."""
-
-    outputs: dict[str, Array]
-    source: Source
-    version: int
-    timings: dict[str, float]
-    fallback_reason: str | None
 
 
 def request_meta(request: web.Request) -> dict[str, str]:
@@ -83,7 +71,7 @@ async def infer_adapter(
     inputs: Mapping[str, Array],
     input_parameters: Mapping[str, Mapping[str, Any]],
     deadline: float | None,
-) -> AdapterOutputs:
+) -> InferOutcome:
     """Run a V2 request on an adapter model: one adapter run per BYTES element."""
     v2.check_inputs(inputs, info.inputs, f"adapter {info.name!r}")
     ((input_name, array),) = inputs.items()
@@ -101,7 +89,7 @@ async def infer_adapter(
     bodies[:] = [answer.body for answer in answers]
     cloud = [a for a in answers if a.source == "cloud"]
     first = cloud[0] if cloud else (answers[0] if answers else None)
-    return AdapterOutputs(
+    return InferOutcome(
         outputs={info.outputs[0].name: bodies.reshape(array.shape)},
         source=first.source if first else "local",
         version=max((a.version for a in answers), default=info.version),

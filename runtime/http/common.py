@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from wasmgate.runtime.errors import DaemonError
@@ -19,6 +21,17 @@ TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
 SOURCE_HEADER = "X-Wasmgate-Source"
 VERSION_HEADER = "X-Wasmgate-Version"
 FALLBACK_HEADER = "X-Wasmgate-Fallback-Reason"
+
+
+@dataclass
+class InferOutcome:
+    """What one V2 inference produced (a model's outputs, or an adapter run as a V2 model)."""
+
+    outputs: dict[str, np.ndarray[Any, Any]]
+    source: Source
+    version: int
+    timings: dict[str, float]
+    fallback_reason: str | None
 
 
 def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:

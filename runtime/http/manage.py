@@ -10,6 +10,8 @@
 No ``http.management_token`` configured → every route answers 403 "disabled". A missing or
 wrong token → 401 before the body is read, and nothing changes. Tokens are compared with
 `hmac.compare_digest`. The token is read per request, so a SIGHUP reload applies at once.
+Errors are raised as `wasmgate.runtime.errors` types and answered by the error middleware
+(`wasmgate.runtime.http.errors`), so statuses and bodies match the data plane's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.bundles.registry import describe
-from wasmgate.runtime.errors import BundleRejected, NotFound
+from wasmgate.runtime.errors import (
+    BadRequest,
+    BundleRejected,
+    Forbidden,
+    PayloadTooLarge,
+    Unauthorized,
+)
 from wasmgate.runtime.http.keys import LIVE, REGISTRY
 
 log = logging.getLogger("wasmgate.manage")
@@ -32,28 +40,22 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CHUNK = 256 * 1024
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers)
-
-
-def _refusal(request: web.Request) -> web.Response | None:
+def _check_token(request: web.Request) -> None:
     token = request.app[LIVE].settings.http.management_token
     if not token:
-        return _error(403, "management API disabled: set http.management_token to enable it")
+        raise Forbidden("management API disabled: set http.management_token to enable it")
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         given.strip().encode(), token.encode()
     ):
         log.warning("management call refused", extra={"remote": request.remote})
-        challenge = {"WWW-Authenticate": 'Bearer realm="wasmgate"'}
-        return _error(401, "missing or wrong bearer token", challenge)
-    return None
+        raise Unauthorized("missing or wrong bearer token")
 
 
 def guarded(handler: Handler) -> Handler:
     async def wrapper(request: web.Request) -> web.StreamResponse:
-        refusal = _refusal(request)
-        return refusal if refusal is not None else await handler(request)
+        _check_token(request)
+        return await handler(request)
 
     return wrapper
 
@@ -65,63 +67,52 @@ async def list_bundles(request: web.Request) -> web.Response:
     return web.json_response({"bundles": registry.status(), "failures": failures, "recent": recent})
 
 
-def _stage(request: web.Request) -> int | web.Response:
+def _stage(request: web.Request) -> int:
     raw = request.query.get("stage")
     if raw is None:
         return 100
     if not raw.isdigit() or not 1 <= int(raw) <= 100:
-        return _error(400, f"stage must be a percentage 1..100, got {raw!r}")
+        raise BadRequest(f"stage must be a percentage 1..100, got {raw!r}")
     return int(raw)
 
 
-async def _receive(request: web.Request, dest: Path, limit: int) -> web.Response | None:
+async def _receive(request: web.Request, dest: Path, limit: int) -> None:
     if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"bundle of {request.content_length} bytes exceeds {limit}")
+        raise PayloadTooLarge(f"bundle of {request.content_length} bytes exceeds {limit}")
     size = 0
     with dest.open("xb") as f:
         async for chunk in request.content.iter_chunked(_CHUNK):
             size += len(chunk)
             if size > limit:
-                return _error(413, f"bundle exceeds limits.max_bundle_bytes ({limit})")
+                raise PayloadTooLarge(f"bundle exceeds limits.max_bundle_bytes ({limit})")
             f.write(chunk)
     if size == 0:
-        return _error(400, "empty body: PUT the .wgb bundle file as the request body")
-    return None
+        raise BadRequest("empty body: PUT the .wgb bundle file as the request body")
 
 
 async def put_bundle(request: web.Request) -> web.Response:
     stage = _stage(request)
-    if isinstance(stage, web.Response):
-        return stage
     settings = request.app[LIVE].settings
     uploads = settings.paths.resolved("state_dir") / "uploads"
     uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
     dest = uploads / f"{secrets.token_hex(8)}.wgb"
     try:
-        refused = await _receive(request, dest, settings.limits.max_bundle_bytes)
-        if refused is not None:
-            return refused
+        await _receive(request, dest, settings.limits.max_bundle_bytes)
         bundle = await request.app[REGISTRY].install(dest, source="api", percent=stage)
     except BundleRejected as e:
-        return _error(422, f"bundle refused: {e}")
+        raise BundleRejected(f"bundle refused: {e}") from e
     finally:
         dest.unlink(missing_ok=True)
     return web.json_response({"installed": describe(bundle), "percent": stage}, status=201)
 
 
 async def promote_bundle(request: web.Request) -> web.Response:
-    try:
-        bundle = await request.app[REGISTRY].promote(request.match_info["name"])
-    except NotFound as e:
-        return _error(404, str(e))
+    bundle = await request.app[REGISTRY].promote(request.match_info["name"])
     return web.json_response({"promoted": describe(bundle)})
 
 
 async def delete_bundle(request: web.Request) -> web.Response:
-    try:
-        bundle = await request.app[REGISTRY].remove(request.match_info["name"])
-    except NotFound as e:
-        return _error(404, str(e))
+    bundle = await request.app[REGISTRY].remove(request.match_info["name"])
     return web.json_response({"removed": bundle.name, "version": bundle.version})
 
 

@@ -20,7 +20,7 @@ from aiohttp import web
 import wasmgate
 from wasmgate.runtime.errors import BadRequest, NotReady
 from wasmgate.runtime.http import adapters, stats
-from wasmgate.runtime.http.common import Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.common import InferOutcome, Observation, answer_headers, deadline_of
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, TensorMeta
@@ -111,9 +111,7 @@ def _header_length(request: web.Request) -> int | None:
         raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
-async def _run(
-    request: web.Request, info: ModelInfo, req: v2.InferRequest
-) -> adapters.AdapterOutputs:
+async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> InferOutcome:
     deadline = deadline_of(request, req.parameters)
     if info.kind == "adapter":
         return await adapters.infer_adapter(
@@ -130,9 +128,7 @@ async def _run(
             deadline=deadline,
         )
     )
-    return adapters.AdapterOutputs(
-        dict(answer.outputs), answer.source, answer.version, answer.timings, None
-    )
+    return InferOutcome(dict(answer.outputs), answer.source, answer.version, answer.timings, None)
 
 
 async def _off_loop(size: int, fn: Callable[[], T]) -> T:

@@ -1,6 +1,6 @@
 """The MQTT bridge: requests from the topic tree to the `ServiceAPI`, answers back.
 
-Delivery contract (``shared/mqtt-topics.md``): requests are acknowledged only after their
+Delivery contract (``docs/mqtt.md``): requests are acknowledged only after their
 answer reached the broker (manual ack), so a crash or a lost connection means the broker
 redelivers; a redelivered request (same reply address, correlation data / ``id`` and
 payload within ``dedupe_window_s``) is answered once and only acknowledged again. Requests whose
@@ -25,7 +25,6 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from wasmgate.runtime import errors
-from wasmgate.runtime.http.errors import status_for
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
@@ -44,6 +43,7 @@ from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
 from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
 from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
 
 log = logging.getLogger("wasmgate.mqtt")
@@ -283,10 +283,10 @@ class MqttBridge:
             return await self._infer_model(msg, route, deadline)
         except Exception as e:
             self._observe(route, None, {}, type(e).__name__, time.monotonic() - started)
-            code = status_for(e)
-            if code == 500:
-                log.warning("mqtt request on %s failed: %r", msg.topic, e)
-            return _Result(code, error_body(str(e) or type(e).__name__, code, reply.rid), JSON)
+            answer = status_of(e)
+            log_failure(log, f"mqtt {msg.topic}", e, answer)
+            body = error_body(public_message(e, answer), answer.status, reply.rid)
+            return _Result(answer.status, body, JSON)
 
     def _observe(
         self,

@@ -25,7 +25,14 @@ import numpy as np
 
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends.base import Array, LoadedModel
-from wasmgate.runtime.errors import BackendError, Busy, DaemonError, DeadlineExceeded, NotReady
+from wasmgate.runtime.errors import (
+    BackendError,
+    BadRequest,
+    Busy,
+    DaemonError,
+    DeadlineExceeded,
+    NotReady,
+)
 from wasmgate.sandbox.models import TensorSpec
 
 BatchHook = Callable[[int, int, float], None]
@@ -53,26 +60,6 @@ class _Item:
     future: Future[list[Array]]
     arrived: float
     deadline: float | None
-
-
-def batched(
-    model: LoadedModel,
-    request: tuple[int, int] | None,
-    cap: BatchingCap | None = None,
-    queue_size: int = 256,
-    *,
-    on_batch: BatchHook | None = None,
-) -> LoadedModel | Batcher:
-    """The handle callers should use: a `Batcher` when the manifest asks for batching
-    (``request`` = (max_batch_size, max_queue_delay_us)) and the model can be batched,
-    else the model itself. A fixed-shape model asked to batch runs unbatched, with a note."""
-    if request is None:
-        return model
-    if not model.dynamic_batch:
-        model.notes.append("batching requested but the model has no dynamic batch dimension")
-        return model
-    size, delay = capped(*request, cap)
-    return Batcher(model, size, delay, queue_size, on_batch=on_batch)
 
 
 def capped(
@@ -136,7 +123,7 @@ class Batcher:
         self.model.check_inputs(inputs)
         rows = int(inputs[0].shape[0]) if inputs else 0
         if any(int(a.shape[0]) != rows for a in inputs):
-            raise BackendError(f"{self.name}: inputs disagree on the batch dimension")
+            raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
         key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
         future: Future[list[Array]] = Future()
         item = _Item(list(inputs), rows, key, future, time.monotonic(), deadline)
@@ -164,10 +151,6 @@ class Batcher:
         with self._cond:
             s = self._stats
             return BatcherStats(s.batches, s.requests, s.rows, s.rejected_busy, dict(s.batch_sizes))
-
-    def queued(self) -> int:
-        with self._cond:
-            return len(self._pending)
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Stop accepting, finish the queued requests, join the thread. Idempotent."""

@@ -8,9 +8,10 @@ Sandbox and backend exceptions become `wasmgate.runtime.errors` types here, once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -18,12 +19,11 @@ import numpy.typing as npt
 
 from wasmgate.runtime.bundles.loaded import GuestOutcome, LoadedBundle, ServedModel
 from wasmgate.runtime.errors import (
+    BackendError,
     BadRequest,
-    Busy,
     DaemonError,
     DeadlineExceeded,
     InferenceFailed,
-    PayloadTooLarge,
 )
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
@@ -70,21 +70,17 @@ async def execute_adapter(
     call = loop.run_in_executor(
         pool, adapter.run, req.payload, guest_meta(bundle, req), bundle.provider, limits
     )
-    try:
-        result: GuestOutcome = await asyncio.wait_for(call, left + _GRACE_S)
-    except TimeoutError:
-        raise DeadlineExceeded(f"{req.adapter}: deadline exceeded") from None
-    except GuestDeadlineExceeded as e:
-        raise DeadlineExceeded(f"{req.adapter}: deadline exceeded in the sandbox") from e
-    except GuestOutputTooLarge as e:
-        raise InferenceFailed(f"{req.adapter}: answer too large: {e}") from e
-    except SandboxError as e:
-        raise InferenceFailed(f"{req.adapter}: {e}") from e
-    except DaemonError:
-        raise  # e.g. Busy from a batcher queue, raised inside compute()
-    except Exception as e:
-        log.exception("adapter run failed", extra={"adapter": req.adapter})
-        raise InferenceFailed(f"{req.adapter}: internal error: {type(e).__name__}") from e
+    with _local_failures(req.adapter):
+        try:
+            result: GuestOutcome = await asyncio.wait_for(call, left + _GRACE_S)
+        except TimeoutError:
+            raise DeadlineExceeded(f"{req.adapter}: deadline exceeded") from None
+        except GuestDeadlineExceeded as e:
+            raise DeadlineExceeded(f"{req.adapter}: deadline exceeded in the sandbox") from e
+        except GuestOutputTooLarge as e:
+            raise InferenceFailed(f"{req.adapter}: answer too large: {e}") from e
+        except SandboxError as e:
+            raise InferenceFailed(f"{req.adapter}: {e}") from e
     for line in result.logs:
         log.debug("guest: %s", line, extra={"adapter": req.adapter})
     timings["inference"] = result.infer_s
@@ -115,6 +111,25 @@ def _message(output: bytes) -> str:
     return text[:_MAX_ERROR_CHARS] or "(no message)"
 
 
+@contextlib.contextmanager
+def _local_failures(what: str) -> Iterator[None]:
+    """The one translation of a local run's failure, for adapters and models alike.
+
+    Our own errors keep their meaning (a closing batcher stays `NotReady`, a client mistake
+    stays `BadRequest`: neither is a reason for cloud fallback). A backend failure is an
+    inference failure naming the model, which the fallback policy may send to the cloud.
+    Anything else is a bug: logged with its traceback, reported without internals."""
+    try:
+        yield
+    except BackendError as e:
+        raise InferenceFailed(f"{what}: {e}") from e
+    except DaemonError:
+        raise
+    except Exception as e:
+        log.exception("local run of %s failed", what)
+        raise InferenceFailed(f"{what}: internal error: {type(e).__name__}") from e
+
+
 async def execute_model(
     pool: Executor,
     served: ServedModel,
@@ -133,13 +148,10 @@ async def execute_model(
         call: asyncio.Future[list[npt.NDArray[Any]]] = asyncio.wrap_future(submit(list(inputs)))
     else:
         call = asyncio.get_running_loop().run_in_executor(pool, handle.infer, list(inputs))
-    try:
-        outputs = await asyncio.wait_for(call, left)
-    except TimeoutError:
-        raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
-    except (Busy, BadRequest, PayloadTooLarge, DeadlineExceeded, InferenceFailed):
-        raise
-    except Exception as e:
-        raise InferenceFailed(f"model {served.name!r}: {e}") from e
+    with _local_failures(f"model {served.name!r}"):
+        try:
+            outputs = await asyncio.wait_for(call, left)
+        except TimeoutError:
+            raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
     timings["inference"] = time.monotonic() - start
     return outputs

@@ -103,9 +103,6 @@ class InferenceService:
         """Requests inside the service now (queued, running or in fallback)."""
         return self._active
 
-    def gate_stats(self) -> dict[str, Any]:
-        return {name: vars(g.stats) for name, g in self._gates.items()}
-
     # -- metadata ---------------------------------------------------------------------
 
     def adapter_names(self) -> list[str]:

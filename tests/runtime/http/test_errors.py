@@ -8,8 +8,7 @@ import pytest
 
 from tests.runtime.http.server import MAX_BODY, LiveServer, Reply
 from tests.runtime.http.service import OrtService
-from wasmgate.runtime import errors
-from wasmgate.runtime.http.errors import INTERNAL_ERROR, status_for
+from wasmgate.runtime.protocol.error_table import INTERNAL_MESSAGE
 
 ADD_JSON = {
     "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]
@@ -65,7 +64,7 @@ def test_unexpected_exception_is_generic_500(
 ) -> None:
     reply = server.request("POST", "/v1/adapters/crash", b"x")
     assert reply.status == 500
-    assert error_of(reply) == INTERNAL_ERROR
+    assert error_of(reply) == INTERNAL_MESSAGE
     assert b"secret" not in reply.body
     assert any("secret internal detail" in (r.exc_text or "") for r in caplog.records)
 
@@ -159,22 +158,3 @@ def test_binary_bytes_not_claimed_are_refused(server: LiveServer) -> None:
     )
     assert reply.status == 400
     assert "8 binary bytes after the JSON header" in error_of(reply)
-
-
-def test_status_for_covers_every_mapped_error() -> None:
-    assert status_for(errors.BadRequest()) == 400
-    assert status_for(errors.Unauthorized()) == 401
-    assert status_for(errors.NotFound()) == 404
-    assert status_for(errors.PayloadTooLarge()) == 413
-    assert status_for(errors.Busy()) == 429
-    assert status_for(errors.InferenceFailed()) == 500
-    assert status_for(errors.FallbackFailed()) == 500
-    assert status_for(errors.NotReady()) == 503
-    assert status_for(errors.DeadlineExceeded()) == 504
-    assert status_for(errors.BackendError()) == 500
-    assert status_for(ValueError()) == 500
-
-    class SubBusy(errors.Busy):
-        pass
-
-    assert status_for(SubBusy()) == 429

@@ -7,15 +7,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from onnx import TensorProto
 
 from tests.runtime.backends.conftest import X86
 from tests.runtime.backends.models import mlp_onnx, mlp_reference, seq_onnx
+from tests.runtime.http.models import identity_model
 from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.base import Array
 from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
-from wasmgate.runtime.serving.batcher import Batcher, batched, capped
+from wasmgate.runtime.serving.batcher import Batcher, capped
 from wasmgate.sandbox.models import ModelHandle
 
 
@@ -213,13 +215,17 @@ def test_expired_requests_are_not_computed() -> None:
         assert b.stats().requests == 2
 
 
-def test_batched_helper_applies_caps_and_degrades() -> None:
-    model = _model()
-    assert batched(model, None) is model
-    handle = batched(model, (64, 50_000), BatchingCap(max_batch_size=8, max_queue_delay_us=100))
-    assert isinstance(handle, Batcher)
-    assert (handle.max_batch_size, handle.max_queue_delay) == (8, 100 / 1e6)
-    handle.close()
-    fixed = _model(mlp_onnx(batch=1))
-    assert batched(fixed, (8, 1000)) is fixed
-    assert "no dynamic batch dimension" in fixed.notes[-1]
+def test_profile_caps_bound_the_manifest_request() -> None:
+    cap = BatchingCap(max_batch_size=8, max_queue_delay_us=100)
+    assert capped(64, 50_000, cap) == (8, 100)
+    assert capped(4, 50, cap) == (4, 50)
+    assert capped(64, 50_000, None) == (64, 50_000)
+
+
+def test_inputs_disagreeing_on_rows_are_a_client_mistake() -> None:
+    # BadRequest (400), not BackendError: a client mistake must never go to the cloud.
+    two = identity_model({"FP32": TensorProto.FLOAT, "INT32": TensorProto.INT32})
+    with Batcher(_model(two), 8, 1000) as b:
+        with pytest.raises(BadRequest, match="disagree on the batch dimension"):
+            b.submit([np.zeros((2, 3), np.float32), np.zeros((3, 3), np.int32)])
+        assert b.stats().requests == 0

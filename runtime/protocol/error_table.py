@@ -1,0 +1,103 @@
+"""The one error → status table every transport answers with (HTTP, management API, MQTT).
+
+Each `wasmgate.runtime.errors` class is mapped here on purpose (a test fails when a new
+subclass is not). An answer is ``(status, code, internal)``: the HTTP status (MQTT sends the
+same number as its ``status`` property and the body's ``code``), a short stable name for
+logs and docs, and whether the message is internal. Internal messages (and anything that is
+not a `DaemonError`, which is a bug) are logged by the transport and answered with
+`INTERNAL_MESSAGE` only, so a client never sees paths, library text or tracebacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from wasmgate.runtime.errors import (
+    BackendError,
+    BadRequest,
+    BundleRejected,
+    Busy,
+    CloudUnavailable,
+    ConfigError,
+    DaemonError,
+    DeadlineExceeded,
+    FallbackFailed,
+    Forbidden,
+    InferenceFailed,
+    NotFound,
+    NotReady,
+    PayloadTooLarge,
+    Unauthorized,
+)
+
+INTERNAL_MESSAGE = "internal server error"
+
+
+@dataclass(frozen=True)
+class ErrorStatus:
+    """How one kind of error is answered."""
+
+    status: int
+    code: str
+    internal: bool = False
+    """True: log the message, answer `INTERNAL_MESSAGE`."""
+
+
+INTERNAL = ErrorStatus(500, "internal", internal=True)
+"""Anything that is not a `DaemonError`: a bug, never explained to the client."""
+
+TABLE: Mapping[type[DaemonError], ErrorStatus] = MappingProxyType(
+    {
+        # Client mistakes: the request itself is wrong; never sent to the cloud instead.
+        BadRequest: ErrorStatus(400, "bad_request"),
+        Unauthorized: ErrorStatus(401, "unauthorized"),
+        Forbidden: ErrorStatus(403, "forbidden"),
+        NotFound: ErrorStatus(404, "not_found"),
+        PayloadTooLarge: ErrorStatus(413, "payload_too_large"),
+        # A signed bundle that could not be installed: the upload was well-formed, its
+        # content was refused (verification, load, selftest) and the old version serves on.
+        BundleRejected: ErrorStatus(422, "bundle_rejected"),
+        Busy: ErrorStatus(429, "busy"),
+        # Failures while answering: the message names the adapter or model and the cause.
+        InferenceFailed: ErrorStatus(500, "inference_failed"),
+        FallbackFailed: ErrorStatus(500, "fallback_failed"),
+        # Raw backend text (ONNX Runtime / LiteRT messages, cache paths) stays in the log;
+        # at request time the service reports backend failures as InferenceFailed.
+        BackendError: ErrorStatus(500, "backend_error", internal=True),
+        # The daemon's own configuration: nothing a client can act on.
+        ConfigError: ErrorStatus(500, "config_error", internal=True),
+        # The upstream (cloud fallback endpoint) gave no usable answer.
+        CloudUnavailable: ErrorStatus(502, "cloud_unavailable"),
+        NotReady: ErrorStatus(503, "not_ready"),
+        DeadlineExceeded: ErrorStatus(504, "deadline_exceeded"),
+    }
+)
+"""Error class → answer. Subclasses answer like their nearest mapped parent."""
+
+
+def status_of(exc: BaseException) -> ErrorStatus:
+    """The answer for ``exc``: its nearest mapped class in the MRO, else `INTERNAL`."""
+    for cls in type(exc).__mro__:
+        found = TABLE.get(cls)
+        if found is not None:
+            return found
+    return INTERNAL
+
+
+def log_failure(log: logging.Logger, where: str, exc: BaseException, answer: ErrorStatus) -> None:
+    """Log what the client is not told: internal errors with their traceback, other server
+    errors as one line; client mistakes are the client's business and not logged."""
+    if answer.internal:
+        log.error("%s -> %d %s", where, answer.status, answer.code, exc_info=exc)
+    elif answer.status >= 500:
+        log.warning("%s -> %d %s: %s", where, answer.status, answer.code, exc)
+
+
+def public_message(exc: BaseException, status: ErrorStatus) -> str:
+    """What the client may read: the error's own message, unless it is internal."""
+    if status.internal:
+        return INTERNAL_MESSAGE
+    return str(exc) or type(exc).__name__
