@@ -130,12 +130,8 @@ async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
     async with CloudFallback(app[SETTINGS].cloud) as cloud:
         app[CLOUD] = cloud
 
-        def cloud_state() -> dict[str, object]:
-            state = cloud.state
-            m.set_breaker_state(str(state["breaker"]["state"]))
-            return state
-
-        status.add_provider(app, "cloud", cloud_state)
+        m.watch_breaker(lambda: str(cloud.breaker.current()))
+        status.add_provider(app, "cloud", lambda: cloud.state)
         yield
 
 

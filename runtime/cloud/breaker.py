@@ -70,6 +70,13 @@ class CircuitBreaker:
             self._enter(BreakerState.HALF_OPEN)
         return self._state
 
+    def current(self) -> BreakerState:
+        """The state a call would meet now, without entering it: a pure read for metrics
+        (an open breaker whose reset time passed reads half-open, and stays open inside)."""
+        if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self._reset_s:
+            return BreakerState.HALF_OPEN
+        return self._state
+
     def _enter(self, state: BreakerState) -> None:
         self._state = state
         for hook in self.on_change:

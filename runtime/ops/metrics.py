@@ -4,7 +4,9 @@ Who calls what (so nothing is counted twice):
 
 - bridges (HTTP, MQTT) call `Metrics.observe_request` once per answered or failed request;
 - the service calls `observe_fallback`, `observe_trap`, `set_queue_depth`, `set_in_flight`,
-  `set_breaker_state`, `set_model_backend` / `forget_model`;
+  `set_model_backend` / `forget_model`;
+- the composition root hands `watch_breaker` a pure read of the cloud breaker, evaluated at
+  scrape time (no other reader, such as the status page, changes a metric);
 - the batcher calls `observe_batch`.
 
 Label cardinality stays bounded: requests for unknown names (``NotFound``) are counted under
@@ -17,7 +19,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -209,9 +211,11 @@ class Metrics:
         """``reason``: error/busy/deadline/missing_model/adapter_request."""
         self.fallbacks.labels(name, reason, "ok" if ok else "failed").inc()
 
-    def set_breaker_state(self, state: str) -> None:
-        """``state``: ``closed``, ``half_open`` or ``open``."""
-        self.breaker.set(BREAKER_STATES[state])
+    def watch_breaker(self, read: Callable[[], str]) -> None:
+        """Read the cloud breaker's state at scrape time (``closed``, ``half_open``, ``open``).
+
+        ``read`` must not change anything: scraping is observation only."""
+        self.breaker.set_function(lambda: BREAKER_STATES[read()])
 
     def observe_trap(self, adapter: str, cause: str) -> None:
         self.traps.labels(adapter, cause).inc()

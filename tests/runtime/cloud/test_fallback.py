@@ -222,6 +222,8 @@ def test_breaker_failure_rate_and_half_open_probe_limit() -> None:
     assert br.snapshot().state is BreakerState.OPEN
     assert not br.allow()
     now[0] = 10.0
+    assert br.current() is BreakerState.HALF_OPEN  # what a call would meet ...
+    assert seen == [BreakerState.OPEN]  # ... read without entering it (metrics scrape)
     assert br.allow()  # the one probe
     assert not br.allow()  # a second caller waits for the probe
     br.release()  # probe cancelled: slot free again

@@ -63,7 +63,7 @@ def test_service_side_metrics() -> None:
     metrics.set_queue_depth("echo", 3)
     metrics.set_in_flight("echo", 2)
     metrics.observe_fallback("echo", "busy", ok=True)
-    metrics.set_breaker_state("open")
+    metrics.watch_breaker(lambda: "open")
     metrics.observe_trap("echo", "fuel")
     metrics.set_model_backend("add", 3, "CPUExecutionProvider", "fp32")
     metrics.set_model_backend("add", 4, "XnnpackExecutionProvider", "int8")
