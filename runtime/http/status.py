@@ -23,6 +23,7 @@ from aiohttp import web
 import wasmgate
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
 from wasmgate.runtime.ops.metrics import NameStats
+from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.api import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ async def status_json(request: web.Request) -> web.Response:
         "models": [_model_row(info, snapshot.get((info.kind, info.name))) for info in infos],
         "components": _components(app),
     }
-    return web.json_response(body, headers={"Cache-Control": "no-store"})
+    return web.json_response(body, headers={"Cache-Control": "no-store"}, dumps=jsonio.dumps_text)
 
 
 # A fixed list rather than a static directory route: no request path ever becomes a file

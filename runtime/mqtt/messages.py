@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving import timeouts
 
 JSON = "application/json"
@@ -62,7 +63,7 @@ def json_object(payload: bytes) -> dict[str, Any] | None:
     if not payload.startswith(b"{"):
         return None
     try:
-        value = json.loads(payload)
+        value = jsonio.loads(payload)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None  # nested too deeply is not an object either: the adapter sees raw bytes
     return value if isinstance(value, dict) else None
@@ -109,7 +110,7 @@ def error_body(message: str, code: int, rid: RequestId | None) -> bytes:
     body: dict[str, Any] = {"error": message, "code": code}
     if rid is not None:
         body["id"] = rid
-    return json.dumps(body).encode()
+    return jsonio.dumps(body)
 
 
 def with_id(body: bytes, content_type: str, rid: RequestId | None) -> bytes:
@@ -119,4 +120,5 @@ def with_id(body: bytes, content_type: str, rid: RequestId | None) -> bytes:
     obj = json_object(body)
     if obj is None or "id" in obj:
         return body
+    # The stdlib: the adapter's JSON may hold NaN, which orjson would write as null.
     return json.dumps({"id": rid, **obj}).encode()

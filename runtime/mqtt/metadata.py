@@ -7,13 +7,13 @@ removed) gets an empty retained payload, which deletes the retained message.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.messages import JSON, Outgoing
 from wasmgate.runtime.mqtt.topics import Topics
+from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI, TensorMeta
 
 log = logging.getLogger("wasmgate.mqtt")
@@ -60,7 +60,7 @@ class MetadataPublisher:
         current: set[str] = set()
         for info in infos:
             topic = self._topics.metadata(info.kind, info.name)
-            body = json.dumps(metadata_document(info, self._topics)).encode()
+            body = jsonio.dumps(metadata_document(info, self._topics))
             self._send(Outgoing(topic, body, qos=1, retain=True, content_type=JSON))
             current.add(topic)
         for gone in self._published - current:

@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
+from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.protocol.tensors import (
     DTYPES,
     datatype_of,
@@ -78,7 +80,7 @@ class Encoded:
 
 def _load_json(data: bytes, what: str) -> dict[str, Any]:
     try:
-        doc = json.loads(data)
+        doc = jsonio.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -284,6 +286,7 @@ def encode_response(
     if parameters:
         doc["parameters"] = dict(parameters)
     entries, blobs = [], []
+    finite = True
     for name, array in outputs.items():
         datatype = datatype_of(array)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
@@ -293,9 +296,10 @@ def encode_response(
             blobs.append(raw)
         else:
             entry["data"] = encode_json(array, datatype, f"output '{name}'")
+            finite = finite and (array.dtype.kind != "f" or bool(np.isfinite(array).all()))
         entries.append(entry)
     doc["outputs"] = entries
-    head = json.dumps(doc, separators=(",", ":")).encode()
+    head = jsonio.dumps(doc, finite=finite)
     if not blobs:
         return Encoded(head, JSON_CONTENT_TYPE)
     return Encoded(b"".join([head, *blobs]), BINARY_CONTENT_TYPE, len(head))
