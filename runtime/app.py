@@ -26,8 +26,9 @@ from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
 from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.http import errors, manage, metrics, openapi, status, v2
-from wasmgate.runtime.http.keys import LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
+from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, v2
+from wasmgate.runtime.http.connections import ConnectionGuard
+from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
@@ -59,7 +60,11 @@ def build_app(
     app[LIVE] = live or LiveSettings(settings)
     app[NOTIFIER] = notifier or Notifier({})
     app[METRICS] = Metrics()
+    http = settings.http
+    app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
     errors.setup(app)
+    origin.setup(app, http.allowed_hosts)
+    app.middlewares.insert(0, guard.middleware())
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)

@@ -23,7 +23,8 @@ from aiohttp import web
 
 from wasmgate.runtime.app import WATCHER, build_app, load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
-from wasmgate.runtime.http.keys import LIVE, REGISTRY, SERVICE
+from wasmgate.runtime.http.connections import GuardedSite
+from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, REGISTRY, SERVICE
 from wasmgate.runtime.ops.config import Settings, load_settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
@@ -61,12 +62,22 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
     app = build_app(settings, LiveSettings(settings, config_path), notifier)
-    runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
+    # keepalive_timeout is also aiohttp's only bound on a request's headers arriving.
+    runner = web.AppRunner(
+        app,
+        shutdown_timeout=settings.drain_s,
+        access_log=None,
+        keepalive_timeout=settings.http.header_timeout_s,
+    )
     notifier.status("loading bundles")
     try:
         await runner.setup()
-        site = web.TCPSite(
-            runner, settings.http.host, settings.http.port, ssl_context=_ssl_context(settings)
+        site = GuardedSite(
+            runner,
+            settings.http.host,
+            settings.http.port,
+            app[CONNECTIONS],
+            ssl_context=_ssl_context(settings),
         )
         await site.start()
     except BaseException:

@@ -19,7 +19,13 @@ import numpy as np
 from aiohttp import hdrs, web
 
 from wasmgate.runtime.errors import BadRequest
-from wasmgate.runtime.http.common import InferOutcome, Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.common import (
+    InferOutcome,
+    Observation,
+    answer_headers,
+    deadline_of,
+    read_body,
+)
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo
@@ -35,7 +41,7 @@ async def raw_adapter(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     observation = Observation(request, "adapter", name)
     try:
-        payload = await request.read()
+        payload = await read_body(request)
         answer = await request.app[SERVICE].run_adapter(
             AdapterRequest(
                 adapter=name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,8 +11,9 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from wasmgate.runtime.errors import DaemonError
-from wasmgate.runtime.http.keys import METRICS
+from wasmgate.runtime.errors import DaemonError, PayloadTooLarge
+from wasmgate.runtime.http.keys import METRICS, SETTINGS
+from wasmgate.runtime.ops.config import HttpSettings
 from wasmgate.runtime.ops.metrics import Kind
 from wasmgate.runtime.serving import timeouts
 from wasmgate.runtime.serving.api import Source
@@ -32,6 +34,34 @@ class InferOutcome:
     version: int
     timings: dict[str, float]
     fallback_reason: str | None
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, arriving within ``http.body_timeout_s`` (408 otherwise): a client
+    trickling a body must not hold a handler and its connection for ever."""
+    limit = _http(request).body_timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            return await request.read()
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within http.body_timeout_s ({limit:g} s)"
+        ) from None
+
+
+def check_json_size(size: int | None, request: web.Request) -> None:
+    """Refuse a JSON part over ``http.max_json_bytes`` (413) before it is parsed."""
+    limit = _http(request).max_json_bytes
+    if size is not None and size > limit:
+        raise PayloadTooLarge(
+            f"JSON of {size} bytes exceeds http.max_json_bytes ({limit}); "
+            "send large tensors as binary data"
+        )
+
+
+def _http(request: web.Request) -> HttpSettings:
+    settings = request.app.get(SETTINGS)
+    return settings.http if settings is not None else HttpSettings()
 
 
 def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
@@ -32,3 +33,5 @@ LIVE = web.AppKey("live_settings", LiveSettings)
 """The settings in force now (SIGHUP replaces ``.settings``); read per request."""
 REGISTRY = web.AppKey("registry", Registry)
 """The bundle registry (management API, status, reload)."""
+CONNECTIONS = web.AppKey("connections", ConnectionGuard)
+"""Connection caps of the listener (the daemon's site uses it; its middleware marks busy)."""

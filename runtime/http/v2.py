@@ -20,7 +20,14 @@ from aiohttp import web
 import wasmgate
 from wasmgate.runtime.errors import BadRequest, NotReady
 from wasmgate.runtime.http import adapters, stats
-from wasmgate.runtime.http.common import InferOutcome, Observation, answer_headers, deadline_of
+from wasmgate.runtime.http.common import (
+    InferOutcome,
+    Observation,
+    answer_headers,
+    check_json_size,
+    deadline_of,
+    read_body,
+)
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, TensorMeta
@@ -140,8 +147,10 @@ async def infer(request: web.Request) -> web.Response:
     info = _model_info(request)
     observation = Observation(request, info.kind, info.name)
     try:
-        body = await request.read()
         length = _header_length(request)
+        check_json_size(request.content_length if length is None else length, request)
+        body = await read_body(request)
+        check_json_size(len(body) if length is None else None, request)
         req = await _off_loop(len(body), lambda: v2.parse_request(body, length))
         result = await _run(request, info, req)
         size = sum(a.nbytes for a in result.outputs.values())

@@ -41,6 +41,23 @@ class HttpSettings(_Section):
     """TCP port of the HTTP server (0 picks a free port, logged at start)."""
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """Largest request body accepted; larger bodies get 413."""
+    max_json_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Largest JSON part of a V2 request (all of a JSON body, or the header before binary
+    tensors); larger ones get 413. Parsing JSON costs far more than copying binary tensors:
+    send big tensors with the binary extension."""
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    """Time a client has to send a request's headers (also how long an idle keep-alive
+    connection stays open)."""
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """Time a client has to send a request's body once its headers arrived; else 408."""
+    max_connections: int = Field(default=1024, gt=0)
+    """Open connections at most (keep it under the unit's LimitNOFILE=4096). At the cap the
+    oldest idle connection of the peer holding the most is closed; else new ones get 503."""
+    max_connections_per_peer: int = Field(default=128, gt=0)
+    """Open connections per client IP address; beyond it that peer's oldest idle one goes."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (``Host`` header) answered besides loopback names and IP literals, e.g.
+    ``["gateway.local"]``; ``["*"]`` answers any. Guards against DNS rebinding."""
     management_token: str | None = None
     """Bearer token for /v1/bundles. None disables the management API entirely."""
     tls_cert: Path | None = None
