@@ -28,15 +28,15 @@ from wasmgate.runtime.serving.api import (
     ModelAnswer,
     ModelInfo,
     ModelRequest,
-    TensorMeta,
 )
+from wasmgate.sandbox.models import TensorSpec
 
 V2_TYPES = {"tensor(float)": "FP32", "tensor(int64)": "INT64", "tensor(int8)": "INT8"}
 
 
-def _meta(arg: Any) -> TensorMeta:
+def _meta(arg: Any) -> TensorSpec:
     shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
-    return TensorMeta(arg.name, V2_TYPES[arg.type], shape)
+    return TensorSpec(arg.name, V2_TYPES[arg.type], shape)
 
 
 class BenchService:
@@ -45,7 +45,7 @@ class BenchService:
     def __init__(self, model: Path) -> None:
         self.session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         self.name = model.stem.split("-")[0]
-        payload = (TensorMeta("payload", "BYTES", (-1,)),)
+        payload = (TensorSpec("payload", "BYTES", (-1,)),)
         self.infos = {
             self.name: ModelInfo(
                 self.name,

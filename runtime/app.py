@@ -3,7 +3,8 @@
 Every long-lived resource is created, stored under a typed `AppKey` and closed by one
 aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 
-1. worker pool (guests and un-batched models), sandbox engine, device profile, backends;
+1. worker pool (guests and un-batched models), the shared batch dispatcher, the watchdog
+   that stops backend runs at their deadline, sandbox engine, device profile, backends;
 2. the cloud fallback client, when ``cloud.url`` is set;
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
+from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
@@ -33,6 +35,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import Ceilings, SandboxEngine
@@ -112,8 +115,11 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     m = app[METRICS]
     # The pool closes first: a guest still running needs the epoch ticker to reach its
     # deadline, and the ticker stops with the engine.
+    batch_workers = settings.limits.batch_workers or (os.cpu_count() or 1)
     with (
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
+        Watchdog(on_fire=m.observe_cancelled) as watchdog,
+        BatchDispatcher(batch_workers) as dispatcher,
         FairPool(workers, max_tenant_workers=settings.limits.max_tenant_workers) as pool,
     ):
         deps = LoaderDeps(
@@ -122,6 +128,8 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             limits=settings.limits,
             cache_dir=cache / "models",
             batch_hook=lambda model: lambda rows, _n, _s: m.observe_batch(model, rows),
+            dispatcher=dispatcher,
+            watchdog=watchdog,
         )
         app[POOL], app[DEPS] = pool, deps
         try:

@@ -16,10 +16,11 @@ Using it from the daemon::
     result = adapter.run(payload, meta, provider, limits)   # on a worker thread
 
 - ``run`` blocks for at most about ``limits.deadline_s`` plus one epoch tick, *except* while
-  the guest is inside a host call: a slow ``ModelHandle.infer`` is not interrupted (the
-  deadline is re-checked before each ``compute`` and when the call returns), so the batcher
-  should honour request deadlines itself. Call it from worker threads, never the event
-  loop; one adapter serves any number of threads at once (wasm releases the GIL).
+  the guest is inside a host call: wasi-nn ``compute`` hands the request's deadline to
+  ``ModelHandle.infer``, which stops the run at it where the backend can (ONNX Runtime) and
+  never starts one past it; an uncancellable backend (LiteRT) finishes its run first. Call
+  it from worker threads, never the event loop; one adapter serves any number of threads
+  at once (wasm releases the GIL).
 - Errors: ``AdapterLoadError`` from ``compile``; from ``run`` a ``GuestTrap`` whose
   ``cause`` says what happened (``GuestDeadlineExceeded`` = ``deadline``,
   ``GuestResourceExhausted`` = ``memory``/``table``/``fuel``, ``GuestOutputTooLarge`` =

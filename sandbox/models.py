@@ -1,77 +1,105 @@
-"""The shared tensor/model protocol between the sandbox, the runtime and the bridges.
+"""The tensor and model contract shared by the sandbox, the runtime and the bridges.
 
-Invariants:
-- ``TensorSpec.datatype`` is always a KServe V2 datatype name (``DATATYPES``); ``-1`` in a
-  shape marks a dynamic dimension.
-- ``ModelHandle.infer`` is blocking and thread-safe; inputs arrive in ``inputs`` order and
-  outputs come back in ``outputs`` order.
+Defined once, here (the lowest layer that needs it):
+- ``DATATYPES``: every KServe V2 datatype name and the numpy dtype its arrays have (BF16 is
+  ``ml_dtypes.bfloat16``, BYTES an object array of ``bytes``);
+- ``TensorSpec``: one named input or output; ``-1`` in a shape marks a dynamic dimension;
+- ``validate(specs, inputs)``: the one check of request tensors against a model's inputs
+  (the service calls it once per request; wasi-nn checks each guest tensor as it is set);
+- ``ModelHandle.infer(inputs, *, deadline)``: blocking and thread-safe; inputs arrive in
+  ``inputs`` order (already validated) and outputs come back in ``outputs`` order. A run
+  still going at ``deadline`` (a ``time.monotonic()`` value) is stopped if the backend can
+  stop it; a run that has not started by then never starts. Nothing in the contract needs a
+  thread: a tiny model may be called inline.
 - A ``ModelProvider`` decides what one guest may load: the daemon's provider only returns
   models the bundle declares (raw bytes only when their sha256 matches a declared model).
-- This module imports numpy and stdlib only; ``wasmgate.runtime`` implements these
-  protocols, the sandbox merely calls them.
+This module imports numpy, ml_dtypes and stdlib only; ``wasmgate.runtime`` implements these
+protocols, the sandbox merely calls them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
     "DATATYPES",
+    "InputMismatch",
     "ModelHandle",
     "ModelProvider",
     "TensorSpec",
     "datatype_of",
     "numpy_dtype",
+    "shape_matches",
+    "validate",
 ]
 
-# KServe V2 datatype name -> numpy dtype (BYTES is an object array of bytes).
-_NUMPY: dict[str, np.dtype[np.generic]] = {
-    "FP32": np.dtype(np.float32),
-    "FP16": np.dtype(np.float16),
-    "FP64": np.dtype(np.float64),
-    "INT8": np.dtype(np.int8),
-    "UINT8": np.dtype(np.uint8),
-    "INT16": np.dtype(np.int16),
-    "UINT16": np.dtype(np.uint16),
-    "INT32": np.dtype(np.int32),
-    "UINT32": np.dtype(np.uint32),
-    "INT64": np.dtype(np.int64),
-    "UINT64": np.dtype(np.uint64),
-    "BOOL": np.dtype(np.bool_),
-    "BYTES": np.dtype(np.object_),
-}
+Array = npt.NDArray[Any]
 
-DATATYPES: frozenset[str] = frozenset({*_NUMPY, "BF16"})
+DATATYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
+    {
+        "BOOL": np.dtype(np.bool_),
+        "UINT8": np.dtype(np.uint8),
+        "UINT16": np.dtype(np.uint16),
+        "UINT32": np.dtype(np.uint32),
+        "UINT64": np.dtype(np.uint64),
+        "INT8": np.dtype(np.int8),
+        "INT16": np.dtype(np.int16),
+        "INT32": np.dtype(np.int32),
+        "INT64": np.dtype(np.int64),
+        "FP16": np.dtype(np.float16),
+        "FP32": np.dtype(np.float32),
+        "FP64": np.dtype(np.float64),
+        "BF16": np.dtype(ml_dtypes.bfloat16),
+        "BYTES": np.dtype(np.object_),
+    }
+)
+"""KServe V2 datatype name -> numpy dtype of the arrays that carry it."""
+
+_NAMES: Mapping[np.dtype[Any], str] = MappingProxyType(
+    {dtype: name for name, dtype in DATATYPES.items() if name != "BYTES"}
+)
 
 
-def numpy_dtype(datatype: str) -> np.dtype[np.generic]:
-    """Return the numpy dtype for a KServe V2 datatype name (``KeyError`` if numpy has none).
+class InputMismatch(ValueError):
+    """Request tensors that do not fit the model's inputs; the message names the tensor."""
 
-    BF16 has no numpy dtype; callers carry it as raw 2-byte words.
-    """
-    return _NUMPY[datatype]
+
+def numpy_dtype(datatype: str) -> np.dtype[Any]:
+    """The numpy dtype for a KServe V2 datatype name (``KeyError`` if unknown)."""
+    return DATATYPES[datatype]
 
 
 def datatype_of(dtype: npt.DTypeLike) -> str:
-    """Return the KServe V2 datatype name for a numpy dtype (``KeyError`` if unsupported)."""
+    """The KServe V2 datatype name for a numpy dtype (``KeyError`` if it has none).
+
+    Object, ``bytes`` and ``str`` arrays are all BYTES.
+    """
     want = np.dtype(dtype)
-    for name, known in _NUMPY.items():
-        if known == want:
-            return name
-    raise KeyError(f"no KServe V2 datatype for numpy dtype {want}")
+    if want.kind in "OSU":
+        return "BYTES"
+    name = _NAMES.get(want)
+    if name is None:
+        raise KeyError(f"no KServe V2 datatype for numpy dtype {want}")
+    return name
+
+
+def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
+    """True when ``shape`` has the spec's rank and every fixed (non ``-1``) dimension."""
+    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     """One named input or output of a model.
 
-    ``datatype`` is a KServe V2 name (FP32 FP16 BF16 FP64 INT8 UINT8 INT16 INT32 INT64 BOOL
-    BYTES); ``shape`` uses ``-1`` for a dynamic (batch) dimension.
+    ``datatype`` is a ``DATATYPES`` name; ``shape`` uses ``-1`` for a dynamic dimension.
     """
 
     name: str
@@ -79,16 +107,56 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
+def validate(
+    specs: Sequence[TensorSpec], inputs: Mapping[str, Array], model: str = "model"
+) -> list[Array]:
+    """The request's tensors in spec order; `InputMismatch` when a name, datatype or shape
+    does not fit (unknown and missing names are listed, the rest names the tensor)."""
+    by_name = {spec.name: spec for spec in specs}
+    unknown = sorted(set(inputs) - set(by_name))
+    if unknown:
+        raise InputMismatch(
+            f"{model} has no input {', '.join(map(repr, unknown))}; "
+            f"its inputs are {sorted(by_name)}"
+        )
+    missing = [spec.name for spec in specs if spec.name not in inputs]
+    if missing:
+        raise InputMismatch(f"{model} needs input {', '.join(map(repr, missing))}")
+    ordered = [np.asarray(inputs[spec.name]) for spec in specs]
+    for spec, array in zip(specs, ordered, strict=True):
+        _check(spec, array)
+    return ordered
+
+
+def _check(spec: TensorSpec, array: Array) -> None:
+    try:
+        given = datatype_of(array.dtype)
+    except KeyError:
+        given = str(array.dtype)
+    if given != spec.datatype:
+        raise InputMismatch(f"input {spec.name!r}: expected datatype {spec.datatype}, got {given}")
+    if not shape_matches(spec.shape, array.shape):
+        raise InputMismatch(
+            f"input {spec.name!r}: expected shape {list(spec.shape)} (-1 = any), "
+            f"got {list(array.shape)}"
+        )
+
+
 @runtime_checkable
 class ModelHandle(Protocol):
-    """A loaded model that wasi-nn ``compute`` and the HTTP/MQTT bridges call."""
+    """A loaded model that wasi-nn ``compute`` and the service call."""
 
     name: str
     inputs: Sequence[TensorSpec]
     outputs: Sequence[TensorSpec]
 
-    def infer(self, inputs: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
-        """Run the model: blocking, thread-safe; inputs/outputs in spec order."""
+    def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
+        """Run the model on validated inputs (spec order); blocking, thread-safe.
+
+        ``deadline`` (``time.monotonic()``): past it the run does not start, and a running
+        one is stopped where the backend allows; either way the call raises instead of
+        returning outputs. ``None``: no deadline.
+        """
         ...
 
 

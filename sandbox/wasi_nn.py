@@ -31,7 +31,7 @@ import numpy.typing as npt
 import wasmtime
 
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
-from wasmgate.sandbox.models import ModelHandle, ModelProvider, numpy_dtype
+from wasmgate.sandbox.models import ModelHandle, ModelProvider, numpy_dtype, shape_matches
 from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
 
 __all__ = ["NN_FUNCTIONS", "NN_MODULE", "NnErrno", "NnSession", "define_wasi_nn"]
@@ -166,7 +166,7 @@ class NnSession:
         ec.outputs = None
 
     def compute(self, ctx: int) -> None:
-        """``compute``: run the model through ``ModelHandle.infer`` (time into ``infer_s``)."""
+        """``compute``: ``ModelHandle.infer`` with the request's deadline (time: ``infer_s``)."""
         ec = self._ctx(ctx)
         missing = [i for i in range(len(ec.graph.inputs)) if i not in ec.inputs]
         if missing:
@@ -174,8 +174,9 @@ class NnSession:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise NnError(_E.BUSY, "request deadline already passed")
         start = time.perf_counter()
-        try:
-            ec.outputs = ec.graph.infer([ec.inputs[i] for i in range(len(ec.graph.inputs))])
+        inputs = [ec.inputs[i] for i in range(len(ec.graph.inputs))]
+        try:  # the guest's deadline goes with the run: it stops (or never starts) past it
+            ec.outputs = ec.graph.infer(inputs, deadline=self.deadline)
         except Exception as e:
             raise NnError(_E.RUNTIME_ERROR, f"inference failed: {e}") from e
         finally:
@@ -255,7 +256,7 @@ def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
 
 
 def _check_shape(dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
-    if len(dims) != len(shape) or any(s >= 0 and d != s for d, s in zip(dims, shape, strict=True)):
+    if not shape_matches(shape, dims):
         raise NnError(
             _E.INVALID_ARGUMENT, f"dims {list(dims)} do not fit model shape {list(shape)}"
         )

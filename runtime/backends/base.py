@@ -7,18 +7,19 @@ the bundle store right before the call) and settings derived from the device pro
 from __future__ import annotations
 
 import platform
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from wasmgate.device_profiles import DeviceProfile, Precision, read_facts
-from wasmgate.runtime.errors import BackendError, BadRequest
-from wasmgate.sandbox.models import TensorSpec, numpy_dtype
+from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.errors import BackendError, DeadlineExceeded
+from wasmgate.sandbox.models import TensorSpec
 
 Array = npt.NDArray[Any]
 
@@ -65,6 +66,8 @@ class LoadOptions:
     cache_dir: Path | None = None
     host: HostInfo | None = None
     raw_quantized_io: bool = False
+    watchdog: Watchdog | None = None
+    """Stops runs at their deadline (backends that can); None = runs are never stopped."""
 
     def resolved_host(self) -> HostInfo:
         return self.host if self.host is not None else HostInfo.current()
@@ -87,37 +90,29 @@ class LoadedModel(ABC):
     precision: Precision
     notes: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self._input_dtypes = [_dtype_or_none(s.datatype) for s in self.inputs]
-
     @property
     def dynamic_batch(self) -> bool:
         """True when every input and output has a dynamic first dimension."""
         specs = [*self.inputs, *self.outputs]
         return bool(specs) and all(s.shape[:1] == (-1,) for s in specs)
 
+    def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
+        """Run once on validated inputs (spec order); blocking and thread-safe.
+
+        A run that has not started by ``deadline`` never starts; a running one is stopped
+        at it when the backend can (`DeadlineExceeded` either way).
+        """
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded(f"{self.name}: deadline passed before the run started")
+        return self._run(inputs, deadline)
+
     @abstractmethod
-    def infer(self, inputs: Sequence[Array]) -> list[Array]:
-        """Run once; blocking and thread-safe; inputs and outputs in spec order."""
+    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
+        """The backend's run (``deadline``: when to stop it, if it can be stopped)."""
 
     @abstractmethod
     def close(self) -> None:
         """Release native resources; later `infer` calls raise `BackendError`."""
-
-    def check_inputs(self, inputs: Sequence[Array]) -> None:
-        """Refuse a wrong count, dtype or shape with a message naming the tensor."""
-        if len(inputs) != len(self.inputs):
-            raise BadRequest(f"{self.name}: expected {len(self.inputs)} inputs, got {len(inputs)}")
-        for spec, want, array in zip(self.inputs, self._input_dtypes, inputs, strict=True):
-            if want is not None and array.dtype != want:
-                raise BadRequest(
-                    f"{self.name}: input {spec.name!r} must be {spec.datatype}, got {array.dtype}"
-                )
-            if not shape_matches(spec.shape, array.shape):
-                raise BadRequest(
-                    f"{self.name}: input {spec.name!r} has shape {list(array.shape)}, "
-                    f"model expects {list(spec.shape)} (-1 = any)"
-                )
 
 
 class InferenceBackend(ABC):
@@ -131,10 +126,6 @@ class InferenceBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release backend-wide resources (shared allocators, delegates)."""
-
-
-def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
 
 
 def check_declared(
@@ -160,10 +151,3 @@ def check_declared(
                     f"{model}: {kind[:-1]} {d.name!r} declared shape {list(d.shape)}, "
                     f"model has {list(a.shape)}"
                 )
-
-
-def _dtype_or_none(datatype: str) -> np.dtype[np.generic] | None:
-    try:
-        return numpy_dtype(datatype)
-    except KeyError:
-        return None

@@ -27,7 +27,7 @@ from wasmgate.runtime.backends.base import (
     ModelSpec,
     check_declared,
 )
-from wasmgate.runtime.errors import BackendError
+from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,33 @@ class OnnxModel(LoadedModel):
         self._session: ort.InferenceSession | None = session
         self._input_names = [s.name for s in self.inputs]
         self._output_names = [s.name for s in self.outputs]
+        self._watchdog = options.watchdog
 
-    def infer(self, inputs: Sequence[Array]) -> list[Array]:
+    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
         session = self._session  # ORT's run() is thread-safe; close() only drops the ref
         if session is None:
             raise BackendError(f"{self.name}: model is closed")
-        self.check_inputs(inputs)
         feed = dict(zip(self._input_names, inputs, strict=True))
+        run_options = ort.RunOptions()
+        if self._watchdog is None or deadline is None:
+            return self._call(session, feed, run_options)
+
+        def stop() -> None:  # called from the watchdog thread, which ORT allows
+            run_options.terminate = True
+
+        with self._watchdog.guard(deadline, stop, self.name) as guard:
+            try:
+                return self._call(session, feed, run_options)
+            except BackendError as e:
+                if guard.fired:  # ORT raises Fail("Exiting due to terminate flag ...")
+                    raise DeadlineExceeded(f"{self.name}: run stopped at its deadline") from e
+                raise
+
+    def _call(
+        self, session: ort.InferenceSession, feed: dict[str, Array], run_options: ort.RunOptions
+    ) -> list[Array]:
         try:
-            outputs: list[Array] = session.run(self._output_names, feed)
+            outputs: list[Array] = session.run(self._output_names, feed, run_options)
         except Exception as e:
             raise BackendError(f"{self.name}: inference failed: {e}") from e
         return outputs

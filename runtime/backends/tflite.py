@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from wasmgate.runtime.backends.base import (
     ModelSpec,
     check_declared,
 )
-from wasmgate.runtime.errors import BackendError
+from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.sandbox.models import TensorSpec, datatype_of
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,15 @@ class TfliteModel(LoadedModel):
         self._lock = threading.Lock()
         self._shapes = {d["index"]: tuple(d["shape"]) for d in interpreter.get_input_details()}
 
-    def infer(self, inputs: Sequence[Array]) -> list[Array]:
-        self.check_inputs(inputs)
+    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
+        # LiteRT cannot stop an invoke(): a run that started finishes, and the caller's
+        # admission slot stays taken until it does (its overrun is charged to its tenant).
         with self._lock:
             it = self._interpreter
             if it is None:
                 raise BackendError(f"{self.name}: model is closed")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineExceeded(f"{self.name}: deadline passed waiting for the model")
             try:
                 self._set_inputs(it, inputs)
                 it.invoke()

@@ -15,9 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 
 log = logging.getLogger("wasmgate.bundles")
@@ -173,25 +170,3 @@ class LoadedBundle:
                 except Exception:
                     log.exception("closing model failed", extra={"model": served.name})
         log.info("unloaded", extra={"bundle": self.name, "version": self.version})
-
-
-def check_inputs(
-    served: ServedModel, inputs: Mapping[str, npt.NDArray[np.generic]]
-) -> list[npt.NDArray[Any]]:
-    """Order the inputs as the model declares them; raise ValueError naming what is wrong."""
-    unknown = sorted(set(inputs) - {s.name for s in served.inputs})
-    if unknown:
-        raise ValueError(f"model {served.name!r} has no input {unknown[0]!r}")
-    ordered: list[npt.NDArray[Any]] = []
-    for spec in served.inputs:
-        if spec.name not in inputs:
-            raise ValueError(f"model {served.name!r} needs input {spec.name!r}")
-        array = np.asarray(inputs[spec.name])
-        if len(spec.shape) != array.ndim or any(
-            want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=False)
-        ):
-            raise ValueError(
-                f"input {spec.name!r} has shape {list(array.shape)}, model wants {list(spec.shape)}"
-            )
-        ordered.append(array)
-    return ordered

@@ -23,6 +23,7 @@ from wasmgate import __version__
 from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
+from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.bundles.loaded import (
     AdmissionLimits,
     FallbackPolicy,
@@ -32,6 +33,7 @@ from wasmgate.runtime.bundles.loaded import (
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.serving.batcher import Batcher, BatchHook, capped
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 
@@ -58,6 +60,10 @@ class LoaderDeps:
     cache_dir: Path | None = None
     batch_hook: Callable[[str], BatchHook | None] = lambda _model: None
     backends: dict[str, InferenceBackend] = field(default_factory=dict)
+    dispatcher: BatchDispatcher | None = None
+    """The daemon's shared batch threads (None: each batcher gets its own)."""
+    watchdog: Watchdog | None = None
+    """Stops backend runs at their deadline (None: runs are never stopped)."""
 
     def backend(self, fmt: str) -> InferenceBackend:
         if fmt not in self.backends:
@@ -129,7 +135,7 @@ def _load_model(
     variants: dict[str, Callable[[], bytes]] = {
         v: functools.partial(blobs.verify_blob_again, sha) for v, sha in digests.items()
     }
-    options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir)
+    options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir, watchdog=deps.watchdog)
     try:
         negotiated = negotiate(deps.backend(entry.format), spec, variants, options)
     except DaemonError as e:
@@ -158,7 +164,8 @@ def _serve(
     }
     if size > 1 and model.dynamic_batch:
         queue = max(1, deps.limits.queue_size)
-        batcher = Batcher(model, size, delay, queue, on_batch=deps.batch_hook(entry.name))
+        hook = deps.batch_hook(entry.name)
+        batcher = Batcher(model, size, delay, queue, on_batch=hook, dispatcher=deps.dispatcher)
         base.handle, base.max_batch_size, base.max_queue_delay_us = batcher, size, delay
         base.closers = (batcher.close, model.close)
     else:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.errors import NotFound
-from wasmgate.runtime.serving.api import ModelInfo, TensorMeta
+from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.sandbox.models import TensorSpec
 
 ADAPTER_PLATFORM = "wasmgate_adapter"
-ADAPTER_INPUT = TensorMeta("payload", "BYTES", (1,))
-ADAPTER_OUTPUT = TensorMeta("answer", "BYTES", (1,))
+ADAPTER_INPUT = TensorSpec("payload", "BYTES", (1,))
+ADAPTER_OUTPUT = TensorSpec("answer", "BYTES", (1,))
 
 
 @dataclass
@@ -192,8 +193,8 @@ def served_info(served: ServedModel, bundle: LoadedBundle) -> ModelInfo:
         name=served.name,
         version=bundle.version,
         platform=served.platform,
-        inputs=tuple(TensorMeta(s.name, s.datatype, tuple(s.shape)) for s in served.inputs),
-        outputs=tuple(TensorMeta(s.name, s.datatype, tuple(s.shape)) for s in served.outputs),
+        inputs=tuple(served.inputs),
+        outputs=tuple(served.outputs),
         max_batch_size=served.max_batch_size,
         max_queue_delay_us=served.max_queue_delay_us,
         kind="model",

@@ -29,6 +29,7 @@ from wasmgate.runtime.http.common import (
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo
+from wasmgate.sandbox.models import InputMismatch, validate
 
 Array = v2.Array
 
@@ -79,8 +80,13 @@ async def infer_adapter(
     deadline: float | None,
 ) -> InferOutcome:
     """Run a V2 request on an adapter model: one adapter run per BYTES element."""
-    v2.check_inputs(inputs, info.inputs, f"adapter {info.name!r}")
-    ((input_name, array),) = inputs.items()
+    # The service runs adapters on payload bytes, not tensors: this is the request's one check
+    # of its tensors against the adapter's (BYTES in) signature.
+    try:
+        (array,) = validate(info.inputs, inputs, f"adapter {info.name!r}")
+    except InputMismatch as e:
+        raise BadRequest(str(e)) from None
+    input_name = info.inputs[0].name
     content_type = input_parameters.get(input_name, {}).get("content_type")
     if content_type is not None and not isinstance(content_type, str):
         raise BadRequest(f"input '{input_name}': parameter content_type must be a string")

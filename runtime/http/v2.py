@@ -30,14 +30,15 @@ from wasmgate.runtime.http.common import (
 )
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
-from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, TensorMeta
+from wasmgate.runtime.serving.api import ModelInfo, ModelRequest
+from wasmgate.sandbox.models import DATATYPES, TensorSpec
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ("binary_tensor_data",)
 OFFLOAD_BYTES = 256 * 1024
 """Bodies (or outputs) larger than this are decoded (encoded) in a worker thread."""
 T = TypeVar("T")
-TRITON_TYPES = {name: f"TYPE_{name}" for name in v2.DTYPES} | {"BYTES": "TYPE_STRING"}
+TRITON_TYPES = {name: f"TYPE_{name}" for name in DATATYPES} | {"BYTES": "TYPE_STRING"}
 
 
 def _model_info(request: web.Request) -> ModelInfo:
@@ -45,11 +46,11 @@ def _model_info(request: web.Request) -> ModelInfo:
     return request.app[SERVICE].model_info(name, request.match_info.get("version"))
 
 
-def _tensor(meta: TensorMeta) -> dict[str, Any]:
+def _tensor(meta: TensorSpec) -> dict[str, Any]:
     return {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
 
 
-def _config_tensor(meta: TensorMeta, batched: bool) -> dict[str, Any]:
+def _config_tensor(meta: TensorSpec, batched: bool) -> dict[str, Any]:
     dims = meta.shape[1:] if batched and meta.shape else meta.shape
     return {"name": meta.name, "data_type": TRITON_TYPES[meta.datatype], "dims": list(dims)}
 
@@ -124,8 +125,6 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
         return await adapters.infer_adapter(
             request, info, req.inputs, req.input_parameters, deadline
         )
-    v2.check_inputs(req.inputs, info.inputs, f"model {info.name!r}")
-    v2.check_outputs(req.output_names, info.outputs, f"model {info.name!r}")
     answer = await request.app[SERVICE].infer_model(
         ModelRequest(
             model=info.name,

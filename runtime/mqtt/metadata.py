@@ -14,12 +14,13 @@ from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.messages import JSON, Outgoing
 from wasmgate.runtime.mqtt.topics import Topics
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI, TensorMeta
+from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI
+from wasmgate.sandbox.models import TensorSpec
 
 log = logging.getLogger("wasmgate.mqtt")
 
 
-def _tensors(specs: tuple[TensorMeta, ...]) -> list[dict[str, Any]]:
+def _tensors(specs: tuple[TensorSpec, ...]) -> list[dict[str, Any]]:
     return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]
 
 

@@ -165,6 +165,9 @@ class LimitSettings(_Section):
     max_tenant_workers: int = Field(default=0, ge=0)
     """Most workers one tenant may hold at once; 0 = all but one (at least one), which keeps
     a worker free for the other tenants however slow the busy tenant's requests are."""
+    batch_workers: int = Field(default=0, ge=0)
+    """Threads that run the batches of every batched model together (one pool per daemon,
+    not a thread per model); 0 = CPU count."""
     max_batch_size: int = Field(default=64, gt=0)
     """Ceiling on a model's dynamic batch size."""
 

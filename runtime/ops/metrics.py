@@ -7,7 +7,7 @@ Who calls what (so nothing is counted twice):
   `set_model_backend` / `forget_model`;
 - the composition root hands `watch_breaker` a pure read of the cloud breaker, evaluated at
   scrape time (no other reader, such as the status page, changes a metric);
-- the batcher calls `observe_batch`.
+- the batcher calls `observe_batch`; the backends' watchdog `observe_cancelled`.
 
 Label cardinality stays bounded: requests for unknown names (``NotFound``) are counted under
 the name ``"-"``, so a client cannot grow the label set by probing names.
@@ -159,6 +159,10 @@ class Metrics:
             "wasmgate_sandbox_traps", "Guest traps by adapter and cause.",
             ["adapter", "cause"], registry=reg,
         )  # fmt: skip
+        self.cancelled = Counter(
+            "wasmgate_runs_cancelled", "Backend runs stopped at their request's deadline.",
+            ["model"], registry=reg,
+        )  # fmt: skip
         self.model_backend = Gauge(
             "wasmgate_model_backend_info", "1 for the EP and precision a model runs on.",
             ["model", "version", "provider", "precision"], registry=reg,
@@ -197,6 +201,10 @@ class Metrics:
             recent.add(total, source, error, timings)
 
     # -- service, batcher ---------------------------------------------------------------------
+
+    def observe_cancelled(self, model: str) -> None:
+        """The watchdog stopped a run of ``model`` (a loaded model's name) at its deadline."""
+        self.cancelled.labels(model).inc()
 
     def observe_batch(self, model: str, size: int) -> None:
         self.batch.labels(model).observe(size)

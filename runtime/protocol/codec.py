@@ -8,17 +8,17 @@ BYTES elements carry a 4-byte little-endian length prefix. BF16 travels in binar
 decodes to ``ml_dtypes.bfloat16`` arrays (what tritonclient uses). BYTES tensors decode to
 object arrays of ``bytes``; outputs may hold ``bytes`` or ``str`` (ONNX Runtime gives ``str``).
 
-Checks against the model's declared tensors (name, datatype, rank, fixed dims) raise
-`BadRequest` naming the input with expected vs got. Unknown top-level keys (the kserve SDK
-sends ``model_name``) and unknown parameters are tolerated; Triton's classification
-extension is refused rather than silently ignored.
+Only the wire format is checked here; the tensors are checked against the model's declared
+inputs once, by the service (`wasmgate.sandbox.models.validate`). Unknown top-level keys
+(the kserve SDK sends ``model_name``) and unknown parameters are tolerated; Triton's
+classification extension is refused rather than silently ignored.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,14 +28,13 @@ import numpy.typing as npt
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.protocol.tensors import (
-    DTYPES,
-    datatype_of,
+    array_datatype,
     decode_binary,
     decode_json,
     encode_binary,
     encode_json,
 )
-from wasmgate.runtime.serving.api import TensorMeta
+from wasmgate.sandbox.models import DATATYPES
 
 Array = npt.NDArray[Any]
 
@@ -146,7 +145,7 @@ def _decode_one(
 ) -> tuple[Array, int]:
     """One tensor from its JSON entry (``data``) or the binary part at ``offset``."""
     datatype = entry.get("datatype")
-    if not isinstance(datatype, str) or datatype not in DTYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise BadRequest(f"{label}: unknown datatype {datatype!r}")
     shape = _shape(entry, label)
     size = _params(entry, label).get("binary_data_size")
@@ -157,9 +156,9 @@ def _decode_one(
                 f"{len(blob) - offset} binary bytes left"
             )
         chunk = blob[offset : offset + size]
-        return decode_binary(chunk, datatype, DTYPES[datatype], shape, label), offset + size
+        return decode_binary(chunk, datatype, DATATYPES[datatype], shape, label), offset + size
     if "data" in entry:
-        return decode_json(entry["data"], datatype, DTYPES[datatype], shape, label), offset
+        return decode_json(entry["data"], datatype, DATATYPES[datatype], shape, label), offset
     raise BadRequest(f"{label}: needs 'data' or parameters.binary_data_size")
 
 
@@ -222,43 +221,6 @@ def parse_request(body: bytes, header_length: int | None = None) -> InferRequest
     )
 
 
-def _check_one(name: str, array: Array, spec: TensorMeta, given_type: str) -> None:
-    if given_type != spec.datatype:
-        raise BadRequest(f"input '{name}': expected datatype {spec.datatype}, got {given_type}")
-    if len(array.shape) != len(spec.shape) or any(
-        want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)
-    ):
-        raise BadRequest(
-            f"input '{name}': expected shape {list(spec.shape)} (-1 = any), got {list(array.shape)}"
-        )
-
-
-def check_inputs(
-    inputs: Mapping[str, Array], specs: Sequence[TensorMeta], model: str = "model"
-) -> None:
-    """Every declared input present, nothing unknown, datatype and shape as declared."""
-    by_name = {spec.name: spec for spec in specs}
-    unknown = sorted(set(inputs) - set(by_name))
-    if unknown:
-        raise BadRequest(
-            f"{model} has no input {', '.join(map(repr, unknown))}; "
-            f"its inputs are {sorted(by_name)}"
-        )
-    missing = sorted(set(by_name) - set(inputs))
-    if missing:
-        raise BadRequest(f"{model} needs input {', '.join(map(repr, missing))}")
-    for name, array in inputs.items():
-        _check_one(name, array, by_name[name], datatype_of(array))
-
-
-def check_outputs(requested: Sequence[str] | None, specs: Sequence[TensorMeta], model: str) -> None:
-    """Every requested output is one the model declares."""
-    known = {spec.name for spec in specs}
-    for name in requested or ():
-        if name not in known:
-            raise BadRequest(f"{model} has no output {name!r}; its outputs are {sorted(known)}")
-
-
 def _wants_binary(name: str, request: InferRequest | None) -> bool:
     if request is None:
         return False
@@ -288,7 +250,7 @@ def encode_response(
     entries, blobs = [], []
     finite = True
     for name, array in outputs.items():
-        datatype = datatype_of(array)
+        datatype = array_datatype(array)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if allow_binary and _wants_binary(name, request):
             raw = encode_binary(array, datatype)
@@ -307,14 +269,11 @@ def encode_response(
 
 __all__ = [
     "BINARY_CONTENT_TYPE",
-    "DTYPES",
     "JSON_CONTENT_TYPE",
     "Encoded",
     "InferRequest",
     "RequestedOutput",
-    "check_inputs",
-    "check_outputs",
-    "datatype_of",
+    "array_datatype",
     "encode_response",
     "parse_request",
 ]

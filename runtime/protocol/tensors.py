@@ -9,57 +9,28 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterator, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
+from wasmgate.sandbox.models import datatype_of
 
 Array = npt.NDArray[Any]
-
-DTYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
-    {
-        "BOOL": np.dtype(np.bool_),
-        "UINT8": np.dtype(np.uint8),
-        "UINT16": np.dtype(np.uint16),
-        "UINT32": np.dtype(np.uint32),
-        "UINT64": np.dtype(np.uint64),
-        "INT8": np.dtype(np.int8),
-        "INT16": np.dtype(np.int16),
-        "INT32": np.dtype(np.int32),
-        "INT64": np.dtype(np.int64),
-        "FP16": np.dtype(np.float16),
-        "FP32": np.dtype(np.float32),
-        "FP64": np.dtype(np.float64),
-        "BF16": np.dtype(ml_dtypes.bfloat16),
-        "BYTES": np.dtype(np.object_),
-    }
-)
-"""V2 datatype name -> numpy dtype of the decoded array."""
 
 _LENGTH = struct.Struct("<I")
 # JSON number kinds a target dtype accepts without silent loss (numpy dtype.kind letters).
 _JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 
 
-_NAMES: Mapping[np.dtype[Any], str] = MappingProxyType(
-    {dtype: name for name, dtype in DTYPES.items() if name != "BYTES"}
-)
-
-
-def datatype_of(array: Array) -> str:
+def array_datatype(array: Array) -> str:
     """The V2 datatype name of a numpy array (``str``/``bytes`` arrays are BYTES)."""
-    kind = array.dtype.kind
-    if kind in "OSU":
-        return "BYTES"
-    name = _NAMES.get(array.dtype)
-    if name is None:
-        raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype")
-    return name
+    try:
+        return datatype_of(array.dtype)
+    except KeyError:
+        raise BadRequest(f"numpy dtype {array.dtype} has no KServe V2 datatype") from None
 
 
 def element_count(shape: Sequence[int]) -> int:

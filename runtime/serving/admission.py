@@ -2,7 +2,10 @@
 
 Never an unbounded queue: a request that finds N running and Q waiting is refused at once
 with `Busy`; a waiting request whose deadline passes leaves the queue with
-`DeadlineExceeded`. Everything here runs on the event loop (no locks needed).
+`DeadlineExceeded`. A request answered before its work ended (a deadline, a cancelled
+client) hands that work to `Gate.hold`: its slot stays counted until the work is done, so
+native runs past their deadline are charged to their own tenant, never to the others.
+Everything here runs on the event loop (no locks needed).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
 
@@ -65,6 +69,21 @@ class Gate:
             self._running -= 1
             self._wake()
             self._changed()
+
+    def hold(self, work: asyncio.Future[Any]) -> None:
+        """Keep one running slot taken until ``work`` is done (called inside `admit`, whose
+        own slot is then released as usual: the count never dips while the work runs)."""
+        if work.done():
+            return
+        self._running += 1
+        self._changed()
+
+        def release(_: asyncio.Future[Any]) -> None:
+            self._running -= 1
+            self._wake()
+            self._changed()
+
+        work.add_done_callback(release)
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.serving.timeouts import check_deadline
+from wasmgate.sandbox.models import TensorSpec
 
 Source = Literal["local", "cloud"]
 
@@ -75,23 +76,14 @@ class ModelAnswer:
 
 
 @dataclass(frozen=True)
-class TensorMeta:
-    """A V2 tensor description: datatype is the KServe V2 name, -1 marks a dynamic dim."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class ModelInfo:
     """What `GET /v2/models/{m}` and the status page show."""
 
     name: str
     version: int
     platform: str
-    inputs: tuple[TensorMeta, ...]
-    outputs: tuple[TensorMeta, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     max_batch_size: int = 0
     max_queue_delay_us: int = 0
     kind: Literal["model", "adapter"] = "model"

@@ -1,19 +1,23 @@
 """Dynamic batching per model: many concurrent callers, one batched backend call.
 
-Requests queue in a bounded deque (full → `Busy`). One dedicated thread takes the oldest
-request, waits up to ``max_queue_delay_us`` from its arrival for more rows (until
-``max_batch_size`` rows), concatenates compatible requests along axis 0 (same dtypes and
-trailing shapes; others wait for the next batch), runs the model once and splits the outputs
-back by row counts. A request larger than ``max_batch_size`` runs alone, unsplit.
-Only models whose inputs and outputs all have a dynamic first dimension can be batched.
-``workers`` > 1 runs that many batches concurrently (like Triton's instance count): on a CPU
-two concurrent ORT runs can use the cores better than one. `close()` finishes what is
-queued, then stops the threads.
+Requests queue in a bounded deque (full → `Busy`). A thread of the daemon's shared
+`BatchDispatcher` takes the oldest request once its batch is ready — ``max_batch_size`` rows
+queued or ``max_queue_delay_us`` since its arrival — concatenates compatible requests along
+axis 0 (same dtypes and trailing shapes; others wait for the next batch), runs the model
+once and splits the outputs back by row counts. A request larger than ``max_batch_size``
+runs alone, unsplit. Only models whose inputs and outputs all have a dynamic first
+dimension can be batched. ``workers`` > 1 lets that many batches of this model run at once
+(like Triton's instance count).
+
+Deadlines: a queued request whose deadline passes leaves the queue with `DeadlineExceeded`
+without running; a blocking `infer` caller waits at most until its deadline; a running batch
+gets the latest deadline of its requests, so the backend stops it (ONNX Runtime's
+terminate) only when every request in it has passed its deadline — one patient request
+keeps the batch going for itself. `close()` finishes what is queued, then detaches.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,6 +37,7 @@ from wasmgate.runtime.errors import (
     DeadlineExceeded,
     NotReady,
 )
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox.models import TensorSpec
 
 BatchHook = Callable[[int, int, float], None]
@@ -45,6 +50,8 @@ class BatcherStats:
     requests: int = 0
     rows: int = 0
     rejected_busy: int = 0
+    expired: int = 0
+    """Requests whose deadline passed while queued (never run)."""
     batch_sizes: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -53,7 +60,9 @@ class BatcherStats:
 
 
 @dataclass
-class _Item:
+class Item:
+    """One queued request."""
+
     inputs: list[Array]
     rows: int
     key: tuple[tuple[str, tuple[int, ...]], ...]
@@ -72,7 +81,11 @@ def capped(
 
 
 class Batcher:
-    """Wraps a `LoadedModel`; satisfies `ModelHandle` (``infer`` blocks, thread-safe)."""
+    """Wraps a `LoadedModel`; satisfies `ModelHandle` (``infer`` blocks, thread-safe).
+
+    ``dispatcher``: the daemon's shared pool; None = a private one-thread-per-worker
+    dispatcher that `close()` stops (standalone use and tests).
+    """
 
     def __init__(
         self,
@@ -83,6 +96,7 @@ class Batcher:
         *,
         on_batch: BatchHook | None = None,
         workers: int = 1,
+        dispatcher: BatchDispatcher | None = None,
     ) -> None:
         if not model.dynamic_batch:
             raise BackendError(
@@ -100,33 +114,34 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_queue_delay = max_queue_delay_us / 1e6
         self.queue_size = queue_size
+        self.workers = workers
+        self.running = 0
+        """Batches of this model running now (dispatcher lock held to read or write)."""
         self._on_batch = on_batch
         self._stats = BatcherStats()
-        self._pending: deque[_Item] = deque()
-        self._cond = threading.Condition()
+        self._pending: deque[Item] = deque()
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"batcher-{model.name}-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._own = dispatcher is None
+        self._dispatcher = dispatcher or BatchDispatcher(workers, f"batcher-{model.name}")
+        self._cond = self._dispatcher.cond
+        self._dispatcher.attach(self)
 
     # -- callers -------------------------------------------------------------------------
 
-    def submit(self, inputs: Sequence[Array], deadline: float | None = None) -> Future[list[Array]]:
-        """Queue one request; the future resolves to its outputs (or the backend's error).
+    def submit(
+        self, inputs: Sequence[Array], *, deadline: float | None = None
+    ) -> Future[list[Array]]:
+        """Queue one request (validated inputs); the future resolves to its outputs.
 
         ``deadline`` (``time.monotonic()`` based): a request still queued when it passes is
-        failed with `DeadlineExceeded` instead of being computed.
+        failed with `DeadlineExceeded` at that moment, without being computed.
         """
-        self.model.check_inputs(inputs)
         rows = int(inputs[0].shape[0]) if inputs else 0
         if any(int(a.shape[0]) != rows for a in inputs):
             raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
         key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
         future: Future[list[Array]] = Future()
-        item = _Item(list(inputs), rows, key, future, time.monotonic(), deadline)
+        item = Item(list(inputs), rows, key, future, time.monotonic(), deadline)
         with self._cond:
             if self._closed:
                 raise NotReady(f"model {self.name} is shutting down (batcher closed)")
@@ -137,29 +152,42 @@ class Batcher:
                     "retry later"
                 )
             self._pending.append(item)
-            self._cond.notify()
+            self._cond.notify_all()
         return future
 
-    def infer(self, inputs: Sequence[Array], deadline: float | None = None) -> list[Array]:
-        """Blocking ModelHandle call (used by wasi-nn compute from worker threads)."""
-        future = self.submit(inputs, deadline)
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic()) + 1.0
-        return future.result(timeout)
+    def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
+        """Blocking `ModelHandle` call (wasi-nn compute): returns or raises by ``deadline``."""
+        future = self.submit(inputs, deadline=deadline)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            self._withdraw(future)
+            message = f"model {self.name}: deadline passed waiting for the batch"
+            raise DeadlineExceeded(message) from None
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters (for metrics)."""
         with self._cond:
             s = self._stats
-            return BatcherStats(s.batches, s.requests, s.rows, s.rejected_busy, dict(s.batch_sizes))
+            return BatcherStats(
+                s.batches, s.requests, s.rows, s.rejected_busy, s.expired, dict(s.batch_sizes)
+            )
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Stop accepting, finish the queued requests, join the thread. Idempotent."""
+        """Stop accepting, finish the queued requests, then detach. Idempotent."""
+        end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
+            while self._pending or self.running:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+        self._dispatcher.detach(self)
+        if self._own:
+            self._dispatcher.close(timeout)
 
     def __enter__(self) -> Self:
         return self
@@ -167,43 +195,46 @@ class Batcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the batching thread -------------------------------------------------------------
+    # -- called by the dispatcher (its lock held, except run_batch) ------------------------
 
-    def _loop(self) -> None:
-        while True:
-            batch = self._collect()
-            if batch is None:
-                return
-            self._run(batch)
+    def pending_count(self) -> int:
+        return len(self._pending)
 
-    def _collect(self) -> list[_Item] | None:
-        with self._cond:
-            while True:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if not self._pending:
-                    return None
-                self._wait_for_rows()
-                if self._pending:  # another worker may have taken them meanwhile
-                    return self._take()
+    def ready_at(self, now: float) -> float | None:
+        """When the next batch is ready (≤ now: ready), None with nothing to start."""
+        if not self._pending or self.running >= self.workers:
+            return None
+        if self._closed or self._compatible_rows() >= self.max_batch_size:
+            return now
+        return self._pending[0].arrived + self.max_queue_delay
 
-    def _wait_for_rows(self) -> None:
-        """Wait (lock held) until a full batch is queued or the oldest request's delay ends."""
-        while self._pending and not self._closed:
-            if self._compatible_rows() >= self.max_batch_size:
-                return
-            remaining = self._pending[0].arrived + self.max_queue_delay - time.monotonic()
-            if remaining <= 0:
-                return
-            self._cond.wait(remaining)
+    def next_deadline(self) -> float | None:
+        deadlines = [i.deadline for i in self._pending if i.deadline is not None]
+        return min(deadlines, default=None)
 
-    def _compatible_rows(self) -> int:
-        key = self._pending[0].key
-        return sum(item.rows for item in self._pending if item.key == key)
+    def expire(self, now: float) -> None:
+        """Fail queued requests whose deadline passed and drop cancelled ones."""
+        if not any(self._gone(item, now) for item in self._pending):
+            return
+        keep: deque[Item] = deque()
+        for item in self._pending:
+            if not self._gone(item, now):
+                keep.append(item)
+            elif item.future.set_running_or_notify_cancel():
+                self._stats.expired += 1
+                waited = (now - item.arrived) * 1e3
+                message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
+                item.future.set_exception(DeadlineExceeded(message))
+        self._pending = keep
+        self._cond.notify_all()
 
-    def _take(self) -> list[_Item]:
+    @staticmethod
+    def _gone(item: Item, now: float) -> bool:
+        return item.future.cancelled() or (item.deadline is not None and item.deadline <= now)
+
+    def take(self) -> list[Item]:
         first = self._pending.popleft()
-        batch, rows, keep = [first], first.rows, deque[_Item]()
+        batch, rows, keep = [first], first.rows, deque[Item]()
         while self._pending:
             item = self._pending.popleft()
             if item.key == first.key and rows + item.rows <= self.max_batch_size:
@@ -211,25 +242,12 @@ class Batcher:
                 rows += item.rows
             else:
                 keep.append(item)
-        self._pending.extendleft(reversed(keep))
+        self._pending = keep
         return batch
 
-    def _start(self, batch: list[_Item]) -> list[_Item]:
-        """Drop cancelled requests and fail the ones whose deadline passed while queued."""
-        now, live = time.monotonic(), []
-        for item in batch:
-            if not item.future.set_running_or_notify_cancel():
-                continue
-            if item.deadline is not None and item.deadline <= now:
-                waited = (now - item.arrived) * 1e3
-                message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
-                item.future.set_exception(DeadlineExceeded(message))
-                continue
-            live.append(item)
-        return live
-
-    def _run(self, batch: list[_Item]) -> None:
-        live = self._start(batch)
+    def run_batch(self, batch: list[Item]) -> None:
+        """Run one batch (no lock held) and resolve its futures."""
+        live = [item for item in batch if item.future.set_running_or_notify_cancel()]
         if not live:
             return
         rows = sum(item.rows for item in live)
@@ -248,12 +266,28 @@ class Batcher:
             item.future.set_result([out[offset : offset + item.rows] for out in outputs])
             offset += item.rows
 
-    def _infer_batch(self, live: list[_Item], rows: int) -> list[Array]:
+    # -- internals -------------------------------------------------------------------------
+
+    def _withdraw(self, future: Future[list[Array]]) -> None:
+        """Take a caller's request out of the queue (it stopped waiting)."""
+        with self._cond:
+            if future.cancel():
+                self._pending = deque(i for i in self._pending if i.future is not future)
+
+    def _compatible_rows(self) -> int:
+        key = self._pending[0].key
+        return sum(item.rows for item in self._pending if item.key == key)
+
+    def _infer_batch(self, live: list[Item], rows: int) -> list[Array]:
+        deadlines = [item.deadline for item in live]
+        # Stop the run only once every request in it has given up (see module docstring).
+        deadline = None if None in deadlines else max(d for d in deadlines if d is not None)
         if len(live) == 1:
-            outputs = self.model.infer(live[0].inputs)
+            outputs = self.model.infer(live[0].inputs, deadline=deadline)
         else:
             columns = zip(*(item.inputs for item in live), strict=True)
-            outputs = self.model.infer([np.concatenate(col, axis=0) for col in columns])
+            joined = [np.concatenate(col, axis=0) for col in columns]
+            outputs = self.model.infer(joined, deadline=deadline)
         for spec, out in zip(self.outputs, outputs, strict=True):
             if out.shape[:1] != (rows,):
                 raise BackendError(

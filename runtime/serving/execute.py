@@ -1,7 +1,12 @@
 """Local execution on the worker pool: one adapter run in the sandbox, one direct model run.
 
-Both are awaited with the request's remaining time (plus a short grace, because the
-sandbox's own epoch deadline normally fires first and says more precisely what happened).
+Both are awaited with the request's remaining time (adapters plus a short grace, because
+the sandbox's own epoch deadline normally fires first and says more precisely what
+happened). The request's deadline travels with the work (sandbox epoch deadline, wasi-nn
+``compute``, ``ModelHandle.infer``), so the native run stops at it where the backend can.
+When the client's answer is `DeadlineExceeded` but the work is still running (a LiteRT
+invoke, a guest finishing up), ``hold`` keeps the request's admission slot taken until the
+work really ends: a slot is never counted free while native work for it runs.
 Sandbox and backend exceptions become `wasmgate.runtime.errors` types here, once.
 """
 
@@ -9,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 
 import numpy.typing as npt
 
@@ -26,7 +32,11 @@ from wasmgate.runtime.errors import (
     InferenceFailed,
 )
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
+from wasmgate.sandbox.models import ModelHandle
+
+T = TypeVar("T")
 
 log = logging.getLogger("wasmgate.service")
 
@@ -34,6 +44,9 @@ log = logging.getLogger("wasmgate.service")
 # longer for its precise verdict before answering DeadlineExceeded ourselves.
 _GRACE_S = 0.25
 _MAX_ERROR_CHARS = 512
+
+Hold = Callable[["asyncio.Future[Any]"], None]
+"""Keeps the caller's admission slot taken until the given (still running) work is done."""
 
 
 def _remaining(deadline: float) -> float:
@@ -59,6 +72,8 @@ async def execute_adapter(
     req: AdapterRequest,
     deadline: float,
     timings: dict[str, float],
+    *,
+    hold: Hold,
 ) -> AdapterAnswer:
     """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps)."""
     adapter = bundle.adapter
@@ -66,13 +81,10 @@ async def execute_adapter(
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
     left = _remaining(deadline)
     limits = bundle.guest_limits(left)
-    loop = asyncio.get_running_loop()
-    call = loop.run_in_executor(
-        pool, adapter.run, req.payload, guest_meta(bundle, req), bundle.provider, limits
-    )
+    work = pool.submit(adapter.run, req.payload, guest_meta(bundle, req), bundle.provider, limits)
     with _local_failures(req.adapter):
         try:
-            result: GuestOutcome = await asyncio.wait_for(call, left + _GRACE_S)
+            result: GuestOutcome = await _wait(work, left + _GRACE_S, hold)
         except TimeoutError:
             raise DeadlineExceeded(f"{req.adapter}: deadline exceeded") from None
         except GuestDeadlineExceeded as e:
@@ -130,27 +142,46 @@ def _local_failures(what: str) -> Iterator[None]:
         raise InferenceFailed(f"{what}: internal error: {type(e).__name__}") from e
 
 
+async def _wait(work: Future[T], wait_s: float, hold: Hold) -> T:
+    """Await ``work`` for at most ``wait_s``; past it the work is cancelled if it has
+    not started, else handed to ``hold`` (it may still finish or be stopped later)."""
+    call = asyncio.wrap_future(work)
+    try:
+        return await asyncio.wait_for(asyncio.shield(call), wait_s)
+    except (TimeoutError, asyncio.CancelledError):
+        if not work.cancel():
+            hold(call)
+        raise
+
+
+def start_model(
+    pool: Executor, handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float
+) -> Future[list[npt.NDArray[Any]]]:
+    """Start one run: a `Batcher` queues it without holding a worker thread, any other
+    handle runs on the worker pool; the deadline goes with it either way."""
+    if isinstance(handle, Batcher):
+        return handle.submit(inputs, deadline=deadline)
+    return pool.submit(functools.partial(handle.infer, inputs, deadline=deadline))
+
+
 async def execute_model(
     pool: Executor,
     served: ServedModel,
-    inputs: Sequence[npt.NDArray[Any]],
+    inputs: list[npt.NDArray[Any]],
     deadline: float,
     timings: dict[str, float],
+    *,
+    hold: Hold,
 ) -> list[npt.NDArray[Any]]:
-    """Direct tensor inference through the model's Batcher (or LoadedModel)."""
+    """Direct tensor inference (validated inputs in spec order) through the model's handle."""
     handle = served.handle
     if handle is None:
         raise InferenceFailed(f"model {served.name!r} is not loaded")
     left = _remaining(deadline)
     start = time.monotonic()
-    submit = getattr(handle, "submit", None)
-    if submit is not None:
-        call: asyncio.Future[list[npt.NDArray[Any]]] = asyncio.wrap_future(submit(list(inputs)))
-    else:
-        call = asyncio.get_running_loop().run_in_executor(pool, handle.infer, list(inputs))
     with _local_failures(f"model {served.name!r}"):
         try:
-            outputs = await asyncio.wait_for(call, left)
+            outputs = await _wait(start_model(pool, handle, inputs, deadline), left, hold)
         except TimeoutError:
             raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
     timings["inference"] = time.monotonic() - start

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel, check_inputs
+from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.cloud.policy import CloudClient, FallbackRunner
 from wasmgate.runtime.errors import (
@@ -40,6 +40,7 @@ from wasmgate.runtime.serving.api import (
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
+from wasmgate.sandbox.models import InputMismatch, validate
 
 ADAPTER_CONTENT_TYPE = "application/octet-stream"
 
@@ -143,7 +144,7 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                answer = await execute_adapter(pool, bundle, req, deadline, timings)
+                answer = await execute_adapter(pool, bundle, req, deadline, timings, hold=gate.hold)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
             if not self._fallback.wants(bundle.fallback, e):
@@ -177,10 +178,10 @@ class InferenceService:
                 reason = f"model {served.name!r} is not loaded on this device"
                 return await self._fallback.model(bundle, req, reason, {})
             raise NotReady(f"model {served.name!r} is not loaded on this device")
-        try:
-            ordered = check_inputs(served, req.inputs)
-        except ValueError as e:
-            raise BadRequest(str(e)) from e
+        try:  # the request's one check of its tensors against the model's contract
+            ordered = validate(served.inputs, req.inputs, f"model {served.name!r}")
+        except InputMismatch as e:
+            raise BadRequest(str(e)) from None
         names = _output_names(served, req.outputs)
         admission = self._capped(bundle.admission)
         deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
@@ -191,7 +192,9 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                outputs = await execute_model(pool, served, ordered, deadline, timings)
+                outputs = await execute_model(
+                    pool, served, ordered, deadline, timings, hold=gate.hold
+                )
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             if not self._fallback.wants(bundle.fallback, e):
                 raise

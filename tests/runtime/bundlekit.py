@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import nacl.signing
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.fixtures.zig import compile_c
 from wasmgate.signing.build import build_bundle
@@ -40,6 +41,53 @@ def write_double_model(path: Path) -> Path:
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def slow_model(iterations: int = 2_000) -> bytes:
+    """y = x, x and y FP32 [-1, 4], after a Loop of ``iterations`` 256x256 MatMuls (1-3 ms
+    each on one core, so seconds in all): slow on purpose, and stoppable (ONNX Runtime checks its
+    terminate flag on every Loop iteration). The Loop's state starts from the input, so
+    nothing can be folded at load time."""
+    eye = numpy_helper.from_array(np.eye(256, dtype=np.float32), "eye")
+    trips = numpy_helper.from_array(np.array(iterations, np.int64), "trips")
+    go = numpy_helper.from_array(np.array(True), "go")
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0])
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["h_in", "eye"], ["h_out"]),
+            helper.make_node("Identity", ["go_in"], ["go_out"]),
+        ],
+        "spin",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("go_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [256, 256]),
+        ],
+        [
+            helper.make_tensor_value_info("go_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [256, 256]),
+        ],
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["eye", "total"], ["h0"]),
+        helper.make_node("Loop", ["trips", "go", "h0"], ["h"], body=body),
+        helper.make_node("ReduceSum", ["h"], ["hsum"], keepdims=0),
+        helper.make_node("Mul", ["hsum", "zero"], ["nothing"]),
+        helper.make_node("Add", ["x", "nothing"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        initializer=[eye, trips, go, zero],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    data: bytes = model.SerializeToString()
+    return data
 
 
 def _toml(value: Any) -> str:
@@ -82,6 +130,7 @@ class BundleKit:
         model: bool = True,
         adapter: bool = True,
         model_name: str = "double",
+        model_names: tuple[str, ...] = (),
         model_file: Path | None = None,
         batching: dict[str, int] | None = None,
         sections: dict[str, dict[str, Any]] | None = None,
@@ -91,7 +140,8 @@ class BundleKit:
         out_dir: Path | None = None,
     ) -> Path:
         """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...),
-        ``top`` top-level keys (``min_daemon_version``)."""
+        ``top`` top-level keys (``min_daemon_version``); ``model_names`` declares the model
+        file under each of these names (default: ``model_name`` only)."""
         src = self.root / f"src-{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
         text = f"name = {_toml(name)}\nversion = {version}\n"
@@ -107,9 +157,9 @@ class BundleKit:
         if selftest is not None:
             payload = base64.b64encode(selftest).decode()
             text += _section("selftest", {"payload_b64": payload, "expect_status": expect_status})
-        if model:
+        for model_entry in model_names or ((model_name,) if model else ()):
             entry = {
-                "name": model_name,
+                "name": model_entry,
                 "format": "onnx",
                 "variants": {"fp32": str(model_file or self.model)},
                 "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],

@@ -16,11 +16,13 @@ from typing import Any
 from tests.runtime.bundlekit import BundleKit
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.app import ceilings
+from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.cloud.policy import CloudClient
 from wasmgate.runtime.ops.config import LimitSettings, Settings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import SandboxEngine
@@ -58,8 +60,11 @@ async def open_stack(
     cloud: CloudClient | None = None,
     start: tuple[Path, ...] = (),
     state_dir: Path | None = None,
+    watchdog: bool = True,
 ) -> AsyncIterator[Stack]:
-    """A started registry + service over a fresh (or given) store; everything closed after."""
+    """A started registry + service over a fresh (or given) store; everything closed after.
+
+    ``watchdog=False`` leaves model runs unstoppable (as LiteRT's are)."""
     lim = limits or LimitSettings()
     settings = Settings(limits=lim)
     state = state_dir or tmp / "state"
@@ -68,9 +73,18 @@ async def open_stack(
     # The pool closes first: a running guest needs the engine's epoch ticker to stop.
     with (
         SandboxEngine(tmp / "cache" / "modules", ceilings(settings)) as engine,
+        Watchdog(on_fire=metrics.observe_cancelled) as dog,
+        BatchDispatcher(2) as dispatcher,
         FairPool(8) as pool,
     ):
-        deps = LoaderDeps(engine, host_profile(), lim, cache_dir=tmp / "cache" / "models")
+        deps = LoaderDeps(
+            engine,
+            host_profile(),
+            lim,
+            cache_dir=tmp / "cache" / "models",
+            dispatcher=dispatcher,
+            watchdog=dog if watchdog else None,
+        )
         registry = Registry(store, deps)
         service = InferenceService(registry.table, pool, lim, cloud=cloud, metrics=metrics)
         await registry.start(start)

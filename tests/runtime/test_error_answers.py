@@ -24,8 +24,8 @@ from wasmgate.runtime.serving.api import (
     ModelAnswer,
     ModelInfo,
     ModelRequest,
-    TensorMeta,
 )
+from wasmgate.sandbox.models import TensorSpec
 
 SECRET = "/var/lib/wasmgate/secret.key"
 BUG = "RuntimeError"
@@ -49,7 +49,7 @@ class RaisingService:
     def model_info(self, name: str, version: str | None = None) -> ModelInfo:
         if name not in FAILURES:
             raise errors.NotFound(name)
-        x = (TensorMeta("x", "FP32", (-1, 2)),)
+        x = (TensorSpec("x", "FP32", (-1, 2)),)
         return ModelInfo(name, 1, "onnxruntime_onnx", x, x)
 
     def list_models(self) -> list[ModelInfo]:

@@ -302,7 +302,9 @@ class Exploding:
     inputs = (TensorSpec("x", "FP32", (-1, 4)),)
     outputs = (TensorSpec("y", "FP32", (-1, 4)),)
 
-    def infer(self, inputs: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    def infer(
+        self, inputs: Sequence[npt.NDArray[Any]], *, deadline: float | None = None
+    ) -> list[npt.NDArray[Any]]:
         raise RuntimeError("backend on fire")
 
 

@@ -17,8 +17,8 @@ from tests.runtime.backends.models import (
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel, _report_fallback
-from wasmgate.runtime.errors import BackendError, BadRequest
-from wasmgate.sandbox.models import ModelHandle, TensorSpec
+from wasmgate.runtime.errors import BackendError
+from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
 
 
 def _load(profile: DeviceProfile, data: bytes | None = None, **kw: object) -> OnnxModel:
@@ -91,13 +91,20 @@ def test_garbage_bytes_fail_clearly(cpu_profile: DeviceProfile) -> None:
         _load(cpu_profile, b"\x00garbage" * 10)
 
 
-def test_wrong_inputs_are_bad_requests(cpu_profile: DeviceProfile, batch: np.ndarray) -> None:
+def test_the_model_contract_refuses_wrong_inputs(
+    cpu_profile: DeviceProfile, batch: np.ndarray
+) -> None:
     model = _load(cpu_profile)
-    with pytest.raises(BadRequest, match="expected 1 inputs, got 2"):
-        model.infer([batch, batch])
-    with pytest.raises(BadRequest, match="must be FP32, got float64"):
-        model.infer([batch.astype(np.float64)])
-    with pytest.raises(BadRequest, match=r"shape \[5, 3\], model expects \[-1, 16\]"):
+    with pytest.raises(InputMismatch, match="has no input 'y'"):
+        validate(model.inputs, {"x": batch, "y": batch})
+    with pytest.raises(InputMismatch, match="expected datatype FP32, got FP64"):
+        validate(model.inputs, {"x": batch.astype(np.float64)})
+    with pytest.raises(
+        InputMismatch, match=r"expected shape \[-1, 16\] \(-1 = any\), got \[5, 3\]"
+    ):
+        validate(model.inputs, {"x": batch[:, :3]})
+    # Unvalidated tensors that reach the backend anyway meet ORT's own check.
+    with pytest.raises(BackendError, match="inference failed"):
         model.infer([batch[:, :3]])
 
 

@@ -11,8 +11,8 @@ from tests.runtime.backends.models import IN_Q, OUT_Q, fc_tflite, mlp_reference
 from wasmgate.device_profiles import DeviceProfile, Precision, load_profile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.tflite import CPU_PATH, TfliteBackend, TfliteModel
-from wasmgate.runtime.errors import BackendError, BadRequest
-from wasmgate.sandbox.models import ModelHandle, TensorSpec
+from wasmgate.runtime.errors import BackendError
+from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
 
 
 def _load(
@@ -65,8 +65,8 @@ def test_raw_quantized_io_keeps_the_int8_tensors(batch: np.ndarray) -> None:
     assert got.dtype == np.int8
     want = _load(fc_tflite(int8=True)).infer([batch])[0] / OUT_Q[0] + OUT_Q[1]
     np.testing.assert_array_equal(got, np.rint(want).astype(np.int8))
-    with pytest.raises(BadRequest, match="must be INT8"):
-        raw.infer([batch])
+    with pytest.raises(InputMismatch, match="expected datatype INT8, got FP32"):
+        validate(raw.inputs, {raw.inputs[0].name: batch})
 
 
 def test_batch_dimension_is_resized_on_demand(batch: np.ndarray) -> None:
@@ -105,7 +105,9 @@ def test_concurrent_infer_is_serialised_and_correct() -> None:
 
 def test_bad_inputs_and_bad_models(batch: np.ndarray) -> None:
     model = _load(fc_tflite(int8=False))
-    with pytest.raises(BadRequest, match="shape"):
+    with pytest.raises(InputMismatch, match="shape"):
+        validate(model.inputs, {model.inputs[0].name: batch[:, :4]})
+    with pytest.raises(BackendError, match="inference failed"):
         model.infer([batch[:, :4]])
     with pytest.raises(BackendError, match="cannot load the model"):
         _load(b"not a flatbuffer at all")

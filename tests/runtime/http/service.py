@@ -28,8 +28,8 @@ from wasmgate.runtime.serving.api import (
     ModelInfo,
     ModelRequest,
     Source,
-    TensorMeta,
 )
+from wasmgate.sandbox.models import InputMismatch, TensorSpec, validate
 
 Array = npt.NDArray[Any]
 ADAPTERS = ("echo", "cloud", "busy", "slow", "fail", "crash", "toolarge")
@@ -57,21 +57,21 @@ def _from_ort(array: Array) -> Array:
 
 def _infos() -> list[ModelInfo]:
     io = {
-        n: (TensorMeta(f"in_{n}", n, (-1, 3)), TensorMeta(f"out_{n}", n, (-1, 3)))
+        n: (TensorSpec(f"in_{n}", n, (-1, 3)), TensorSpec(f"out_{n}", n, (-1, 3)))
         for n in ELEMENT_TYPES
     }
-    add_in = (TensorMeta("INPUT0", "FP32", (-1, 4)),)
-    add_out = (TensorMeta("OUTPUT0", "FP32", (-1, 4)), TensorMeta("OUTPUT1", "FP32", (-1, 4)))
+    add_in = (TensorSpec("INPUT0", "FP32", (-1, 4)),)
+    add_out = (TensorSpec("OUTPUT0", "FP32", (-1, 4)), TensorSpec("OUTPUT1", "FP32", (-1, 4)))
     details = {"provider": "CPUExecutionProvider", "precision": "fp32"}
-    payload = (TensorMeta("payload", "BYTES", (-1,)),)
-    answer = (TensorMeta("answer", "BYTES", (-1,)),)
+    payload = (TensorSpec("payload", "BYTES", (-1,)),)
+    answer = (TensorSpec("answer", "BYTES", (-1,)),)
     return [
         ModelInfo("add", 3, "onnxruntime_onnx", add_in, add_out, max_batch_size=8,
                   max_queue_delay_us=200, bundle="demo", details=details),
         ModelInfo("identity", 1, "onnxruntime_onnx", tuple(i for i, _ in io.values()),
                   tuple(o for _, o in io.values()), bundle="demo", details=details),
-        ModelInfo("bf16", 1, "onnxruntime_onnx", (TensorMeta("in_BF16", "BF16", (-1, 3)),),
-                  (TensorMeta("out_BF16", "BF16", (-1, 3)),), bundle="demo",
+        ModelInfo("bf16", 1, "onnxruntime_onnx", (TensorSpec("in_BF16", "BF16", (-1, 3)),),
+                  (TensorSpec("out_BF16", "BF16", (-1, 3)),), bundle="demo",
                   details={"provider": "CPUExecutionProvider", "precision": "bf16"}),
         *(ModelInfo(a, 2, "wasmgate_adapter", payload, answer, kind="adapter", bundle=a)
           for a in ADAPTERS),
@@ -116,7 +116,15 @@ class OrtService:
         info = self.model_info(req.model, req.version)
         if info.kind != "model":
             raise errors.NotFound(f"{req.model!r} is an adapter")
-        names = list(req.outputs) if req.outputs is not None else [o.name for o in info.outputs]
+        label = f"model {req.model!r}"
+        try:  # a ServiceAPI validates the tensors against the model's contract, once
+            validate(info.inputs, req.inputs, label)
+        except InputMismatch as e:
+            raise errors.BadRequest(str(e)) from None
+        declared = [o.name for o in info.outputs]
+        names = list(req.outputs) if req.outputs is not None else declared
+        for name in set(names) - set(declared):
+            raise errors.BadRequest(f"{label} has no output {name!r}")
         outputs = await asyncio.to_thread(self._run, req.model, dict(req.inputs), names)
         return ModelAnswer(outputs, "local", info.version, dict(TIMINGS))
 

@@ -12,7 +12,6 @@ import pytest
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol import codec as v2
-from wasmgate.runtime.serving.api import TensorMeta
 
 
 def one(tensor: dict[str, Any], blob: bytes = b"") -> np.ndarray[Any, Any]:
@@ -100,16 +99,6 @@ def test_request_level_checks() -> None:
         v2.parse_request(classify)
     with pytest.raises(BadRequest, match="'id' must be a string"):
         v2.parse_request(b'{"id": 5, "inputs": []}')
-
-
-def test_check_inputs_lists_unknown_and_missing() -> None:
-    specs = [TensorMeta("a", "FP32", (-1, 2)), TensorMeta("b", "INT64", (1,))]
-    a = np.zeros((3, 2), dtype=np.float32)
-    with pytest.raises(BadRequest, match=r"m has no input 'c'; its inputs are \['a', 'b'\]"):
-        v2.check_inputs({"a": a, "c": a}, specs, "m")
-    with pytest.raises(BadRequest, match="m needs input 'b'"):
-        v2.check_inputs({"a": a}, specs, "m")
-    v2.check_inputs({"a": a, "b": np.zeros(1, dtype=np.int64)}, specs, "m")
 
 
 def test_encode_response_json_only_when_binary_not_allowed() -> None:

@@ -25,8 +25,8 @@ from wasmgate.runtime.serving.api import (
     ModelAnswer,
     ModelInfo,
     ModelRequest,
-    TensorMeta,
 )
+from wasmgate.sandbox.models import TensorSpec
 
 ADAPTERS = ("sum", "echo", "slow", "fail")
 
@@ -91,9 +91,9 @@ class FakeService:
         raise errors.NotFound(name)
 
     def list_models(self) -> list[ModelInfo]:
-        spec = (TensorMeta("x", "FP32", (-1, 4)),)
-        out = (TensorMeta("y", "FP32", (-1, 4)),)
-        byte = (TensorMeta("payload", "BYTES", (1,)),)
+        spec = (TensorSpec("x", "FP32", (-1, 4)),)
+        out = (TensorSpec("y", "FP32", (-1, 4)),)
+        byte = (TensorSpec("payload", "BYTES", (1,)),)
         adapters = [
             ModelInfo(a, 1, "wasmgate-adapter", byte, byte, kind="adapter") for a in ADAPTERS
         ]

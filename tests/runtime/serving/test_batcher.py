@@ -11,13 +11,16 @@ from onnx import TensorProto
 
 from tests.runtime.backends.conftest import X86
 from tests.runtime.backends.models import mlp_onnx, mlp_reference, seq_onnx
+from tests.runtime.bundlekit import slow_model
 from tests.runtime.http.models import identity_model
 from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.base import Array
+from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
 from wasmgate.runtime.serving.batcher import Batcher, capped
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox.models import ModelHandle
 
 
@@ -42,16 +45,22 @@ class GatedModel(LoadedModel):
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.fail: Exception | None = None
+        self.calls = 0
 
-    def infer(self, inputs: Sequence[Array]) -> list[Array]:
+    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
+        self.calls += 1
         self.entered.set()
         assert self.gate.wait(10)
         if self.fail is not None:
             raise self.fail
-        return self.inner.infer(inputs)
+        return self.inner.infer(inputs, deadline=deadline)
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _batch_threads(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
 def _rows(n: int, seed: int = 0) -> np.ndarray:
@@ -151,11 +160,6 @@ def test_backend_error_reaches_every_request_of_the_batch() -> None:
                 f.result(5)
 
 
-def test_bad_input_is_refused_at_submit() -> None:
-    with Batcher(_model(), 8, 1000) as b, pytest.raises(BadRequest, match="shape"):
-        b.submit([np.zeros((1, 3), np.float32)])
-
-
 def test_close_drains_the_queue_then_refuses() -> None:
     gated = GatedModel(_model())
     b = Batcher(gated, 2, 0)
@@ -171,7 +175,7 @@ def test_close_drains_the_queue_then_refuses() -> None:
         assert f.result(0)[0].shape == (1, 8)
     with pytest.raises(NotReady, match="shutting down"):
         b.submit([_rows(1)])
-    assert not any(t.is_alive() for t in b._threads)
+    assert not _batch_threads("batcher-mlp")
     b.close()  # idempotent
 
 
@@ -196,7 +200,7 @@ def test_several_workers_share_the_queue() -> None:
         assert b.stats().requests == 60
     for x, y in zip(inputs, outputs, strict=True):
         np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5)
-    assert not any(t.is_alive() for t in b._threads)
+    assert not _batch_threads("batcher-mlp")
 
 
 def test_expired_requests_are_not_computed() -> None:
@@ -229,3 +233,73 @@ def test_inputs_disagreeing_on_rows_are_a_client_mistake() -> None:
         with pytest.raises(BadRequest, match="disagree on the batch dimension"):
             b.submit([np.zeros((2, 3), np.float32), np.zeros((3, 3), np.int32)])
         assert b.stats().requests == 0
+
+
+def test_a_waiting_caller_returns_at_its_deadline() -> None:
+    gated = GatedModel(_model())
+    with Batcher(gated, 8, 0) as b:
+        blocker = b.submit([_rows(1)])
+        assert gated.entered.wait(5)  # the only batch thread is held inside the model
+        with pytest.raises(DeadlineExceeded, match="waiting for the batch"):
+            b.infer([_rows(1)], deadline=time.monotonic() + 0.2)
+        assert b.pending_count() == 0  # it left the queue: it will never run
+        gated.gate.set()
+        blocker.result(5)
+    assert gated.calls == 1
+
+
+def test_a_queued_request_leaves_at_its_deadline_without_running() -> None:
+    gated = GatedModel(_model())
+    gated.gate.set()
+    with Batcher(gated, 8, 60_000_000) as b:  # a 60 s batching delay: it would wait
+        late = b.submit([_rows(1)], deadline=time.monotonic() + 0.2)
+        with pytest.raises(DeadlineExceeded, match="deadline passed after"):
+            late.result(30)
+        assert b.stats().expired == 1
+        assert b.pending_count() == 0
+    assert gated.calls == 0
+
+
+def _slow_batcher(watchdog: Watchdog, iterations: int) -> Batcher:
+    options = LoadOptions(load_profile("generic-x86_64"), host=X86, watchdog=watchdog)
+    model = create_backend("onnx").load(slow_model(iterations), ModelSpec("slow"), options)
+    return Batcher(model, 8, 100_000)
+
+
+def test_a_batch_is_stopped_once_every_request_in_it_gave_up() -> None:
+    x = np.ones((1, 4), np.float32)
+    with Watchdog() as dog, _slow_batcher(dog, 1_000_000) as b:
+        doomed = [b.submit([x], deadline=time.monotonic() + 0.3) for _ in range(2)]
+        for f in doomed:
+            with pytest.raises(DeadlineExceeded, match="run stopped at its deadline"):
+                f.result(60)
+        assert dog.fired == 1
+        assert b.stats().batch_sizes == {2: 1}  # one batch, stopped once
+
+
+def test_one_patient_request_keeps_its_batch_running() -> None:
+    x = np.ones((1, 4), np.float32)
+    with Watchdog() as dog, _slow_batcher(dog, 600) as b:
+        hasty = b.submit([x], deadline=time.monotonic() + 0.05)
+        patient = b.submit([x])
+        np.testing.assert_array_equal(patient.result(120)[0], x)
+        assert hasty.done()  # ran in the same batch (or left the queue at its deadline)
+        assert dog.fired == 0
+
+
+def test_many_batchers_share_one_bounded_dispatcher() -> None:
+    before = threading.active_count()
+    model = _model()
+    with BatchDispatcher(2, "shared-batch") as dispatcher:
+        batchers = [Batcher(model, 4, 1_000, dispatcher=dispatcher) for _ in range(64)]
+        assert threading.active_count() == before + 2
+        x = _rows(1)
+        with ThreadPoolExecutor(16) as pool:
+            outputs = list(
+                pool.map(lambda b: b.infer([x], deadline=time.monotonic() + 60), batchers)
+            )
+        for out in outputs:
+            np.testing.assert_allclose(out[0], mlp_reference(x), rtol=1e-5)
+        for b in batchers:
+            b.close()
+    assert threading.active_count() == before

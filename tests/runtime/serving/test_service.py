@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.runtime.bundlekit import BundleKit
-from tests.runtime.stack import open_stack
+from tests.runtime.bundlekit import BundleKit, slow_model
+from tests.runtime.stack import Stack, open_stack
 from wasmgate.runtime.errors import (
     BadRequest,
     BundleRejected,
@@ -300,3 +300,62 @@ async def test_model_only_bundle(tmp_path: Path, kit: BundleKit) -> None:
             ModelRequest("twice", {"x": np.arange(8, dtype=np.float32).reshape(2, 4)})
         )
         np.testing.assert_array_equal(answer.outputs["y"][1], [8, 10, 12, 14])
+
+
+def _slow_bundle(kit: BundleKit, iterations: int) -> Path:
+    model = kit.root / f"slow-{iterations}.onnx"
+    model.write_bytes(slow_model(iterations))
+    one_at_a_time = {"limits": {"deadline_ms": 120_000, "max_in_flight": 1, "queue_size": 0}}
+    return kit.build(
+        "slow",
+        1,
+        adapter=False,
+        model_name="slow",
+        model_file=model,
+        batching={"max_batch_size": 1, "max_queue_delay_us": 0},
+        sections=one_at_a_time,
+    )
+
+
+def _gauge(st: Stack, series: str) -> float:
+    for line in st.metrics.exposition()[0].decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def _until_free(st: Stack, name: str, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while _gauge(st, f'wasmgate_in_flight{{name="{name}"}}') > 0:
+        assert time.monotonic() < end, f"{name}: admission slot still taken after {seconds}s"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_stopped_run_frees_its_slot(tmp_path: Path, kit: BundleKit) -> None:
+    x = {"x": np.ones((1, 4), np.float32)}
+    # A million iterations would take an hour: only the watchdog ends the run this soon.
+    async with open_stack(tmp_path, kit, start=(_slow_bundle(kit, 1_000_000),)) as st:
+        with pytest.raises(DeadlineExceeded):
+            await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 0.3))
+        await _until_free(st, "slow", 60)
+        assert _gauge(st, 'wasmgate_runs_cancelled_total{model="slow"}') == 1
+        with pytest.raises(DeadlineExceeded):  # admitted (not Busy): the slot is free again
+            await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 0.3))
+
+
+async def test_an_unstoppable_run_keeps_its_slot_until_it_ends(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    x = {"x": np.ones((1, 4), np.float32)}
+    # No watchdog: like a LiteRT invoke, the run goes on after the client's 504, and its
+    # tenant (this model) pays for it: its one slot stays taken until the run ends.
+    bundle = _slow_bundle(kit, 2_000)
+    async with open_stack(tmp_path, kit, start=(bundle,), watchdog=False) as st:
+        with pytest.raises(DeadlineExceeded):
+            await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 0.1))
+        assert _gauge(st, 'wasmgate_in_flight{name="slow"}') == 1
+        with pytest.raises(Busy):
+            await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 60))
+        await _until_free(st, "slow", 300)
+        answer = await st.service.infer_model(ModelRequest("slow", x))
+        np.testing.assert_array_equal(answer.outputs["y"], x["x"])

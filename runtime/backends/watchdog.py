@@ -1,0 +1,108 @@
+"""One thread that stops native runs at their deadline (ONNX Runtime's ``RunOptions.terminate``).
+
+A backend run that can be cancelled registers ``(deadline, cancel)`` for its duration
+(`Watchdog.guard`); when the deadline passes first, the watchdog calls ``cancel`` from its
+own thread (ORT documents ``terminate`` as settable from another thread: the run then fails
+with "Exiting due to terminate flag being set to true"). One watchdog serves every model of
+a daemon, so cancellation costs no thread per model or per run. The composition root owns
+it (``with Watchdog() as w``) and passes it to the backends through ``LoadOptions``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Self
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Guard:
+    """One registered run; ``fired`` once the watchdog cancelled it."""
+
+    label: str
+    cancel: Callable[[], None]
+    fired: bool = False
+    done: bool = field(default=False, repr=False)
+
+
+class Watchdog:
+    """Calls each guard's ``cancel`` once its deadline passes while the run still goes on."""
+
+    def __init__(self, on_fire: Callable[[str], None] | None = None) -> None:
+        """``on_fire(label)`` is told of every cancellation (metrics)."""
+        self._on_fire = on_fire
+        self._heap: list[tuple[float, int, Guard]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.fired = 0
+        self._thread = threading.Thread(target=self._loop, name="wasmgate-watchdog", daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def guard(
+        self, deadline: float | None, cancel: Callable[[], None], label: str = ""
+    ) -> Iterator[Guard]:
+        """Watch the block: ``cancel()`` is called if ``deadline`` passes inside it."""
+        entry = Guard(label, cancel)
+        if deadline is not None:
+            with self._cond:
+                heapq.heappush(self._heap, (deadline, next(self._seq), entry))
+                self._cond.notify()
+        try:
+            yield entry
+        finally:
+            with self._cond:
+                entry.done = True  # the heap entry is dropped lazily when it comes due
+
+    def close(self) -> None:
+        """Stop the thread; guards still open are no longer watched. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._closed:
+                due = self._due()
+                if due is None:
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                    continue
+                due.fired = True
+                self.fired += 1
+                self._fire(due)
+
+    def _due(self) -> Guard | None:
+        """The first guard whose deadline passed (lock held); finished ones are discarded."""
+        now = time.monotonic()
+        while self._heap and (self._heap[0][2].done or self._heap[0][0] <= now):
+            _, _, entry = heapq.heappop(self._heap)
+            if not entry.done:
+                return entry
+        return None
+
+    def _fire(self, entry: Guard) -> None:
+        try:
+            entry.cancel()
+        except Exception:
+            log.exception("cancelling a run at its deadline failed", extra={"model": entry.label})
+        if self._on_fire is not None:
+            self._on_fire(entry.label)
+        log.info("run stopped at its deadline", extra={"model": entry.label})

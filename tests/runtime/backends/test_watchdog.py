@@ -1,0 +1,104 @@
+"""Deadlines stop native work: the watchdog terminates real ONNX Runtime runs at their deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tests.runtime.backends.conftest import X86
+from tests.runtime.bundlekit import slow_model
+from wasmgate.device_profiles import DeviceProfile
+from wasmgate.runtime.backends import LoadOptions, ModelSpec
+from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel
+from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.errors import DeadlineExceeded
+
+X = np.ones((2, 4), np.float32)
+
+
+@pytest.fixture
+def fired() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def watchdog(fired: list[str]) -> Iterator[Watchdog]:
+    with Watchdog(on_fire=fired.append) as dog:
+        yield dog
+
+
+def _slow(profile: DeviceProfile, watchdog: Watchdog | None, iterations: int) -> OnnxModel:
+    options = LoadOptions(profile, host=X86, watchdog=watchdog)
+    return OnnxBackend().load(slow_model(iterations), ModelSpec("slow"), options)
+
+
+def test_a_run_past_its_deadline_is_terminated(
+    cpu_profile: DeviceProfile, watchdog: Watchdog, fired: list[str]
+) -> None:
+    # 1M iterations would run for an hour: only the terminate flag can end it in time.
+    model = _slow(cpu_profile, watchdog, 1_000_000)
+    with pytest.raises(DeadlineExceeded, match="slow: run stopped at its deadline"):
+        model.infer([X], deadline=time.monotonic() + 0.3)
+    assert watchdog.fired == 1
+    assert fired == ["slow"]
+
+
+def test_runs_within_their_deadline_are_left_alone(
+    cpu_profile: DeviceProfile, watchdog: Watchdog
+) -> None:
+    model = _slow(cpu_profile, watchdog, 2)
+    for _ in range(20):
+        np.testing.assert_array_equal(model.infer([X], deadline=time.monotonic() + 60)[0], X)
+    np.testing.assert_array_equal(model.infer([X])[0], X)  # no deadline: not watched
+    assert watchdog.fired == 0
+
+
+def test_a_run_never_starts_past_its_deadline(
+    cpu_profile: DeviceProfile, watchdog: Watchdog
+) -> None:
+    model = _slow(cpu_profile, watchdog, 1_000_000)
+    with pytest.raises(DeadlineExceeded, match="before the run started"):
+        model.infer([X], deadline=time.monotonic() - 0.001)
+    assert watchdog.fired == 0
+
+
+def test_concurrent_runs_stop_each_at_its_own_deadline(
+    cpu_profile: DeviceProfile, watchdog: Watchdog
+) -> None:
+    slow = _slow(cpu_profile, watchdog, 1_000_000)
+    quick = _slow(cpu_profile, watchdog, 2)
+    errors: list[BaseException] = []
+
+    def doomed() -> None:
+        try:
+            slow.infer([X], deadline=time.monotonic() + 0.2)
+        except DeadlineExceeded as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=doomed) for _ in range(3)]
+    for t in threads:
+        t.start()
+    # Meanwhile a patient caller of another model is never cancelled.
+    np.testing.assert_array_equal(quick.infer([X], deadline=time.monotonic() + 120)[0], X)
+    for t in threads:
+        t.join(120)
+    assert len(errors) == 3
+    assert watchdog.fired == 3
+
+
+def test_without_a_watchdog_a_run_goes_on(cpu_profile: DeviceProfile) -> None:
+    model = _slow(cpu_profile, None, 20)
+    np.testing.assert_array_equal(model.infer([X], deadline=time.monotonic() + 60)[0], X)
+
+
+def test_closed_watchdog_joins_its_thread() -> None:
+    before = threading.active_count()
+    dog = Watchdog()
+    assert threading.active_count() == before + 1
+    dog.close()
+    dog.close()  # idempotent
+    assert threading.active_count() == before
