@@ -65,6 +65,10 @@ class BridgeState:
     expired: int = 0
     in_flight: int = 0
     busy_retries: int = 0
+    retained_ignored: int = 0
+    """Retained requests (replayed by the broker at every subscribe) ignored, unanswered."""
+    replies_refused: int = 0
+    """Requests dropped because their Response Topic is refused (see mqtt.response_topics)."""
     by_status: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -106,7 +110,7 @@ class MqttBridge:
         self._metrics = metrics
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._recent = RecentRequests(settings.dedupe_window_s)
+        self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
         self._closing = False
         self._client: MqttClient | None = None
         self.state = BridgeState(ClientState(), gateway_id(settings))
@@ -193,6 +197,10 @@ class MqttBridge:
         if route is None:
             log.warning("ignoring message on unexpected topic %r", msg.topic)
             return True
+        why = self._refusal(msg)
+        if why is not None:
+            log.warning("ignoring mqtt request on %r: %s", msg.topic[:200], why)
+            return True
         small = len(msg.payload) <= self._settings.max_payload_bytes
         obj = json_object(msg.payload) if small else None
         reply = self._reply_to(msg, route, request_id(obj))
@@ -218,6 +226,19 @@ class MqttBridge:
         else:
             self._recent.forget(key, "answer dropped from the outbox")
         return answered
+
+    def _refusal(self, msg: Incoming) -> str | None:
+        """Why ``msg`` is ignored (acked, never worked nor answered), or None."""
+        if msg.retain:
+            # A retained request would run again at every start and reconnect.
+            self.state.retained_ignored += 1
+            return "it is a retained message (publish requests without retain)"
+        if msg.response_topic:
+            why = self.topics.reply_refusal(msg.response_topic)
+            if why is not None:
+                self.state.replies_refused += 1
+                return f"Response Topic {msg.response_topic[:200]!r} refused: {why}"
+        return None
 
     async def _answer_or_drop(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply

@@ -135,6 +135,7 @@ def _incoming(message: paho.MQTTMessage, generation: int, v5: bool) -> Incoming:
         content_type=getattr(props, "ContentType", None),
         expiry_s=int(expiry) if expiry is not None else None,
         user_properties=user,
+        retain=bool(message.retain),
     )
 
 

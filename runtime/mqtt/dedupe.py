@@ -7,6 +7,9 @@ address or without correlation are never deduplicated (nothing tells two apart).
 
 Each entry holds a future resolved when the first copy's answer reached the broker; a
 duplicate waits on it and is then only acknowledged. Entries expire after the window.
+Keys are fixed-size digests (a requester controls topic and correlation sizes) and at most
+``max_entries`` are kept: beyond, the oldest goes (a copy still waiting on it is not acked,
+so the broker redelivers it later).
 """
 
 from __future__ import annotations
@@ -33,15 +36,22 @@ def dedupe_key(
         tag = b"i\0" + str(rid).encode()
     else:
         return None
-    digest = hashlib.blake2b(payload, digest_size=16).digest()
-    return b"\0".join((reply_topic.encode(), tag, digest))
+    key = hashlib.blake2b(digest_size=KEY_BYTES)
+    for part in (reply_topic.encode(), tag, payload):
+        key.update(len(part).to_bytes(8, "little"))  # length-prefixed: parts cannot blur
+        key.update(part)
+    return key.digest()
+
+
+KEY_BYTES = 32
 
 
 class RecentRequests:
     """Keys seen within ``window_s``, oldest first (insertion order = expiry order)."""
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, max_entries: int = 10_000) -> None:
         self._window_s = window_s
+        self._max = max_entries
         self._seen: OrderedDict[bytes, tuple[float, asyncio.Future[None]]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -61,6 +71,8 @@ class RecentRequests:
     def remember(self, key: bytes) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._seen[key] = (time.monotonic() + self._window_s, fut)
+        while len(self._seen) > self._max:
+            self.forget(next(iter(self._seen)), "dedupe window full")
         return fut
 
     def answered(self, key: bytes) -> None:

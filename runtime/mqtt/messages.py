@@ -43,6 +43,8 @@ class Incoming:
     expiry_s: int | None = None
     """Remaining Message Expiry Interval as forwarded by the broker."""
     user_properties: Mapping[str, str] = field(default_factory=dict)
+    retain: bool = False
+    """Delivered from the broker's retained store (a replay, not a fresh request)."""
 
 
 @dataclass(frozen=True)

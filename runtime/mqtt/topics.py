@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
+from paho.mqtt.client import topic_matches_sub
+
 from wasmgate.runtime.ops.config import MqttSettings
 
 Kind = Literal["adapter", "model"]
@@ -35,8 +37,10 @@ class Topics:
     """Builds and parses the bridge's topics for one gateway."""
 
     def __init__(self, settings: MqttSettings) -> None:
-        self.root = f"{settings.topic_prefix.rstrip('/')}/{gateway_id(settings)}"
+        self.prefix = settings.topic_prefix.rstrip("/")
+        self.root = f"{self.prefix}/{gateway_id(settings)}"
         self._group = settings.shared_group
+        self._reply_filters = settings.response_topics
 
     @property
     def status(self) -> str:
@@ -72,6 +76,19 @@ class Topics:
             return None
         head, _, res = _PAIRS[route.kind]
         return f"{self.root}/{head}/{route.name}/{res}/{route.client}"
+
+    def reply_refusal(self, topic: str) -> str | None:
+        """Why the daemon must not publish a requester's answer to ``topic``, or None.
+
+        Any client may name any Response Topic: without this it could make the daemon
+        publish chosen bytes to an actuator's command topic or spoof a gateway's status."""
+        if topic == self.prefix or topic.startswith(self.prefix + "/"):
+            return f"it is inside the daemon's own tree {self.prefix!r}"
+        if topic.startswith("$") or "+" in topic or "#" in topic or "\0" in topic:
+            return "it is a system topic or holds a wildcard"
+        if not any(topic_matches_sub(f, topic) for f in self._reply_filters):
+            return "it matches none of mqtt.response_topics"
+        return None
 
     def events(self, adapter: str) -> str:
         return f"{self.root}/events/{adapter}"

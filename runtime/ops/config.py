@@ -103,6 +103,13 @@ class MqttSettings(_Section):
     """Answers kept while disconnected, published on reconnect (oldest dropped beyond)."""
     dedupe_window_s: float = Field(default=300.0, ge=0)
     """Window in which a redelivered request (same correlation data or id) is answered once."""
+    dedupe_max_entries: int = Field(default=10_000, gt=0)
+    """Requests remembered for the dedupe window at most (32 bytes each); oldest go first."""
+    response_topics: tuple[str, ...] = ("#",)
+    """Topic filters (``+``/``#`` wildcards) a request's Response Topic must match, e.g.
+    ``["devices/+/replies/#"]``. The daemon's own tree (``topic_prefix``), ``$`` topics and
+    topics with wildcards are refused whatever this says. Narrow it, and give devices
+    broker ACLs on what they may publish and subscribe."""
     reconnect_max_s: float = Field(default=30.0, gt=0)
     """Cap of the exponential reconnect backoff."""
     busy_retry_s: float = Field(default=5.0, ge=0)

@@ -115,6 +115,7 @@ class Requester:
         qos: int = 1,
         expiry: int | None = None,
         user: list[tuple[str, str]] | None = None,
+        retain: bool = False,
     ) -> None:
         props = None
         if self.v5:
@@ -127,7 +128,7 @@ class Requester:
                 props.MessageExpiryInterval = expiry
             if user:
                 props.UserProperty = user
-        self._client.publish(topic, payload, qos=qos, properties=props)
+        self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
 
     def snapshot(self) -> list[Reply]:
         with self._lock:

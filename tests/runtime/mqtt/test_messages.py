@@ -114,6 +114,23 @@ def test_dedupe_key_identity() -> None:
     assert dedupe_key("r", None, 5, b"p") == dedupe_key("r", None, "5", b"p")
     assert dedupe_key(None, b"c1", None, b"p") is None
     assert dedupe_key("r", None, None, b"p") is None
+    # A requester controls topic and correlation sizes: the key stays 32 bytes, and the
+    # length-prefixed parts cannot be shifted into one another.
+    huge = dedupe_key("t" * 100_000, b"c" * 100_000, None, b"p" * 100_000)
+    assert huge is not None
+    assert len(huge) == len(key) == 32
+    assert dedupe_key("r\0c", b"x", None, b"p") != dedupe_key("r", b"\0cx", None, b"p")
+
+
+async def test_recent_requests_are_capped_oldest_first() -> None:
+    recent = RecentRequests(window_s=600, max_entries=100)
+    first = recent.remember(b"k0")
+    for i in range(1, 2000):
+        _ = recent.remember(b"k%d" % i)
+    assert len(recent) == 100
+    assert recent.recall(b"k0") is None
+    assert recent.recall(b"k1999") is not None
+    assert isinstance(first.exception(), NotAnswered)  # a copy waiting on it is not acked
 
 
 async def test_recent_requests_window() -> None:
