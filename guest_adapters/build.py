@@ -31,6 +31,7 @@ __all__ = [
     "build_adapter",
     "default_cache_dir",
     "package_root",
+    "refresh_adapter",
     "sdk_dir",
     "zig_version",
 ]
@@ -129,15 +130,19 @@ def _is_zig(sources: Sequence[Path]) -> bool:
     return sources[0].suffix == ".zig"
 
 
+def _inputs(sources: Sequence[Path]) -> list[Path]:
+    """Every file the module depends on: the sources, headers (or Zig files) next to them
+    and the SDK headers."""
+    inputs = list(sources)
+    near = "*.zig" if _is_zig(sources) else "*.h"
+    inputs += sorted({h for s in sources for h in s.parent.glob(near)} - set(sources))
+    return inputs + sorted(sdk_dir().glob("*.h"))
+
+
 def _cache_key(sources: Sequence[Path], flags: Sequence[str]) -> str:
     h = hashlib.sha256()
     h.update(f"zig {zig_version()}\0{' '.join(flags)}\0".encode())
-    inputs = list(sources)
-    # Headers (or Zig files) next to the sources and the SDK headers can change the output.
-    near = "*.zig" if _is_zig(sources) else "*.h"
-    inputs += sorted({h for s in sources for h in s.parent.glob(near)} - set(sources))
-    inputs += sorted(sdk_dir().glob("*.h"))
-    for path in inputs:
+    for path in _inputs(sources):
         h.update(path.name.encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
     return h.hexdigest()
@@ -165,6 +170,25 @@ def _compile(sources: Sequence[Path], flags: Sequence[str], out: Path) -> None:
     if done.returncode != 0 or not out.is_file():
         names = ", ".join(s.name for s in sources)
         raise AdapterBuildError(f"compiling {names} failed", done.stderr.strip())
+
+
+def refresh_adapter(src_dir: Path, wasm: Path) -> BuiltAdapter | None:
+    """Rebuild ``wasm`` from the sources in ``src_dir`` when any of them (or a header) is
+    newer than it, or it is missing; None when it is current or there is no source.
+
+    ``bundle build`` calls this so a bundle never ships a module older than its source, while
+    a module built by hand after the last edit (other flags, another toolchain) is kept."""
+    try:
+        sources = _sources(src_dir)
+    except AdapterSourceError:
+        return None  # a prebuilt module only (Rust, TinyGo, ...): nothing to compare with
+    try:
+        built_ns = wasm.stat().st_mtime_ns
+    except FileNotFoundError:
+        built_ns = -1
+    if all(p.stat().st_mtime_ns <= built_ns for p in _inputs(sources)):
+        return None
+    return build_adapter(src_dir, wasm)
 
 
 def build_adapter(

@@ -14,9 +14,12 @@ SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import ssl
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -25,7 +28,7 @@ from wasmgate.runtime.app import WATCHER, build_app, load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, REGISTRY, SERVICE
-from wasmgate.runtime.ops.config import Settings, load_settings
+from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
@@ -36,6 +39,41 @@ log = logging.getLogger("wasmgate.daemon")
 
 _RESTART_ONLY = ("mqtt", "paths", "cloud", "profile")
 _HTTP_LIVE = ("management_token",)
+
+
+class ListenError(DaemonError):
+    """The HTTP listener cannot bind its address (in use, not permitted, not local)."""
+
+
+def _listen_problem(http: HttpSettings, err: OSError) -> ListenError:
+    where = f"{http.host}:{http.port}"
+    if err.errno == errno.EADDRINUSE:
+        hint = (
+            f"address already in use (is another wasmgate running? ss -ltnp 'sport = :{http.port}')"
+        )
+    elif err.errno == errno.EACCES:
+        hint = "permission denied (ports below 1024 need privileges)"
+    else:
+        hint = err.strerror or str(err)
+    return ListenError(f"cannot listen on {where}: {hint}; set http.port or --port")
+
+
+def check_listen(http: HttpSettings) -> None:
+    """Bind and release the HTTP address once, so a port in use is reported before the
+    (possibly long) bundle loading rather than after it. Port 0 always binds."""
+    if http.port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(
+            http.host, http.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _name, addr in infos:
+            with socket.socket(family, kind, proto) as sock:
+                # The same option the real listener uses, so TIME_WAIT leftovers don't count.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(addr)
+    except OSError as e:
+        raise _listen_problem(http, e) from e
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -70,6 +108,8 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         keepalive_timeout=settings.http.header_timeout_s,
     )
     notifier.status("loading bundles")
+    check_listen(settings.http)
+    started = time.monotonic()
     try:
         await runner.setup()
         site = GuardedSite(
@@ -79,11 +119,20 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
             app[CONNECTIONS],
             ssl_context=_ssl_context(settings),
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            raise _listen_problem(settings.http, e) from e
     except BaseException:
         await runner.cleanup()
         raise
-    log.info("listening", extra={"addresses": [str(a) for a in runner.addresses]})
+    log.info(
+        "listening",
+        extra={
+            "addresses": [str(a) for a in runner.addresses],
+            "startup_s": round(time.monotonic() - started, 2),
+        },
+    )
     notifier.ready(_summary(app))
     try:
         await _serve(app, notifier)

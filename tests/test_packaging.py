@@ -95,6 +95,9 @@ def test_wheel_contains_packages_and_data(wheel: Path) -> None:
     data = [
         *(REPO / "device_profiles").glob("*.toml"),
         *(REPO / "guest_adapters" / "sdk").glob("*.h"),
+        *(REPO / "guest_adapters" / "examples").glob("*/samples/*"),  # expect.toml too
+        REPO / "guest_adapters" / "models" / "digits-test.npz",  # the tritonclient snippet's
+        *(REPO / "runtime" / "http" / "static").iterdir(),  # the status page, no CDN
     ]
     for path in data:
         rel = "wasmgate/" + str(path.relative_to(REPO))

@@ -44,7 +44,15 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     new.add_argument("--name", help="Bundle name (default: DIR's name).")
     new.set_defaults(func=_new)
 
-    lst = actions.add_parser("examples", help="List the bundled example adapters.")
+    lst = actions.add_parser(
+        "examples",
+        help="List the bundled example adapters (--path: print their directory only).",
+    )
+    lst.add_argument(
+        "--path",
+        action="store_true",
+        help="Print only the examples directory, for S=$(wasmgate adapter examples --path).",
+    )
     lst.set_defaults(func=_examples)
 
     test = actions.add_parser(
@@ -52,7 +60,9 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="Run an adapter once per payload in the sandbox with real models.",
         description="Run ADAPTER (a .wasm, a .c, or a DIR with bundle.toml) once per payload. "
         "A DIR's bundle.toml supplies models (fp32 variant), params and limits; options override. "
-        "Without --payload, every file in DIR/samples is fed.",
+        "Without --payload, every file in DIR/samples is fed; samples/expect.toml names the "
+        'ones meant to fail ("malformed.json" = 1). Exit 0 when every payload got the '
+        "status it should (0 unless expect.toml says otherwise), else 1.",
     )
     test.add_argument("adapter", type=Path, metavar="ADAPTER.wasm|SRC.c|DIR")
     test.add_argument(
@@ -83,13 +93,18 @@ def _build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _examples(_args: argparse.Namespace) -> int:
+def _examples(args: argparse.Namespace) -> int:
+    if args.path:
+        print(example_dir(example_names()[0]).parent)
+        return EXIT_OK
     for name in example_names():
         print(f"{name}\t{example_dir(name)}")
     return EXIT_OK
 
 
 _NAME_LINE = re.compile(r'^name = "[^"]*"$', re.MULTILINE)
+_HEADER = re.compile(r"\A(?:#[^\n]*\n)+")
+_PACKAGED_MODEL = re.compile(r'"\.\./\.\./models/([^"/]+)"')
 _VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -106,14 +121,27 @@ def _new(args: argparse.Namespace) -> int:
         raise CliError(f"{dest} exists and is not empty")
     shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.wasm"))
     toml = dest / "bundle.toml"
-    text = _NAME_LINE.sub(f'name = "{name}"', toml.read_text(encoding="utf-8"), count=1)
-    # The example points at ../../models; a copy elsewhere points at the packaged models.
-    text = text.replace('"../../models/', f'"{models_dir().resolve()}/')
-    toml.write_text(text, encoding="utf-8")
+    toml.write_text(_own_bundle_toml(toml.read_text(encoding="utf-8"), name, dest), "utf-8")
     print(f"{dest}: adapter {name!r} from example {args.example!r}. Next:")
     print(f"  wasmgate adapter build {dest} --out {dest}/adapter.wasm")
     print(f"  wasmgate adapter test {dest}")
     return EXIT_OK
+
+
+def _own_bundle_toml(text: str, name: str, dest: Path) -> str:
+    """The example's bundle.toml made the new adapter's own: its name and header, and the
+    models it names copied into ``dest/models`` (relative paths: the directory can move,
+    and no path into this machine's site-packages ends up in it)."""
+    header = (
+        f"# {name}: started from a wasmgate example (wasmgate adapter new). Build, then sign:\n"
+        "#   wasmgate adapter build . --out adapter.wasm\n"
+        f"#   wasmgate bundle build . --key ~/wasmgate.key --out {name}-1.wgb\n"
+    )
+    text = _HEADER.sub(header, _NAME_LINE.sub(f'name = "{name}"', text, count=1), count=1)
+    for model in sorted(set(_PACKAGED_MODEL.findall(text))):
+        (dest / "models").mkdir(exist_ok=True)
+        shutil.copyfile(models_dir() / model, dest / "models" / model)
+    return _PACKAGED_MODEL.sub(r'"models/\1"', text)
 
 
 def _test(args: argparse.Namespace) -> int:
@@ -129,4 +157,4 @@ def _test(args: argparse.Namespace) -> int:
         statuses = run.run_all()
     except GuestAdapterError as e:
         raise CliError(str(e)) from e
-    return EXIT_OK if all(s == 0 for s in statuses) else EXIT_FAILURE
+    return EXIT_OK if run.passed(statuses) else EXIT_FAILURE

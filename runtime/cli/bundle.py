@@ -1,7 +1,9 @@
 """`wasmgate bundle`: build, verify and inspect signed bundles.
 
 - ``build DIR --key KEY [--version N] [--expires 90d] --out F.wgb``: DIR holds
-  ``bundle.toml`` (format: ``wasmgate.signing.build``) and the files it names.
+  ``bundle.toml`` (format: ``wasmgate.signing.build``) and the files it names. When DIR has
+  the adapter's source (``*.c`` or ``adapter.zig``) and it is newer than the ``.wasm``
+  bundle.toml names, the module is rebuilt first: a bundle never ships a stale adapter.
 - ``verify F [--trust FILE_OR_DIR] [--state-dir DIR]``: the full verification the daemon
   does (with ``--state-dir``, also the anti-rollback check); exit 1 with the reason.
 - ``inspect F [--json]``: the manifest as stated in the bundle, *without* verification.
@@ -11,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from wasmgate.guest_adapters.build import refresh_adapter
+from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
 from wasmgate.runtime.ops.config import Settings
@@ -77,7 +83,30 @@ def trust_path(args: argparse.Namespace) -> Path:
     return given / "trust.json" if given.is_dir() else given
 
 
+def _refresh_adapter(directory: Path) -> None:
+    """Rebuild the bundle's adapter module when its source is newer (see refresh_adapter)."""
+    try:
+        doc = tomllib.loads((directory / "bundle.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return  # build_bundle reports it with the manifest's own wording
+    adapter = doc.get("adapter")
+    name = adapter.get("file") if isinstance(adapter, dict) else None
+    if not isinstance(name, str) or not name.endswith(".wasm") or "/" in name:
+        return
+    try:
+        built = refresh_adapter(directory, directory / name)
+    except AdapterBuildError as e:
+        if e.output:
+            print(e.output, file=sys.stderr)
+        raise CliError(f"{name} is older than its source and rebuilding it failed: {e}") from e
+    except GuestAdapterError as e:
+        raise CliError(str(e)) from e
+    if built is not None:
+        print(f"{name}: rebuilt from source (the source was newer), sha256 {built.sha256}")
+
+
 def _build(args: argparse.Namespace) -> int:
+    _refresh_adapter(args.dir)
     key = load_signing_key(args.key, args)
     try:
         expires = parse_duration(args.expires)

@@ -5,6 +5,10 @@ adapter runs in a fresh ``wasmgate.sandbox`` instance under the bundle's limits,
 from files through the daemon's backends and device profile (``--profile``, else detected;
 a full-integer TFLite model keeps the daemon's float interface), ``param.*`` from bundle.toml.
 The answer goes to stdout; status, fallback requests, events and guest logs to stderr.
+
+Samples meant to fail say so in ``samples/expect.toml`` (``"malformed.json" = 1``: the
+status that sample should get; unlisted samples should get 0). A run passes when every
+payload got the status it was expected to get, so an unmodified example passes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from wasmgate.sandbox.models import ModelHandle
 
 _STATUS = {0: "ok", 1: "bad input", 2: "adapter error"}
 _TYPES = {".json": "application/json", ".bin": "application/octet-stream"}
+EXPECT_FILE = "expect.toml"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class Payload:
     label: str
     data: bytes
     content_type: str | None
+    expect: int = 0  # the status this payload should get (samples/expect.toml)
 
 
 @dataclass
@@ -73,6 +79,10 @@ class TestRun:
         run.payloads = _payloads(args.payload, src, args.content_type)
         run.profile = args.profile
         return run
+
+    def passed(self, statuses: list[int]) -> bool:
+        """Every payload got the status it was expected to get."""
+        return all(s == p.expect for s, p in zip(statuses, self.payloads, strict=True))
 
     def run_all(self) -> list[int]:
         options = LoadOptions(profile_named(self.profile))
@@ -114,6 +124,9 @@ class TestRun:
         prefix = f"{p.label}: " if many else ""
         ms = (res.instantiate_s + res.run_s) * 1000
         note = f"status {res.status} ({_STATUS.get(res.status, '?')}), {ms:.1f} ms"
+        if p.expect != 0:
+            verdict = "as expected" if res.status == p.expect else "UNEXPECTED"
+            note += f", {verdict} by samples/{EXPECT_FILE} (status {p.expect})"
         if res.fallback_reason:
             note += f", asks for cloud fallback: {res.fallback_reason}"
         for event in res.events:
@@ -166,10 +179,24 @@ def _pair(item: str, option: str) -> tuple[str, str]:
     return key, value
 
 
+def _expectations(samples: Path) -> dict[str, int]:
+    """``samples/expect.toml``: sample file name -> expected status (0 when unlisted)."""
+    raw = _read_bundle(samples / EXPECT_FILE)
+    for name, status in raw.items():
+        if not isinstance(status, int) or isinstance(status, bool) or status not in _STATUS:
+            raise AdapterSourceError(f"{samples / EXPECT_FILE}: {name}: want a status 0, 1 or 2")
+    return {str(k): int(v) for k, v in raw.items()}
+
+
 def _payloads(items: list[str], src: Path, content_type: str | None) -> list[Payload]:
     paths: list[str | Path] = list(items)
-    if not paths and src.is_dir() and (src / "samples").is_dir():
-        paths = sorted(p for p in (src / "samples").iterdir() if p.is_file())
+    expect: dict[str, int] = {}
+    samples = src / "samples"
+    if not paths and src.is_dir() and samples.is_dir():
+        expect = _expectations(samples)
+        paths = sorted(p for p in samples.iterdir() if p.is_file() and p.name != EXPECT_FILE)
+        if unknown := sorted(set(expect) - {p.name for p in paths if isinstance(p, Path)}):
+            raise AdapterSourceError(f"{samples / EXPECT_FILE}: no such sample: {unknown[0]}")
     if not paths:
         raise AdapterSourceError("no payload: give --payload FILE (or - for stdin)")
     out = []
@@ -182,5 +209,6 @@ def _payloads(items: list[str], src: Path, content_type: str | None) -> list[Pay
             data = path.read_bytes()
         except OSError as e:
             raise AdapterSourceError(f"payload {path}: cannot read: {e.strerror}") from e
-        out.append(Payload(path.name, data, content_type or _TYPES.get(path.suffix)))
+        kind = content_type or _TYPES.get(path.suffix)
+        out.append(Payload(path.name, data, kind, expect.get(path.name, 0)))
     return out

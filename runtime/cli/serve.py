@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
-from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers
+from wasmgate.runtime.cli._common import EXIT_FAILURE, EXIT_USAGE, CliError, SubParsers
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
@@ -41,17 +42,32 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 
 def _print_unit(args: argparse.Namespace) -> int:
-    from wasmgate.runtime.ops.unit import DEFAULT_CONFIG, current_executable, render_unit  # noqa: PLC0415
+    from wasmgate.runtime.ops.unit import (  # noqa: PLC0415
+        DEFAULT_CONFIG,
+        current_executable,
+        render_unit,
+        unit_path_problems,
+    )
 
     config = str(args.config.resolve()) if args.config is not None else DEFAULT_CONFIG
-    print(render_unit(current_executable(), config), end="")
+    exec_path = current_executable()
+    print(render_unit(exec_path, config), end="")
+    # On stderr, so `--print-unit > wasmgate.service` still writes a clean unit.
+    for problem in unit_path_problems(exec_path, config):
+        print(
+            f"warning: {problem}: the service will not start. Install wasmgate outside "
+            "/home, /root and /tmp (e.g. python3 -m venv /opt/wasmgate) and put the config "
+            "under /etc/wasmgate.",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.print_unit:
         return _print_unit(args)
-    from wasmgate.runtime.daemon import run_daemon  # noqa: PLC0415 - keep `--help` fast
+    from wasmgate.runtime.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
+    from wasmgate.runtime.ops.lock import data_dir_lock  # noqa: PLC0415 - keep `--help` fast
 
     try:
         settings = load_settings(args.config)
@@ -60,13 +76,19 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
         settings = settings.model_copy(update={"http": settings.http.model_copy(update=overrides)})
-    if args.demo:
-        settings = _demo_settings(settings)
     config_path = args.config if args.config is not None else _default_config()
+    # The demo owns <data_dir>/demo only, so a demo beside the real daemon is fine.
+    owned = settings.paths.data_dir / "demo" if args.demo else settings.paths.data_dir
     try:
-        return asyncio.run(run_daemon(settings, config_path))
+        check_listen(settings.http)  # before the demo build and the bundles: fail in seconds
+        with data_dir_lock(owned):
+            if args.demo:
+                settings = _demo_settings(settings)
+            return asyncio.run(run_daemon(settings, config_path))
     except ConfigError as e:
         raise CliError(str(e), EXIT_USAGE) from e
+    except ListenError as e:
+        raise CliError(str(e), EXIT_FAILURE) from e
 
 
 def _demo_settings(settings: Settings) -> Settings:

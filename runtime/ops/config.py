@@ -256,11 +256,41 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
-def _format_error(source: str, err: ValidationError) -> str:
+def _env_overrides() -> dict[tuple[str, ...], str]:
+    """Config-looking environment variables by the key path they set (lower case).
+
+    Only names with ``__`` count as config: ``WASMGATE_BUILD_CACHE`` and friends belong to
+    other tools, while ``WASMGATE_PROFILE``/``WASMGATE_DRAIN_S`` are top-level fields."""
+    found: dict[tuple[str, ...], str] = {}
+    for name in os.environ:
+        if name.upper().startswith(ENV_PREFIX):
+            found[tuple(name[len(ENV_PREFIX) :].lower().split("__"))] = name
+    return found
+
+
+def _check_env_sections(env: dict[tuple[str, ...], str]) -> None:
+    """A misspelled section (``WASMGATE_HTPP__PORT``) is an error, not silently ignored."""
+    sections = {
+        n
+        for n, f in Settings.model_fields.items()
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+    }
+    for path, name in sorted(env.items()):
+        if len(path) > 1 and path[0] not in sections:
+            known = ", ".join(sorted(sections))
+            raise ConfigError(f"environment variable {name}: unknown section {path[0]!r} ({known})")
+
+
+def _format_error(source: str, err: ValidationError, env: dict[tuple[str, ...], str]) -> str:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(root)"
+    loc = tuple(str(p).lower() for p in first["loc"])
+    key = ".".join(loc) or "(root)"
     kind = first["type"]
     problem = "unknown key" if kind == "extra_forbidden" else first["msg"]
+    # The environment wins over the file, so a key an environment variable sets is its fault.
+    blamed = next((env[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in env), None)
+    if blamed is not None:
+        source = f"environment variable {blamed}"
     return f"{source}: {key}: {problem}"
 
 
@@ -281,8 +311,10 @@ def load_settings(path: Path | None, *, required: bool = False) -> Settings:
             raise ConfigError(f"{file_path}: not valid TOML: {e}") from e
     elif required:
         raise ConfigError(f"{file_path}: cannot read: no such file")
-    source = str(file_path) if data else "environment"
+    source = str(file_path) if data else "configuration"
+    env = _env_overrides()
+    _check_env_sections(env)
     try:
         return Settings(**data)
     except ValidationError as e:
-        raise ConfigError(_format_error(source, e)) from e
+        raise ConfigError(_format_error(source, e, env)) from e

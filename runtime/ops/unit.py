@@ -103,6 +103,55 @@ def render_unit(exec_path: str = DEFAULT_EXEC, config: str = DEFAULT_CONFIG) -> 
     )
 
 
+# What the unit's protections hide from the service: ProtectHome=yes makes these empty...
+_HOME_HIDDEN = ("/home", "/root", "/run/user")
+# ...and PrivateTmp=yes gives the service its own empty /tmp and /var/tmp.
+_TMP_HIDDEN = ("/tmp", "/var/tmp")  # noqa: S108 - names them, never writes there
+
+
+def hidden_by_unit(path: str) -> str | None:
+    """Which protection of the unit hides ``path`` from the service (None: visible).
+
+    Symlinks are resolved too: a venv's ``python`` may point into /root even when the venv
+    itself is elsewhere."""
+    for candidate in dict.fromkeys((path, str(Path(path).resolve()))):
+        for prefixes, option in (
+            (_HOME_HIDDEN, "ProtectHome=yes"),
+            (_TMP_HIDDEN, "PrivateTmp=yes"),
+        ):
+            if any(candidate == p or candidate.startswith(p + "/") for p in prefixes):
+                return f"{candidate} is hidden by {option}"
+    return None
+
+
+def _interpreter(script: str) -> str | None:
+    """The ``#!`` interpreter of a console script (None when it is not a script)."""
+    try:
+        with Path(script).open("rb") as fh:
+            first = fh.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    parts = first[2:].decode(errors="replace").split()
+    return parts[0] if parts else None
+
+
+def unit_path_problems(exec_path: str, config: str) -> list[str]:
+    """One line per path the unit needs that its own protections hide from the service."""
+    problems = []
+    named = [
+        ("ExecStart", exec_path),
+        ("its interpreter", _interpreter(exec_path)),
+        ("--config", config),
+    ]
+    for what, path in named:
+        why = hidden_by_unit(path) if path else None
+        if why is not None:
+            problems.append(f"{what} {path}: {why}")
+    return problems
+
+
 def current_executable() -> str:
     """The ``wasmgate`` script next to this Python, else on PATH, else the default."""
     beside = Path(sys.executable).with_name("wasmgate")

@@ -107,7 +107,25 @@ def test_all_samples_of_the_anomaly_example() -> None:
     assert json.loads(lines["spike.json"])["anomaly"] is True
     assert json.loads(lines["normal.json"])["anomaly"] is False
     assert b"spike.json: event: " in done.stderr
-    assert done.returncode == 1  # malformed.json is among the samples, on purpose
+    # malformed.json fails on purpose and samples/expect.toml says so: the run passes.
+    assert b"malformed.json: status 1 (bad input)" in done.stderr
+    assert b"as expected by samples/expect.toml" in done.stderr
+    assert done.returncode == 0, done.stderr
+
+
+def test_unmet_expectations_fail_the_run(tmp_path: Path) -> None:
+    dest = tmp_path / "mine"
+    assert wasmgate("adapter", "new", dest, "--from", "digits").returncode == 0
+    expect = dest / "samples" / "expect.toml"
+    expect.write_text('"malformed.json" = 1\n"zero.json" = 1\n')
+    done = wasmgate("adapter", "test", dest)
+    assert done.returncode == 1
+    assert b"zero.json: status 0 (ok)" in done.stderr
+    assert b"UNEXPECTED by samples/expect.toml (status 1)" in done.stderr
+    expect.write_text('"gone.json" = 1\n')
+    assert b"no such sample: gone.json" in wasmgate("adapter", "test", dest).stderr
+    expect.write_text('"zero.json" = "ok"\n')
+    assert b"want a status 0, 1 or 2" in wasmgate("adapter", "test", dest).stderr
 
 
 def test_new_from_an_example_builds_and_runs(tmp_path: Path) -> None:
@@ -117,6 +135,13 @@ def test_new_from_an_example_builds_and_runs(tmp_path: Path) -> None:
     toml = (dest / "bundle.toml").read_text()
     assert 'name = "my-digits"' in toml
     assert "../../models" not in toml
+    assert str(models_dir()) not in toml  # no path into site-packages
+    assert 'fp32 = "models/digits-fp32.onnx"' in toml
+    assert toml.startswith("# my-digits: started from a wasmgate example")
+    assert "The digits example" not in toml
+    assert (dest / "models" / "digits-int8.onnx").read_bytes() == (
+        models_dir() / "digits-int8.onnx"
+    ).read_bytes()
     built = wasmgate("adapter", "build", dest, "--out", dest / "adapter.wasm")
     assert built.returncode == 0, built.stderr
     ran = wasmgate("adapter", "test", dest, "--payload", dest / "samples" / "three.bin")
@@ -125,9 +150,36 @@ def test_new_from_an_example_builds_and_runs(tmp_path: Path) -> None:
     again = wasmgate("adapter", "new", dest)
     assert again.returncode == 1
     assert b"not empty" in again.stderr
+    moved = dest.rename(tmp_path / "elsewhere")  # self-contained: the copy can move
+    every = wasmgate("adapter", "test", moved)  # an unmodified copy passes all its samples
+    assert every.returncode == 0, every.stderr
+
+
+def test_bundle_build_rebuilds_an_adapter_older_than_its_source(tmp_path: Path) -> None:
+    dest, key = tmp_path / "mine", tmp_path / "k.key"
+    assert wasmgate("adapter", "new", dest, "--from", "digits").returncode == 0
+    assert wasmgate("keygen", "--out", key).returncode == 0
+    assert wasmgate("adapter", "build", dest, "--out", dest / "adapter.wasm").returncode == 0
+    old = hashlib.sha256((dest / "adapter.wasm").read_bytes()).hexdigest()
+    src = dest / "adapter.c"
+    src.write_text(src.read_text().replace("low confidence", "not sure at all"))
+    later = (dest / "adapter.wasm").stat().st_mtime_ns + 1_000_000_000
+    os.utime(src, ns=(later, later))
+    done = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "b.wgb")
+    assert done.returncode == 0, done.stderr
+    assert b"adapter.wasm: rebuilt from source" in done.stdout
+    new = hashlib.sha256((dest / "adapter.wasm").read_bytes()).hexdigest()
+    assert new != old
+    shown = wasmgate("bundle", "inspect", tmp_path / "b.wgb", "--json")
+    assert json.loads(shown.stdout)["manifest"]["files"]["adapter.wasm"]["sha256"] == new
+    again = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "c.wgb")
+    assert b"rebuilt" not in again.stdout  # current now: kept as built
 
 
 def test_examples_lists_every_example() -> None:
     done = wasmgate("adapter", "examples")
     names = {line.split("\t")[0] for line in done.stdout.decode().splitlines()}
     assert names == {"digits", "digits-pipeline", "digits-zig", "vibration-anomaly"}
+    path = wasmgate("adapter", "examples", "--path").stdout.decode()
+    assert path.count("\n") == 1
+    assert (Path(path.strip()) / "digits" / "samples" / "zero.json").is_file()  # S=$(...)

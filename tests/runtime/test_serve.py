@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.daemon import Daemon
+from tests.fixtures.daemon import Daemon, write_config
 
 
 def test_health_endpoints(daemon_factory: Callable[..., Daemon]) -> None:
@@ -50,3 +53,42 @@ def test_demo_mode_serves_signed_examples(daemon_factory: Callable[..., Daemon])
         body = json.loads(answer.read())
     assert set(body) == {"digit", "confidence"}
     assert "DEMO MODE: trusting demo key" in daemon.log()
+
+
+def _serve_once(config: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``wasmgate serve`` expected to refuse at once: its exit code and output."""
+    cmd = [sys.executable, "-m", "wasmgate", "serve", "--config", str(config)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_port_in_use_is_one_line_before_loading(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        config = write_config(
+            tmp_path / "c.toml",
+            {"paths": {"data_dir": tmp_path / "data"}, "http": {"host": "127.0.0.1", "port": port}},
+        )
+        done = _serve_once(config)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"wasmgate serve: cannot listen on 127.0.0.1:{port}: address already in use"
+    )
+    assert "loading" not in done.stderr  # refused before any bundle work
+
+
+def test_second_daemon_on_one_data_dir_is_refused_and_sigkill_frees_it(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    first = daemon_factory(name="one")
+    assert first.proc is not None
+    second = Daemon(first.workdir, {})  # same data dir, its own free port
+    done = _serve_once(second.config_path)
+    assert done.returncode == 2, done.stderr
+    assert f"is in use by another wasmgate serve (pid {first.proc.pid})" in done.stderr
+    assert "Traceback" not in done.stderr
+    first.kill()  # SIGKILL: the kernel drops the lock with the process
+    second.start()
+    assert second.get_json("/v2/health/ready") == {"ready": True}
+    second.stop()

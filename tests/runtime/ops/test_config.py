@@ -53,6 +53,52 @@ def test_bad_file_errors_name_file_and_key(tmp_path: Path, text: str, needle: st
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(
+    ("var", "value", "needle"),
+    [
+        (
+            "WASMGATE_HTTP__PROT",
+            "1",
+            "environment variable WASMGATE_HTTP__PROT: http.prot: unknown key",
+        ),
+        ("WASMGATE_HTTP__PORT", "abc", "environment variable WASMGATE_HTTP__PORT: http.port:"),
+        (
+            "WASMGATE_HTPP__PORT",
+            "9000",
+            "environment variable WASMGATE_HTPP__PORT: unknown section 'htpp'",
+        ),
+        ("wasmgate_mqtt__qos", "7", "environment variable wasmgate_mqtt__qos: mqtt.qos:"),
+    ],
+)
+@pytest.mark.parametrize("with_file", [True, False])
+def test_env_errors_name_the_variable_not_the_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    var: str,
+    value: str,
+    needle: str,
+    with_file: bool,
+) -> None:
+    cfg = tmp_path / "typo5.toml"
+    cfg.write_text("[http]\nport = 9001\n")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(cfg if with_file else None)
+    assert needle in str(exc.value)
+    assert "typo5.toml" not in str(exc.value)
+
+
+def test_file_errors_still_blame_the_file_with_env_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[http]\nprot = 1\n")
+    monkeypatch.setenv("WASMGATE_HTTP__PORT", "9002")  # valid: not the one to blame
+    monkeypatch.setenv("WASMGATE_BUILD_CACHE", "/tmp/x")  # another tool's variable
+    with pytest.raises(ConfigError, match=r"c\.toml: http\.prot: unknown key"):
+        load_settings(cfg)
+
+
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.toml")

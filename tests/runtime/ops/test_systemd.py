@@ -24,7 +24,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.notify_socket import NotifySocket
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.ops.systemd import Notifier
-from wasmgate.runtime.ops.unit import current_executable, render_unit
+from wasmgate.runtime.ops.unit import current_executable, render_unit, unit_path_problems
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -197,6 +197,34 @@ def test_print_unit_names_this_installation(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert f"ExecStart={current_executable()} serve --config {tmp_path / 'c.toml'}" in out
+
+
+def test_print_unit_warns_about_paths_the_unit_hides(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [current_executable(), "serve", "--print-unit", "--config", str(tmp_path / "c.toml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "[Service]" in done.stdout  # the unit itself stays clean on stdout
+    assert "warning:" not in done.stdout
+    assert f"--config {tmp_path / 'c.toml'}: {tmp_path / 'c.toml'} is hidden by PrivateTmp=yes" in (
+        done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("exec_path", "config", "hidden"),
+    [
+        ("/usr/local/bin/wasmgate", "/etc/wasmgate/config.toml", []),
+        ("/root/venv/bin/wasmgate", "/etc/wasmgate/config.toml", ["ProtectHome=yes"]),
+        ("/home/pi/.venv/bin/wasmgate", "/var/tmp/c.toml", ["ProtectHome=yes", "PrivateTmp=yes"]),
+        ("/rootfs/bin/wasmgate", "/tmpfiles/c.toml", []),  # a prefix, not a parent
+    ],
+)
+def test_unit_path_problems(exec_path: str, config: str, hidden: list[str]) -> None:
+    problems = unit_path_problems(exec_path, config)
+    assert [p.rsplit(" ", 1)[-1] for p in problems] == hidden
 
 
 @pytest.fixture
