@@ -14,6 +14,7 @@ No module-level singletons: two apps in one process share nothing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -188,11 +189,17 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
+
+    async def trust_changed() -> None:
+        await apply_trust_file(app, registry, watcher)
+
     watcher = DirWatcher(
-        bundle_dir, lambda p: registry.install(p, source=f"file {p.name}", origin=p)
+        bundle_dir,
+        lambda p: registry.install(p, source=f"file {p.name}", origin=p),
+        trust_file=settings.paths.resolved_trust_file(),
+        on_trust_change=trust_changed,
     )
     files = bundle_files(bundle_dir)
-    watcher.mark_seen(files)
     notifier = app[NOTIFIER]
 
     def progress(what: str) -> None:
@@ -200,7 +207,8 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
         # start timeout per bundle instead of one huge TimeoutStartSec.
         notifier.notify(f"EXTEND_TIMEOUT_USEC={_EXTEND_US}", f"STATUS={what}")
 
-    await registry.start(files, progress)
+    refused = await registry.start(files, progress)
+    watcher.mark_seen(files, refused)
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     try:
@@ -210,6 +218,23 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
         service.start_draining()
         await service.drained(settings.drain_s)
         await registry.close(settings.drain_s)
+
+
+async def apply_trust_file(app: web.Application, registry: Registry, watcher: DirWatcher) -> bool:
+    """Re-read the trust file (it changed on disk): unload what it no longer accepts, retry
+    the files refused before. A refused trust file changes nothing; False then."""
+    try:
+        trust = await asyncio.to_thread(load_trust, app[LIVE].settings)
+    except SigningError as e:
+        log.error("trust file changed but is refused, keeping the running trust: %s", e)  # noqa: TRY400
+        return False
+    unloaded = await registry.apply_trust(trust)
+    log.info(
+        "trust file reloaded",
+        extra={"signers": len(trust.doc.signers), "unloaded_by_trust": unloaded},
+    )
+    await watcher.rescan(retry_refused=True)
+    return True
 
 
 def _bundle_status(registry: Registry) -> dict[str, object]:

@@ -6,8 +6,10 @@ around a reload; ``STOPPING=1`` when the drain starts.
 
 SIGHUP re-reads the config file: the log level, management token and limits apply at once;
 the trust store is re-read (bundles it no longer accepts are unloaded) and the bundle
-directory rescanned. Settings that need a restart (listen address, paths, MQTT, cloud,
-profile) are logged and keep their running value. An invalid file changes nothing.
+directory rescanned, retrying the files refused before. The trust file is also watched: a
+change on disk (``wasmgate trust add``) applies within a second or two without SIGHUP.
+Settings that need a restart (listen address, paths, MQTT, cloud, profile) are logged and
+keep their running value. An invalid file changes nothing.
 SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then exit 0.
 """
 
@@ -198,7 +200,9 @@ async def reload(app: web.Application) -> bool:
         service.update_limits(new.limits)
     try:
         unloaded = await app[REGISTRY].apply_trust(trust)
-        await app[WATCHER].rescan()
+        app[WATCHER].trust_seen()
+        # Files refused before may be what the new trust accepts (`trust add` + SIGHUP).
+        await app[WATCHER].rescan(retry_refused=True)
     except DaemonError:
         log.exception("reload: bundle rescan failed")
     else:

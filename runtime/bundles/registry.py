@@ -87,21 +87,64 @@ class Registry:
         self,
         bundle_files: Sequence[Path] = (),
         progress: Callable[[str], None] = lambda _what: None,
-    ) -> None:
+    ) -> list[Path]:
         """Serve what the store holds, then the bundle files; never raises for one bundle.
 
-        ``progress`` is told before each bundle (systemd: STATUS and a start-timeout extension).
+        ``progress`` is told before each bundle (systemd: STATUS and a start-timeout extension);
+        the log gets a line per bundle with the count and the time so far. Returns the files
+        refused (not those skipped as older than the installed version: one line names them).
         """
+        began = time.monotonic()
         await asyncio.to_thread(self._collect_leftovers)
-        for item in await asyncio.to_thread(self._store.installed):
-            progress(f"loading {item.manifest.label()}")
+        stored = await asyncio.to_thread(self._store.installed)
+        total = len(stored) + len(bundle_files)
+        log.info(
+            "loading %d bundles (%d installed, %d files)", total, len(stored), len(bundle_files)
+        )
+
+        def step(done: int, what: str) -> None:
+            progress(f"loading {what} ({done}/{total})")
+            elapsed = time.monotonic() - began
+            log.info("loading bundle %d/%d: %s (%.1f s so far)", done, total, what, elapsed)
+
+        for i, item in enumerate(stored, 1):
+            step(i, item.manifest.label())
             with contextlib.suppress(BundleRejected):
                 self._switch(await self._prepare(item, "store"), "store", 100)
-        for path in bundle_files:
-            progress(f"loading {path.name}")
-            with contextlib.suppress(BundleRejected):
-                await self.install(path, source=f"file {path.name}", origin=path)
+        refused, older = await self._start_files(bundle_files, len(stored), step)
         self.table.started = True
+        if older:
+            log.warning(
+                "skipped %d bundle files older than the installed versions (anti-rollback): "
+                "%s; delete them from %s (`wasmgate doctor` lists them)",
+                len(older),
+                ", ".join(older),
+                bundle_files[0].parent,
+            )
+        log.info(
+            "start-up bundles loaded: %d serving, %d refused, %d older skipped, %.1f s",
+            len(self.table.slots()),
+            len(refused),
+            len(older),
+            time.monotonic() - began,
+        )
+        return refused
+
+    async def _start_files(
+        self, files: Sequence[Path], offset: int, step: Callable[[int, str], None]
+    ) -> tuple[list[Path], list[str]]:
+        refused: list[Path] = []
+        older: list[str] = []
+        for i, path in enumerate(files, offset + 1):
+            step(i, path.name)
+            try:
+                await self.install(path, source=f"file {path.name}", origin=path)
+            except BundleRejected as e:
+                if is_rollback(e):
+                    older.append(f"{path.name} ({e})")
+                else:
+                    refused.append(path)
+        return refused, older
 
     async def close(self, wait_s: float) -> None:
         """Stop serving everything; wait up to ``wait_s`` for unloads, then give up."""
@@ -129,8 +172,12 @@ class Registry:
             try:
                 item = await asyncio.to_thread(self._store.stage, data)
             except SigningError as e:
-                msg = f"{e} (rollback)" if isinstance(e, RollbackError) else str(e)
-                self._record(source, ok=False, message=msg)
+                rollback = isinstance(e, RollbackError)
+                msg = f"{e} (rollback)" if rollback else str(e)
+                # An old file left in the bundle dir: one summary line at start, not one each.
+                self._record(
+                    source, ok=False, message=msg, quiet=rollback and not self.table.started
+                )
                 raise BundleRejected(msg) from e
             try:
                 bundle = await self._load_and_commit(item, source, percent)
@@ -264,12 +311,15 @@ class Registry:
 
     # -- internals --------------------------------------------------------------------
 
-    def _record(self, source: str, *, ok: bool, name: str | None = None, **kw: Any) -> None:
+    def _record(
+        self, source: str, *, ok: bool, name: str | None = None, quiet: bool = False, **kw: Any
+    ) -> None:
         event = Event(at=time.time(), source=source, ok=ok, name=name, **kw)
         self.events = [*self.events[-49:], event]
         if not ok:
             self._errors[name or source] = event
-            log.warning("bundle not installed: %s", event.message, extra={"source": source})
+            level = logging.DEBUG if quiet else logging.WARNING
+            log.log(level, "bundle not installed: %s", event.message, extra={"source": source})
         else:
             log.info("bundle %s", event.message, extra={"bundle": name, "version": event.version})
 
@@ -285,6 +335,11 @@ class Registry:
         fut: asyncio.Future[None] = loop.run_in_executor(None, bundle.close)
         self._closing.add(fut)
         fut.add_done_callback(self._closing.discard)
+
+
+def is_rollback(err: BundleRejected) -> bool:
+    """Refused only for being older than the installed version (retrying cannot help)."""
+    return isinstance(err.__cause__, RollbackError)
 
 
 def describe(bundle: LoadedBundle) -> dict[str, Any]:

@@ -204,3 +204,68 @@ async def test_revoked_key_unloads_on_trust_reload(tmp_path: Path, kit: BundleKi
         assert await st.registry.apply_trust(revoked) == ["probe"]
         assert st.service.adapter_names() == []
         assert "no longer accepts" in st.registry.failures()[0].message
+
+
+async def test_refused_files_are_retried_when_the_trust_changes(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    drop, stranger = tmp_path / "drop", BundleKit(tmp_path / "stranger")
+    drop.mkdir()
+    async with open_stack(tmp_path, kit) as st:
+        watcher = DirWatcher(drop, lambda p: st.registry.install(p, source=f"file {p.name}"))
+        stranger.build("probe", 1, out_dir=drop)
+        await watcher.poll_once()
+        await watcher.poll_once()
+        assert watcher.refused == [drop / "probe-1.wgb"]
+        await st.registry.apply_trust(kit.trust.with_signer(stranger.key.verify_key, ["*"], {}))
+        await watcher.rescan()  # a plain rescan only looks at changed files
+        assert st.service.adapter_names() == []
+        await watcher.rescan(retry_refused=True)  # what SIGHUP and a trust-file change do
+        assert st.service.adapter_names() == ["probe"]
+        assert watcher.refused == []
+
+
+async def test_trust_file_change_is_reported_once_it_settled(tmp_path: Path) -> None:
+    trust, calls = tmp_path / "trust.json", []
+
+    async def changed() -> None:
+        calls.append(trust.read_bytes())
+
+    watcher = DirWatcher(tmp_path / "none", changed, trust_file=trust, on_trust_change=changed)
+    await watcher.poll_once()
+    assert calls == []  # no file at start, none now: nothing changed
+    trust.write_bytes(b"{}")
+    await watcher.poll_once()  # first sighting: may still be written
+    assert calls == []
+    await watcher.poll_once()
+    await watcher.poll_once()
+    assert calls == [b"{}"]
+    watcher.trust_seen()  # SIGHUP reloaded it already
+    trust.write_bytes(b"{ }")
+    watcher.trust_seen()
+    await watcher.poll_once()
+    await watcher.poll_once()
+    assert calls == [b"{}"]
+
+
+async def test_older_files_at_start_are_one_line_not_a_warning_each(
+    tmp_path: Path, kit: BundleKit, caplog: pytest.LogCaptureFixture
+) -> None:
+    state, drop = tmp_path / "state", tmp_path / "drop"
+    drop.mkdir()
+    async with open_stack(tmp_path, kit, start=(kit.build("probe", 3),), state_dir=state):
+        pass
+    old = [kit.build("probe", v, out_dir=drop) for v in (1, 2)]
+    caplog.set_level("INFO", logger="wasmgate.registry")
+    async with open_stack(tmp_path, kit, start=tuple(old), state_dir=state) as st:
+        assert (await st.service.run_adapter(probe())).version == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("skipped 2 bundle files older than the installed versions")
+    assert "probe-1.wgb" in warnings[0]
+    assert "wasmgate doctor" in warnings[0]
+    infos = [r.getMessage() for r in caplog.records]
+    assert "loading bundle 3/3: probe-2.wgb" in " ".join(infos)  # progress with counts
+    assert any(
+        m.startswith("start-up bundles loaded: 1 serving, 0 refused, 2 older") for m in infos
+    )
