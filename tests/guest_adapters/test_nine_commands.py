@@ -65,7 +65,8 @@ def _answer_within(url: str, payload: bytes, timeout: float) -> bytes:
         try:
             request = urllib.request.Request(url, data=payload, method="POST")
             with urllib.request.urlopen(request, timeout=10) as answer:
-                return answer.read()
+                body: bytes = answer.read()
+                return body
         except urllib.error.HTTPError as e:  # 404 until the bundle is installed
             e.close()
             last = e

@@ -231,7 +231,10 @@ async def test_trust_file_change_is_reported_once_it_settled(tmp_path: Path) -> 
     async def changed() -> None:
         calls.append(trust.read_bytes())
 
-    watcher = DirWatcher(tmp_path / "none", changed, trust_file=trust, on_trust_change=changed)
+    async def install(path: Path) -> None:
+        raise AssertionError(path)  # no bundle directory here
+
+    watcher = DirWatcher(tmp_path / "none", install, trust_file=trust, on_trust_change=changed)
     await watcher.poll_once()
     assert calls == []  # no file at start, none now: nothing changed
     trust.write_bytes(b"{}")

@@ -130,7 +130,7 @@ def test_daemon_ready_watchdog_reload(
     ready = sock.wait_for("READY", "1")
     assert "serving 1 adapters" in ready.fields["STATUS"]
     [loading] = sock.with_field("EXTEND_TIMEOUT_USEC")  # one bundle loaded at start
-    assert loading.fields["STATUS"] == "loading probe-1.wgb"
+    assert loading.fields["STATUS"] == "loading probe-1.wgb (1/1)"  # with the count
     assert loading.at < ready.at
     time.sleep(1.0)
     assert len(sock.with_field("WATCHDOG", "1")) >= 2
