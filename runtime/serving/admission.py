@@ -73,12 +73,16 @@ class Gate:
     def hold(self, work: asyncio.Future[Any]) -> None:
         """Keep one running slot taken until ``work`` is done (called inside `admit`, whose
         own slot is then released as usual: the count never dips while the work runs)."""
+        # The caller gave up on ``work``: its outcome (often the sandbox's own deadline
+        # error) is retrieved here, or asyncio logs "exception was never retrieved".
         if work.done():
+            _ = work.cancelled() or work.exception()
             return
         self._running += 1
         self._changed()
 
-        def release(_: asyncio.Future[Any]) -> None:
+        def release(done: asyncio.Future[Any]) -> None:
+            _ = done.cancelled() or done.exception()
             self._running -= 1
             self._wake()
             self._changed()
