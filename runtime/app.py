@@ -24,6 +24,7 @@ from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.bundles.expiry import expiry_watch
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
@@ -182,9 +183,10 @@ def open_store(settings: Settings) -> BundleStore:
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     m = app[METRICS]
-    registry = Registry(open_store(settings), app[DEPS])
+    registry = Registry(open_store(settings), app[DEPS], settings.trust.expiry)
     published: set[str] = set()
     registry.on_change.append(lambda: _publish_backends(registry, m, published))
+    registry.on_change.append(lambda: m.set_expired(registry.expired))
     cloud = app.get(CLOUD)
     service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
     bundle_dir = settings.paths.resolved("bundle_dir")
@@ -212,7 +214,7 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     try:
-        async with watcher.running():
+        async with watcher.running(), expiry_watch(registry):
             yield
     finally:
         service.start_draining()
@@ -242,6 +244,7 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
         "serving": registry.status(),
         "failures": [vars(e) for e in registry.failures()],
         "recent": [vars(e) for e in registry.events[-20:]],
+        "expired": registry.expired,
     }
 
 

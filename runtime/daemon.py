@@ -199,6 +199,7 @@ async def reload(app: web.Application) -> bool:
     if isinstance(service, InferenceService):
         service.update_limits(new.limits)
     try:
+        app[REGISTRY].expiry = new.trust.expiry
         unloaded = await app[REGISTRY].apply_trust(trust)
         app[WATCHER].trust_seen()
         # Files refused before may be what the new trust accepts (`trust add` + SIGHUP).

@@ -112,6 +112,10 @@ class ExpiredError(BundleError):
     """The manifest's ``expires`` is not after max(now, clock floor)."""
 
 
+class FutureIssuedError(BundleError):
+    """The manifest's ``issued_at`` lies in the future beyond the allowed clock skew."""
+
+
 class RollbackError(BundleError):
     """The version is lower than the highest installed version of this name."""
 

@@ -58,7 +58,13 @@ from wasmgate.signing.state import (
     StateFile,
 )
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import VerifiedBundle, authenticate, check_fresh, verify_stream
+from wasmgate.signing.verify import (
+    VerifiedBundle,
+    authenticate,
+    check_fresh,
+    check_time,
+    verify_stream,
+)
 
 log = logging.getLogger("wasmgate.signing")
 
@@ -273,19 +279,25 @@ class BundleStore:
             self._state = new
 
     def recheck(self) -> dict[str, SigningError]:
-        """Re-authenticate every active bundle against the current trust store.
+        """Apply a fresh install's checks to every active bundle (start-up, trust reload).
 
-        Returns the refusals by name (revoked key or bundle, key no longer trusted, scope);
-        the caller decides whether to unload them.
+        Signature by a trusted, unrevoked key whose scope covers every claimed name, bundle
+        revocation, limit ceilings, then issue time and expiry against max(now, clock
+        floor). Returns the refusals by name; the caller decides what to do with them
+        (an :class:`ExpiredError` is subject to the daemon's expiry policy).
         """
         problems: dict[str, SigningError] = {}
+        now = self._clock()
         for name, entry in sorted(self._state.bundles.items()):
             if entry.active is None:
                 continue
             path = self.state_dir / "records" / f"{entry.active.digest}.json"
             try:
                 _, manifest_bytes, sig_bytes = read_record(path)
-                authenticate(manifest_bytes, sig_bytes, self.trust, name)
+                manifest, _, digest = authenticate(manifest_bytes, sig_bytes, self.trust, name)
+                if digest != entry.active.digest:
+                    raise BlobIntegrityError(f"install record {path.name}: manifest changed")
+                check_time(manifest, self._state, now)
             except SigningError as e:
                 problems[name] = e
         return problems

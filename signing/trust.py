@@ -7,8 +7,9 @@ A trust file is JSON, in one of two forms:
   "signatures": [...]}`` whose TrustDoc has a ``root`` section (k-of-n root keys).
 
 Invariants:
-- A signer may sign only bundle names matching one of its ``names`` patterns (fnmatch,
-  case-sensitive) and only limits at or below its ``max_limits`` ceilings.
+- A signer may sign only bundles whose every reachable name (bundle name, routes, models,
+  event topic; see ``scope.py``) matches one of its ``names`` patterns (fnmatch,
+  case-sensitive), and only limits at or below its ``max_limits`` ceilings.
 - Revoked key ids never verify; revoked manifest digests never install.
 - A signed trust file needs valid signatures of ``threshold`` distinct keys of its own
   root. With a pin directory, the last accepted signed file is pinned; a new one must have
@@ -19,7 +20,6 @@ Invariants:
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,6 @@ from wasmgate.signing.envelope import (
     loads_strict,
 )
 from wasmgate.signing.errors import (
-    KeyScopeError,
     LimitCeilingError,
     RevokedBundleError,
     RevokedKeyError,
@@ -46,6 +45,7 @@ from wasmgate.signing.errors import (
 )
 from wasmgate.signing.keys import decode_public, encode_public, key_id_of
 from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.scope import check_scope
 from wasmgate.signing.state import atomic_write
 from wasmgate.signing.trustdoc import TrustDoc, parse_doc, verify_threshold
 
@@ -169,13 +169,10 @@ class TrustStore:
         return decode_public(entry.public)
 
     def check_manifest(self, manifest: Manifest, key_id: str, digest: str) -> None:
-        """Name scope, limit ceilings and bundle revocation for a verified manifest."""
+        """Scope (every claimed name), limit ceilings and bundle revocation of a manifest."""
         label = manifest.label()
         entry = self.doc.signers[key_id]
-        if not any(fnmatch.fnmatchcase(manifest.name, p) for p in entry.names):
-            raise KeyScopeError(
-                label, f"key {key_id} may sign only {entry.names}, not {manifest.name!r}"
-            )
+        check_scope(manifest, key_id, entry.names)
         for limit, ceiling in entry.max_limits.items():
             value = getattr(manifest.limits, limit)
             if value is None or value > ceiling:

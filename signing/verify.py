@@ -1,9 +1,10 @@
 """Bundle verification: one streaming pass in the order the design fixes.
 
 Order: size caps (whole file, manifest, signature) -> signature by a trusted, unrevoked key
--> manifest schema, name scope, limit ceilings, bundle revocation -> expiry against
-max(now, clock floor) -> version against the anti-rollback floor -> each member: type,
-name, duplicates, size caps, listed, declared size, SHA-256 -> nothing missing.
+-> manifest schema, name scope (every claimed name), limit ceilings, bundle revocation ->
+issued not in the future and not expired, both against max(now, clock floor) -> version
+against the anti-rollback floor -> each member: type, name, duplicates, size caps, listed,
+declared size, SHA-256 -> nothing missing.
 
 Invariants:
 - Nothing from the manifest is parsed before its signature verifies.
@@ -22,7 +23,7 @@ import hashlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +41,7 @@ from wasmgate.signing.errors import (
     ExpiredError,
     FileHashError,
     FileSizeError,
+    FutureIssuedError,
     MalformedArchiveError,
     ManifestError,
     MissingFileError,
@@ -56,6 +58,9 @@ from wasmgate.signing.trust import TrustStore
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_SIGNATURE_BYTES = 16 * 1024
+MAX_ISSUE_SKEW = timedelta(minutes=5)
+"""How far a manifest's ``issued_at`` may lie ahead of max(now, clock floor): clock skew
+between the signing machine and the gateway, not more."""
 DISCARD_CHUNK = 4 * CHUNK
 """Hash slice when nothing consumes the bytes: few, large ``update`` calls (GIL released)."""
 
@@ -137,13 +142,30 @@ def _checked_manifest(
     return manifest, key_id, digest
 
 
-def check_fresh(manifest: Manifest, digest: str, state: StateDoc | None, now: datetime) -> None:
-    """Expiry against max(now, clock floor), then version against the per-name floor."""
+def check_time(manifest: Manifest, state: StateDoc | None, now: datetime) -> None:
+    """Issued not in the future (beyond :data:`MAX_ISSUE_SKEW`), not expired.
+
+    Both against max(now, clock floor). A bundle's own ``issued_at`` never moves the floor
+    (see ``state.py``), so a claim far in the future is refused here instead of poisoning
+    the clock for every other bundle.
+    """
     label = manifest.label()
     if state is not None and state.clock_floor is not None:
         now = max(now, state.clock_floor)
+    if manifest.issued_at > now + MAX_ISSUE_SKEW:
+        raise FutureIssuedError(
+            label,
+            f"issued at {manifest.issued_at.isoformat()}, in the future (now {now.isoformat()}, "
+            f"allowed skew {MAX_ISSUE_SKEW.total_seconds():g}s)",
+        )
     if manifest.is_expired(now):
         raise ExpiredError(label, f"expired at {manifest.expires.isoformat()} (now {now})")
+
+
+def check_fresh(manifest: Manifest, digest: str, state: StateDoc | None, now: datetime) -> None:
+    """:func:`check_time`, then version against the per-name floor."""
+    label = manifest.label()
+    check_time(manifest, state, now)
     entry = state.bundles.get(manifest.name) if state else None
     if entry is None:
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ class LoadedBundle:
     params: Mapping[str, str] = field(default_factory=dict)
     answer_content_type: str = "application/octet-stream"
     installed_at: float = 0.0
+    expires: float = math.inf
+    """The manifest's ``expires`` as POSIX time (the registry's expiry watch wakes then)."""
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False

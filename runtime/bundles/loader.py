@@ -212,6 +212,7 @@ def _assemble(
             manifest.params.get("answer_content_type", "application/octet-stream")
         ),
         installed_at=time.time(),
+        expires=manifest.expires.timestamp(),
     )
 
 

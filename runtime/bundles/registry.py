@@ -22,17 +22,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError
-from wasmgate.signing.errors import RollbackError, SigningError
+from wasmgate.signing.errors import ExpiredError, RollbackError, SigningError
 from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.registry")
+
+ExpiryPolicy = Literal["stop", "warn"]
+"""What an expired bundle that was already installed does: stop serving, or keep serving
+with a warning (a fresh install of an expired bundle is always refused)."""
 
 
 class Store(BlobSource, Protocol):
@@ -65,14 +69,14 @@ class Event:
 class Registry:
     """Owns the serving table's contents; every change goes through here."""
 
-    def __init__(
-        self,
-        store: Store,
-        deps: LoaderDeps,
-    ) -> None:
+    def __init__(self, store: Store, deps: LoaderDeps, expiry: ExpiryPolicy = "warn") -> None:
         self.table = ServingTable(self._schedule_close)
         self._store = store
         self._deps = deps
+        self.expiry = expiry
+        """The expiry policy (``trust.expiry``); SIGHUP may change it."""
+        self.expired: dict[str, dict[str, str]] = {}
+        """Installed bundles found expired: name -> {"action": "serving"|"stopped", "message"}."""
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
@@ -97,6 +101,7 @@ class Registry:
         began = time.monotonic()
         await asyncio.to_thread(self._collect_leftovers)
         stored = await asyncio.to_thread(self._store.installed)
+        verdicts = await asyncio.to_thread(self._store.recheck)
         total = len(stored) + len(bundle_files)
         log.info(
             "loading %d bundles (%d installed, %d files)", total, len(stored), len(bundle_files)
@@ -108,11 +113,14 @@ class Registry:
             log.info("loading bundle %d/%d: %s (%.1f s so far)", done, total, what, elapsed)
 
         for i, item in enumerate(stored, 1):
+            if not self._admits(item.manifest.name, verdicts.get(item.manifest.name), "start-up"):
+                continue
             step(i, item.manifest.label())
             with contextlib.suppress(BundleRejected):
                 self._switch(await self._prepare(item, "store"), "store", 100)
         refused, older = await self._start_files(bundle_files, len(stored), step)
         self.table.started = True
+        self._changed()  # expired bundles, even when nothing at all was loaded
         if older:
             log.warning(
                 "skipped %d bundle files older than the installed versions (anti-rollback): "
@@ -203,6 +211,7 @@ class Registry:
             self._schedule_close(bundle)
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e
+        self.expired.pop(man.name, None)  # a fresh install is never expired
         self._switch(bundle, source, percent)
         return bundle
 
@@ -272,17 +281,53 @@ class Registry:
         """Use a reloaded trust store; unload bundles it no longer accepts (revocations)."""
         async with self._lock:
             self._store.trust = trust
-            refused = await asyncio.to_thread(self._store.recheck)
-            for name, why in refused.items():
-                if name in self.table.slots():
-                    slot = self.table.remove(name)
-                    msg = f"unloaded: the trust store no longer accepts it: {why}"
-                    self._record(
-                        "trust", ok=False, name=name, version=slot.current.version, message=msg
-                    )
-            if refused:
-                self._changed()
-            return sorted(refused)
+            return await self._enforce("trust")
+
+    async def enforce(self, source: str) -> list[str]:
+        """Apply a fresh install's checks to what serves (e.g. when a bundle expires)."""
+        async with self._lock:
+            return await self._enforce(source)
+
+    async def _enforce(self, source: str) -> list[str]:
+        verdicts = await asyncio.to_thread(self._store.recheck)
+        unloaded = []
+        for name in list(self.table.slots()):
+            if not self._admits(name, verdicts.get(name), source):
+                slot = self.table.remove(name)
+                unloaded.append(name)
+                why = verdicts[name]
+                msg = f"unloaded: the trust store no longer accepts it: {why}"
+                if isinstance(why, ExpiredError):
+                    msg = f"unloaded (trust.expiry = stop): {why}"
+                self._record(source, ok=False, name=name, version=slot.current.version, message=msg)
+        self._changed()
+        return unloaded
+
+    def _admits(self, name: str, why: SigningError | None, source: str) -> bool:
+        """Whether an installed bundle may (keep) serving, given the store's verdict."""
+        if why is None:
+            self.expired.pop(name, None)
+            return True
+        if isinstance(why, ExpiredError):
+            action = "serving" if self.expiry == "warn" else "stopped"
+            if self.expired.get(name, {}).get("action") != action:
+                log.warning("bundle expired (expiry = %s): %s", self.expiry, why)
+            self.expired[name] = {"action": action, "message": str(why)}
+            if self.expiry == "warn":
+                return True
+        if source == "start-up":
+            self._record(source, ok=False, name=name, message=f"not loaded: {why}")
+        return False
+
+    def next_expiry(self) -> float | None:
+        """The earliest ``expires`` (POSIX time) among serving bundles not yet found expired."""
+        times = [
+            b.expires
+            for name, slot in self.table.slots().items()
+            if name not in self.expired
+            for b in slot.versions()
+        ]
+        return min(times, default=None)
 
     async def promote(self, name: str) -> LoadedBundle:
         async with self._lock:

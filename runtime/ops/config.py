@@ -206,6 +206,15 @@ class CloudSettings(_Section):
     the payload as-is to ``/v1/adapters/<adapter>`` (wasmgate's raw adapter endpoint)."""
 
 
+class TrustSettings(_Section):
+    expiry: Literal["stop", "warn"] = "warn"
+    """What an installed bundle does once its manifest's ``expires`` has passed (checked at
+    start-up, on SIGHUP and the moment it expires while serving): ``stop`` unloads it,
+    ``warn`` keeps it serving with a warning (an offline gateway stays useful). Either way
+    ``/v1/status`` lists it under ``bundles.expired`` and ``wasmgate_bundle_expired`` is 1.
+    Installing an expired bundle is always refused."""
+
+
 class LogSettings(_Section):
     format: Literal["plain", "json"] = "plain"
     """Log line format on stderr."""
@@ -234,6 +243,8 @@ class Settings(BaseSettings):
     """Daemon-wide ceilings on every manifest's limits."""
     cloud: CloudSettings = CloudSettings()
     """Cloud fallback endpoint."""
+    trust: TrustSettings = TrustSettings()
+    """Bundle trust policy (the trust file itself is ``paths.trust_file``)."""
     log: LogSettings = LogSettings()
     """Logging."""
     profile: str | None = None

@@ -167,6 +167,11 @@ class Metrics:
             "wasmgate_model_backend_info", "1 for the EP and precision a model runs on.",
             ["model", "version", "provider", "precision"], registry=reg,
         )  # fmt: skip
+        self.expired = Gauge(
+            "wasmgate_bundle_expired",
+            "1 for an installed bundle past its expires; action: serving (trust.expiry = warn) "
+            "or stopped.", ["bundle", "action"], registry=reg,
+        )  # fmt: skip
 
     # -- bridges -----------------------------------------------------------------------------
 
@@ -244,6 +249,12 @@ class Metrics:
             old = self._model_labels.pop(model, None)
         if old is not None:
             self.model_backend.remove(*old)
+
+    def set_expired(self, expired: Mapping[str, Mapping[str, str]]) -> None:
+        """The registry's expired bundles (name -> {"action": ...}); replaces the last set."""
+        self.expired.clear()
+        for bundle, entry in expired.items():
+            self.expired.labels(bundle, entry["action"]).set(1)
 
     # -- readers ------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.fixtures.zig import compile_c
-from wasmgate.signing.build import build_bundle
+from wasmgate.signing.build import DEFAULT_EXPIRY, build_bundle
 from wasmgate.signing.keys import generate_key
 from wasmgate.signing.trust import TrustStore
 
@@ -138,10 +139,14 @@ class BundleKit:
         selftest: bytes | None = None,
         expect_status: int = 0,
         out_dir: Path | None = None,
+        key: nacl.signing.SigningKey | None = None,
+        now: datetime | None = None,
+        expires_in: timedelta = DEFAULT_EXPIRY,
     ) -> Path:
         """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...),
         ``top`` top-level keys (``min_daemon_version``); ``model_names`` declares the model
-        file under each of these names (default: ``model_name`` only)."""
+        file under each of these names (default: ``model_name`` only); ``key`` signs instead
+        of the kit's key, ``now`` is the issue time."""
         src = self.root / f"src-{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
         text = f"name = {_toml(name)}\nversion = {version}\n"
@@ -169,5 +174,5 @@ class BundleKit:
             text += "[[models]]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in entry.items())
         (src / "bundle.toml").write_text(text)
         out = (out_dir or self.root) / f"{name}-{version}.wgb"
-        build_bundle(src, self.key, out)
+        build_bundle(src, key or self.key, out, now=now, expires_in=expires_in)
         return out

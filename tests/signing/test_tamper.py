@@ -121,6 +121,34 @@ def test_key_scope_does_not_cover_name(kit: Kit, store: BundleStore, refused: Re
     assert "'digits'" in str(err)
 
 
+def _claiming(manifest: dict[str, object], field: str, name: str) -> dict[str, object]:
+    if field.startswith("routes."):
+        routes = manifest["routes"]
+        assert isinstance(routes, dict)
+        routes[field.removeprefix("routes.")] = name
+    elif field == "models[0].name":
+        models = manifest["models"]
+        assert isinstance(models, list)
+        models[0]["name"] = name
+    else:
+        manifest[field] = name
+    return manifest
+
+
+@pytest.mark.parametrize(
+    "field",
+    # Every name a signer can make reachable (signing/scope.py): the event topic is
+    # events/<routes.http>, so the routes.http case states it too.
+    ["name", "routes.http", "routes.mqtt", "models[0].name"],
+)
+def test_every_claimed_name_must_be_in_scope(kit: Kit, refused: Refused, field: str) -> None:
+    """The kit's key may sign ``digits*``: claiming ``victim`` anywhere is refused."""
+    data = kit.build(6)
+    manifest = _claiming(kit.manifest(data), field, "victim")
+    err = refused(kit.archive(kit.signed_head(manifest) + kit.members(data)[2:]), KeyScopeError)
+    assert f"{field} 'victim'" in str(err)
+
+
 def test_expired(kit: Kit, refused: Refused) -> None:
     past = datetime.now(UTC) - timedelta(days=10)
     err = refused(kit.build(6, now=past, expires_in=timedelta(days=1)), ExpiredError)
