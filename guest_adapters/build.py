@@ -11,12 +11,14 @@ comes from the installed package (``importlib.resources``), so an author needs o
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -28,8 +30,10 @@ __all__ = [
     "CFLAGS",
     "ZIGFLAGS",
     "BuiltAdapter",
+    "Progress",
     "build_adapter",
     "default_cache_dir",
+    "log_progress",
     "package_root",
     "refresh_adapter",
     "sdk_dir",
@@ -64,6 +68,17 @@ ZIGFLAGS: tuple[str, ...] = (
     "-fstrip",
 )
 _COMPILE_TIMEOUT_S = 600.0  # a cold Zig cache compiles wasi-libc first (tens of seconds)
+_FIRST_TICK_S, _TICK_S = 5.0, 10.0  # a warm build takes about a second: no line at all
+
+Progress = Callable[[str], None]
+"""Told about a long compile every few seconds (the first Zig run builds wasi-libc)."""
+
+log = logging.getLogger("wasmgate.build")
+
+
+def log_progress(message: str) -> None:
+    """The default `Progress`: an INFO line on the ``wasmgate.build`` logger."""
+    log.info(message)
 
 
 @dataclass(frozen=True)
@@ -148,7 +163,32 @@ def _cache_key(sources: Sequence[Path], flags: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _compile(sources: Sequence[Path], flags: Sequence[str], out: Path) -> None:
+def _run_compiler(cmd: list[str], cwd: Path, names: str, progress: Progress) -> tuple[int, str]:
+    """Run the compiler; while it runs, tell ``progress`` how long it has taken so far."""
+    began = time.monotonic()
+    with subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        wait = _FIRST_TICK_S
+        while True:
+            try:
+                _out, err = proc.communicate(timeout=wait)  # retrying loses no output
+                return proc.returncode, err
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - began
+                if elapsed > _COMPILE_TIMEOUT_S:
+                    proc.kill()
+                    raise
+                progress(
+                    f"compiling {names}: {elapsed:.0f} s so far (Zig's first run builds "
+                    "wasi-libc once, ~30-60 s; later builds take about a second)"
+                )
+                wait = _TICK_S
+
+
+def _compile(
+    sources: Sequence[Path], flags: Sequence[str], out: Path, progress: Progress = log_progress
+) -> None:
     out = out.resolve()  # absolute paths throughout: the compiler runs in out's directory
     if _is_zig(sources):
         cmd = [sys.executable, "-m", "ziglang", "build-exe", str(sources[0].resolve()), *flags]
@@ -156,23 +196,19 @@ def _compile(sources: Sequence[Path], flags: Sequence[str], out: Path) -> None:
     else:
         cmd = [sys.executable, "-m", "ziglang", "cc", *flags, "-I", str(sdk_dir().resolve())]
         cmd += [str(s.resolve()) for s in sources] + ["-o", str(out)]
+    names = ", ".join(s.name for s in sources)
     try:
-        done = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=_COMPILE_TIMEOUT_S,
-            check=False,
-            cwd=out.parent,  # zig build-exe may drop intermediate files into the cwd
-        )
+        # cwd: zig build-exe may drop intermediate files into it
+        code, stderr = _run_compiler(cmd, out.parent, names, progress)
     except (OSError, subprocess.SubprocessError) as e:
         raise AdapterBuildError(f"cannot run the compiler: {e}") from e
-    if done.returncode != 0 or not out.is_file():
-        names = ", ".join(s.name for s in sources)
-        raise AdapterBuildError(f"compiling {names} failed", done.stderr.strip())
+    if code != 0 or not out.is_file():
+        raise AdapterBuildError(f"compiling {names} failed", stderr.strip())
 
 
-def refresh_adapter(src_dir: Path, wasm: Path) -> BuiltAdapter | None:
+def refresh_adapter(
+    src_dir: Path, wasm: Path, progress: Progress = log_progress
+) -> BuiltAdapter | None:
     """Rebuild ``wasm`` from the sources in ``src_dir`` when any of them (or a header) is
     newer than it, or it is missing; None when it is current or there is no source.
 
@@ -188,7 +224,7 @@ def refresh_adapter(src_dir: Path, wasm: Path) -> BuiltAdapter | None:
         built_ns = -1
     if all(p.stat().st_mtime_ns <= built_ns for p in _inputs(sources)):
         return None
-    return build_adapter(src_dir, wasm)
+    return build_adapter(src_dir, wasm, progress=progress)
 
 
 def build_adapter(
@@ -197,10 +233,12 @@ def build_adapter(
     *,
     cache_dir: Path | None = None,
     extra_flags: Sequence[str] = (),
+    progress: Progress = log_progress,
 ) -> BuiltAdapter:
     """Compile ``src`` (a ``.c``/``.zig`` file or a directory) to a wasm reactor module.
 
-    The result is cached by content; with ``out`` the module is also copied there.
+    The result is cached by content; with ``out`` the module is also copied there. A compile
+    that takes more than a few seconds tells ``progress`` how long it has run so far.
     """
     sources = _sources(src)
     flags = (*(ZIGFLAGS if _is_zig(sources) else CFLAGS), *extra_flags)
@@ -212,7 +250,7 @@ def build_adapter(
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             tmp_out = Path(tmp) / "adapter.wasm"
-            _compile(sources, flags, tmp_out)
+            _compile(sources, flags, tmp_out, progress)
             tmp_out.replace(cached_path)  # atomic: concurrent builds never see half a file
     digest = hashlib.sha256(cached_path.read_bytes()).hexdigest()
     if out is not None:

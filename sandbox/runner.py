@@ -90,6 +90,12 @@ class NnPreload:
         return cls(name, encoding, target.lower(), Path(path))
 
 
+_ADAPTER_HINT = (
+    "this is a wasmgate adapter (a reactor module using the `wasmgate` host API), not a WASI "
+    "command module: run it with `wasmgate adapter test ADAPTER.wasm|DIR`"
+)
+
+
 @dataclass
 class GuestRunner:
     """Runs one WASI command module with wasi-nn; ``run`` returns the guest's exit code."""
@@ -133,12 +139,13 @@ class GuestRunner:
         except wasmtime.WasmtimeError as e:
             raise AdapterLoadError(f"invalid wasm module: {str(e).strip()[:300]}") from e
         known = {"wasi_snapshot_preview1": WASI_FUNCTIONS, NN_MODULE: frozenset(NN_FUNCTIONS)}
+        exports = {e.name for e in module.exports if isinstance(e.type, wasmtime.FuncType)}
+        if "wasmgate_handle" in exports or any(i.module == "wasmgate" for i in module.imports):
+            raise AdapterLoadError(_ADAPTER_HINT)
         for imp in module.imports:
             if imp.name not in known.get(imp.module, frozenset()):
                 raise AdapterLoadError(f"guest needs unsupported import `{imp.module}::{imp.name}`")
-        if not any(
-            e.name == "_start" and isinstance(e.type, wasmtime.FuncType) for e in module.exports
-        ):
+        if "_start" not in exports:
             raise AdapterLoadError("not a WASI command module (no `_start` export)")
         return module
 

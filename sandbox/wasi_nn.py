@@ -251,7 +251,9 @@ def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
     if datatype == "INT8" and "UINT8" in accepted:
         accepted.add("INT8")
     if datatype not in accepted:
-        raise NnError(_E.INVALID_ARGUMENT, f"tensor type {ty} does not match model {datatype}")
+        named = " or ".join(sorted({t for t in accepted if t is not None})) or "unknown"
+        msg = f"tensor type {named} (wasi-nn type {ty}) does not match the model's {datatype}"
+        raise NnError(_E.INVALID_ARGUMENT, msg)
     return numpy_dtype(datatype)
 
 

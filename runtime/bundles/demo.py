@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,7 +63,16 @@ def prepare_demo(data_dir: Path, *, names: tuple[str, ...] | None = None) -> Dem
     key = read_private_key(key_path)
     key_id = key_id_of(key.verify_key)
     rebuilt = []
-    for name in chosen:
+    began = time.monotonic()
+    for i, name in enumerate(chosen, 1):
+        # A cold first run compiles wasi-libc (tens of seconds): say what is going on.
+        log.info(
+            "demo: building example %d/%d: %s (%.1f s so far)",
+            i,
+            len(chosen),
+            name,
+            time.monotonic() - began,
+        )
         src = stage_example(name, root / "src", cache_dir=root / "build-cache")
         if _sign_if_stale(src, name, key, key_id, bundle_dir):
             rebuilt.append(name)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -17,3 +19,16 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def say(message: str) -> None:
+    """Progress of long work (a cold Zig build), on stderr: stdout carries the result."""
+    print(message, file=sys.stderr, flush=True)
+
+
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(doc: str) -> str:
+    """A module docstring as ``--help`` text: ``literal`` markup shown as plain `literal`."""
+    return _RST_LITERAL.sub(r"\1", doc)

@@ -9,7 +9,11 @@ the ``fp32`` variant, with no precision negotiation and no optimized-graph cache
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
@@ -46,7 +50,26 @@ def load_model(data: bytes, encoding: str, name: str, options: LoadOptions) -> L
 
     Raises ``BackendError`` (unknown encoding, runtime missing, model refused).
     """
-    return create_backend(FORMATS.get(encoding, encoding)).load(data, ModelSpec(name), options)
+    kind = FORMATS.get(encoding, encoding)
+    quiet = _native_stderr_silenced() if kind == "tflite" else contextlib.nullcontext()
+    with quiet:
+        return create_backend(kind).load(data, ModelSpec(name), options)
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """LiteRT's C++ prints ``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`` straight
+    to file descriptor 2, into the guest's output; no setting turns it off, so the load runs
+    with fd 2 on /dev/null. Only in these one-shot commands: the daemon's log keeps it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with Path(os.devnull).open("wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class PreloadedModels:

@@ -17,7 +17,14 @@ from pathlib import Path
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.guest_adapters.examples import example_dir, example_names, models_dir
-from wasmgate.runtime.cli._common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, SubParsers
+from wasmgate.runtime.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    SubParsers,
+    say,
+)
 from wasmgate.runtime.cli._models import add_profile_option
 
 
@@ -80,7 +87,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        built = build_adapter(args.src, args.out, cache_dir=args.cache_dir)
+        built = build_adapter(args.src, args.out, cache_dir=args.cache_dir, progress=say)
     except AdapterBuildError as e:
         if e.output:
             print(e.output, file=sys.stderr)

@@ -20,7 +20,7 @@ from typing import Any
 
 from wasmgate.guest_adapters.build import refresh_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
-from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers, say
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing import (
@@ -94,7 +94,7 @@ def _refresh_adapter(directory: Path) -> None:
     if not isinstance(name, str) or not name.endswith(".wasm") or "/" in name:
         return
     try:
-        built = refresh_adapter(directory, directory / name)
+        built = refresh_adapter(directory, directory / name, progress=say)
     except AdapterBuildError as e:
         if e.output:
             print(e.output, file=sys.stderr)

@@ -24,7 +24,7 @@ from wasmgate.runtime.backends.quantize import (
     load_npz,
     quantize_model,
 )
-from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
+from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers, plain_text
 
 DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 
@@ -33,7 +33,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "quantize",
         help="Quantize an ONNX model to INT8.",
-        description=__doc__,
+        description=plain_text(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="fp32 ONNX model")

@@ -25,6 +25,7 @@ from typing import Any
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterSourceError
 from wasmgate.runtime.backends import LoadOptions
+from wasmgate.runtime.cli._common import say
 from wasmgate.runtime.cli._models import PreloadedModels, load_model, profile_named
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox import GuestLimits, SandboxEngine, SandboxError
@@ -142,7 +143,7 @@ def _wasm(src: Path) -> bytes:
             return src.read_bytes()
         except OSError as e:
             raise AdapterSourceError(f"{src}: cannot read: {e.strerror}") from e
-    return build_adapter(src).path.read_bytes()
+    return build_adapter(src, progress=say).path.read_bytes()
 
 
 def _read_bundle(path: Path) -> dict[str, Any]:

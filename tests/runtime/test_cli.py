@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,6 +24,22 @@ def test_help_for_every_command(command: str, capsys: pytest.CaptureFixture[str]
         main([command, "--help"])
     assert exc.value.code == 0
     assert f"usage: wasmgate {command}" in capsys.readouterr().out
+
+
+def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_parsers(sub)
+
+
+def test_no_rst_markup_in_any_help() -> None:
+    """Help is read in a terminal: ``literal`` and :role: markup belong to docstrings only."""
+    for parser in _all_parsers(build_parser()):
+        text = parser.format_help()
+        assert "``" not in text, text
+        assert not re.search(r":(class|func|meth|mod):`", text), text
 
 
 def test_every_command_is_registered() -> None:

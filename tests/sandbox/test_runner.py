@@ -90,9 +90,15 @@ def test_unknown_preload_name_is_not_found(
 
 
 def test_reactor_and_unknown_imports_are_refused(guest_wasm: Callable[[str], bytes]) -> None:
-    with pytest.raises(AdapterLoadError, match="wasmgate::set_output"):
+    # A daemon adapter (reactor, wasmgate host API): the error says what to use instead.
+    with pytest.raises(AdapterLoadError, match="wasmgate adapter test") as exc:
         GuestRunner(preloaded()).run(guest_wasm("nn_proxy"))
+    assert "this is a wasmgate adapter" in str(exc.value)
     import wasmtime  # noqa: PLC0415
+
+    unknown = bytes(wasmtime.wat2wasm('(module (import "env" "f" (func)))'))
+    with pytest.raises(AdapterLoadError, match="unsupported import `env::f`"):
+        GuestRunner(preloaded()).run(unknown)
 
     with pytest.raises(AdapterLoadError, match="no `_start`"):
         GuestRunner(preloaded()).run(bytes(wasmtime.wat2wasm("(module)")))
@@ -165,6 +171,7 @@ def test_cli_tflite_preload_with_a_profile(command: Path, workdir: Path) -> None
         "--profile", cpu_profile().name, "--", "name", "input.bin", cwd=workdir,
     )  # fmt: skip
     assert (proc.returncode, proc.stdout) == (0, EXPECTED), proc.stderr
+    assert "XNNPACK" not in proc.stderr  # LiteRT's C++ INFO line stays out of the output
     proc = cli(
         "--profile=no-such-board", "--nn-preload", "default:ONNX:CPU:model.onnx", str(command),
         "name", "input.bin", cwd=workdir,
