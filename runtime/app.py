@@ -249,7 +249,12 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
 
 
 def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> None:
-    """Keep the model-backend info series in step with what serves (unloads drop theirs)."""
+    """Keep the model-backend info series and the names metrics may label in step with what
+    serves (unloads drop theirs)."""
+    table = registry.table
+    m.set_known_names(
+        table.adapter_names(), [i.name for i in table.model_infos() if i.kind == "model"]
+    )
     serving: set[str] = set()
     for slot in registry.table.slots().values():
         bundle = slot.current

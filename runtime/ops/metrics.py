@@ -9,8 +9,11 @@ Who calls what (so nothing is counted twice):
   scrape time (no other reader, such as the status page, changes a metric);
 - the batcher calls `observe_batch`; the backends' watchdog `observe_cancelled`.
 
-Label cardinality stays bounded: requests for unknown names (``NotFound``) are counted under
-the name ``"-"``, so a client cannot grow the label set by probing names.
+Label cardinality stays bounded: a request's name becomes a label only when it is a known
+name (declared by the composition root with `set_known_names`: the installed adapters and
+models) and was found; everything else, including names refused before any lookup (bad
+headers, expired MQTT requests, 8 KB topic levels), counts under the name ``"-"``. Until
+known names are declared (bridge tests without a registry) names pass as given.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,7 +119,18 @@ class Metrics:
         self._recent: dict[tuple[Kind, str], _Recent] = {}
         self._lock = threading.Lock()
         self._model_labels: dict[str, tuple[str, str, str, str]] = {}
+        self._known: dict[str, frozenset[str]] | None = None
         self._build()
+
+    def set_known_names(self, adapters: Iterable[str], models: Iterable[str]) -> None:
+        """The names that may become labels (replaces the previous set)."""
+        self._known = {"adapter": frozenset(adapters), "model": frozenset(models)}
+
+    def _name_label(self, kind: Kind, name: str, error: str | None) -> str:
+        known = self._known
+        if error == "NotFound" or (known is not None and name not in known.get(kind, ())):
+            return UNKNOWN_NAME
+        return name
 
     def _build(self) -> None:
         reg = self.registry
@@ -188,8 +202,7 @@ class Metrics:
     ) -> None:
         """One request at a bridge: ``error`` is the error class name (``"Busy"``) or None;
         ``seconds`` the bridge-measured total (default: the sum of ``timings``)."""
-        if error == "NotFound":
-            name = UNKNOWN_NAME
+        name = self._name_label(kind, name, error)
         total = seconds if seconds is not None else sum(timings.values())
         if error is None:
             self.requests.labels(transport, kind, name, source or "local").inc()

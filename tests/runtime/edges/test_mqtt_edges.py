@@ -22,12 +22,13 @@ ROOT = f"wasmgate/v1/{GW}"
 REQ = f"{ROOT}/adapters/probe/req"
 
 
-def _mqtt(broker: Broker, **extra: Any) -> dict[str, Any]:
+def mqtt_config(broker: Broker, **extra: Any) -> dict[str, Any]:
     return {"mqtt": {"host": broker.host, "port": broker.port, "gateway_id": GW, **extra}}
 
 
-async def _status_counter(daemon: Daemon, name: str, want: int) -> None:
-    for _ in range(100):  # bounded: 10 s
+async def status_counter(daemon: Daemon, name: str, want: int, limit_s: float = 10) -> None:
+    """Wait (bounded) until the MQTT bridge's status counter ``name`` reaches ``want``."""
+    for _ in range(int(limit_s * 10)):
         if daemon.get_json("/v1/status")["components"]["mqtt"][name] >= want:
             return
         await asyncio.sleep(0.1)
@@ -40,8 +41,8 @@ async def test_retained_requests_are_not_replayed(
     with Requester(mosquitto.port).connect("replies/#") as dev:
         dev.request(REQ, b"Pretained", response_topic="replies/r", correlation=b"r", retain=True)
         await asyncio.sleep(0.2)  # the broker stores it before the daemon subscribes
-        daemon = probe_daemon(tmp_path, daemon_factory, _mqtt(mosquitto))
-        await _status_counter(daemon, "retained_ignored", 1)
+        daemon = probe_daemon(tmp_path, daemon_factory, mqtt_config(mosquitto))
+        await status_counter(daemon, "retained_ignored", 1)
         dev.request(REQ, b"Pfresh", response_topic="replies/f", correlation=b"f")
         (answer,) = await dev.wait_for(1, timeout=30)
     assert (answer.topic, answer.payload) == ("replies/f", b"v1:fresh")
@@ -53,7 +54,7 @@ async def test_retained_requests_are_not_replayed(
 async def test_response_topics_outside_the_allow_list_get_nothing(
     tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> None:
-    config = _mqtt(mosquitto, response_topics=["replies/#"])
+    config = mqtt_config(mosquitto, response_topics=["replies/#"])
     daemon = probe_daemon(tmp_path, daemon_factory, config)
     forged = [
         "factory/line1/valve7/cmd",  # not allowed by the list
@@ -64,9 +65,9 @@ async def test_response_topics_outside_the_allow_list_get_nothing(
     with Requester(mosquitto.port).connect("#") as spy:
         for i, topic in enumerate(forged):
             spy.request(REQ, b"Popen", response_topic=topic, correlation=b"%d" % i)
-        await _status_counter(daemon, "replies_refused", len(forged))
+        await status_counter(daemon, "replies_refused", len(forged))
         spy.request(REQ, b"Pfine", response_topic="replies/ok", correlation=b"ok")
-        await _status_counter(daemon, "answered", 1)
+        await status_counter(daemon, "answered", 1)
         await asyncio.sleep(0.5)  # anything the daemon wrongly published arrives meanwhile
         published = [(r.topic, r.payload) for r in spy.snapshot() if r.topic != REQ]
     assert ("replies/ok", b"v1:fine") in published
