@@ -93,8 +93,12 @@ class BenchKit:
         limits: Mapping[str, int] | None = None,
         out_dir: Path | None = None,
         extra: str = "",
+        wasm: Path | None = None,
     ) -> Path:
-        """Write ``<name>-<version>.wgb`` (default into the bundle directory); returns it."""
+        """Write ``<name>-<version>.wgb`` (default into the bundle directory); returns it.
+
+        ``wasm`` replaces the pass-through adapter (e.g. a hostile module).
+        """
         io = ModelIO.of(model)
         src = self.root / "src" / f"{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,7 @@ class BenchKit:
         }
         text = (
             f'name = "{name}"\nversion = {version}\n'
-            f'[adapter]\nfile = "{self.wasm}"\nmode = "fresh"\n'
+            f'[adapter]\nfile = "{wasm or self.wasm}"\nmode = "fresh"\n'
             f'[params]\nmodel = "{name}"\n'
             f"[limits]\n" + "".join(f"{k} = {v}\n" for k, v in lim.items()) + extra + "\n"
             "[[models]]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in entry.items())

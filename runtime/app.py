@@ -105,6 +105,8 @@ def ceilings(settings: Settings) -> Ceilings:
         max_output_bytes=lim.max_output_bytes,
         max_log_bytes=lim.max_log_bytes,
         max_module_bytes=lim.max_module_bytes,
+        compile_timeout_s=lim.compile_timeout_s,
+        compile_memory_bytes=lim.compile_memory_mb * MIB,
         fuel_enabled=True,  # a manifest's fuel limit is honoured (see limits.fuel)
     )
 

@@ -10,7 +10,9 @@ Invariants:
   class wrote into its private cache directory (mode 0700, owned by us, never group/world
   writable); the file name is the sha256 of the wasm *as hashed here* plus a fingerprint of
   the engine settings and the wasmtime version. Bundle bytes are never deserialized.
-- A module is compiled from validated wasm binaries only (WAT text and components refused).
+- A module is compiled from validated wasm binaries only (WAT text and components refused),
+  in a child process under a time and memory budget when ``Ceilings.compile_timeout_s`` is
+  set (`wasmgate.sandbox.compiler`); its serialized output goes through the same cache.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Self
 import wasmtime
 
 from wasmgate.sandbox.adapter import Adapter
+from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.limits import MIB, Ceilings
 
@@ -69,15 +72,7 @@ class SandboxEngine:
         return max(64 * MIB, self.ceilings.memory_bytes)
 
     def _config(self) -> wasmtime.Config:
-        cfg = wasmtime.Config()
-        cfg.epoch_interruption = True
-        cfg.consume_fuel = self.ceilings.fuel_enabled
-        cfg.max_wasm_stack = self.ceilings.max_wasm_stack
-        cfg.memory_reservation = self._reservation()
-        cfg.memory_guard_size = 64 * 1024
-        cfg.wasm_threads = False
-        cfg.cranelift_opt_level = "speed"
-        return cfg
+        return engine_config(self._settings())
 
     def _tick(self) -> None:
         while not self._stop.wait(self.ceilings.tick_s):
@@ -110,6 +105,12 @@ class SandboxEngine:
                 return wasmtime.Module.deserialize(self.engine, path.read_bytes())
             except (wasmtime.WasmtimeError, OSError):
                 path.unlink(missing_ok=True)  # stale or corrupt: recompile below
+        c = self.ceilings
+        if c.compile_timeout_s is not None:
+            budget = CompileBudget(c.compile_timeout_s, c.compile_memory_bytes)
+            blob = compile_in_child(wasm, self._settings(), budget, name)
+            self._store(path, blob)
+            return wasmtime.Module.deserialize(self.engine, blob)  # our own child's output
         try:
             module = wasmtime.Module(self.engine, wasm)
         except wasmtime.WasmtimeError as e:

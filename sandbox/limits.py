@@ -24,6 +24,9 @@ class Ceilings:
     ``tick_s`` is the epoch ticker period (deadline granularity). ``fuel_enabled`` builds the
     engine with fuel metering (needed for any ``GuestLimits.fuel``). ``max_module_bytes`` is
     the largest ``.wasm`` accepted by ``compile``; ``max_wasm_stack`` bounds guest recursion.
+    With ``compile_timeout_s`` set, modules compile in a child process under that time and
+    ``compile_memory_bytes`` (`wasmgate.sandbox.compiler`): the daemon sets it, because
+    cranelift's compile time is superlinear for some small modules.
     """
 
     memory_bytes: int = 256 * MIB
@@ -38,6 +41,10 @@ class Ceilings:
     max_nn_handles: int = 256
     tick_s: float = 0.005
     fuel_enabled: bool = False
+    compile_timeout_s: float | None = None
+    """Compile in a child process killed after this long; None compiles in-process."""
+    compile_memory_bytes: int = 512 * MIB
+    """Memory the compile child may allocate (with ``compile_timeout_s`` only)."""
 
     def __post_init__(self) -> None:
         """Refuse nonsensical ceilings early (they come from the operator's config)."""

@@ -1,8 +1,11 @@
 """The bundle registry: install (stage → compile → load models → selftest → commit → switch).
 
 Bundles arrive from three places: the store's installed bundles and the bundle directory at
-start, a file dropped into the directory later (`DirWatcher`), the management API. One
-install runs at a time. A failure at any step keeps the serving version and is recorded
+start, a file dropped into the directory later (`DirWatcher`), the management API. Staging,
+commit and switch run one at a time (the registry lock); the slow middle (adapter compile,
+model loading, selftest) does not hold that lock, so a bundle that takes long to compile
+never holds other installs behind it: only installs of the same name wait for each other.
+A failure at any step keeps the serving version and is recorded
 (`Registry.status()`, the log). A switch is atomic (`ServingTable.activate`); the replaced
 version is unloaded off the loop once its last in-flight request finished.
 
@@ -19,7 +22,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -78,6 +81,7 @@ class Registry:
         self.expired: dict[str, dict[str, str]] = {}
         """Installed bundles found expired: name -> {"action": "serving"|"stopped", "message"}."""
         self._lock = asyncio.Lock()
+        self._by_name: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._closing: set[asyncio.Future[None]] = set()
         self._errors: dict[str, Event] = {}
         self.events: list[Event] = []
@@ -187,14 +191,29 @@ class Registry:
                     source, ok=False, message=msg, quiet=rollback and not self.table.started
                 )
                 raise BundleRejected(msg) from e
-            try:
+        try:
+            async with self._name_lock(item.manifest.name):
                 bundle = await self._load_and_commit(item, source, percent)
-            except BaseException:
-                await asyncio.to_thread(self._drop, item)
-                raise
-            if origin is not None:
-                self._origins.setdefault(bundle.name, set()).add(origin)
-            return bundle
+        except BaseException:
+            await asyncio.to_thread(self._drop, item)
+            raise
+        if origin is not None:
+            self._origins.setdefault(bundle.name, set()).add(origin)
+        return bundle
+
+    @contextlib.asynccontextmanager
+    async def _name_lock(self, name: str) -> AsyncIterator[None]:
+        """Installs of one name, one at a time (versions must not race to the commit)."""
+        entry = self._by_name.setdefault(name, (asyncio.Lock(), [0]))
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._by_name[name]
 
     async def _load_and_commit(
         self, item: InstalledBundle, source: str, percent: int
@@ -205,14 +224,16 @@ class Registry:
             await asyncio.to_thread(self._store.discard, item)
             return slot.current  # already serving exactly this bundle
         bundle = await self._prepare(item, source)
-        try:
-            await asyncio.to_thread(self._store.commit, item)
-        except SigningError as e:  # a newer version committed meanwhile, disk full, ...
-            self._schedule_close(bundle)
-            self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
-            raise BundleRejected(str(e)) from e
-        self.expired.pop(man.name, None)  # a fresh install is never expired
-        self._switch(bundle, source, percent)
+        async with self._lock:
+            try:
+                self._check_names(bundle, source)  # another bundle may have switched meanwhile
+                await asyncio.to_thread(self._store.commit, item)
+            except SigningError as e:  # a newer version committed meanwhile, disk full, ...
+                self._schedule_close(bundle)
+                self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
+                raise BundleRejected(str(e)) from e
+            self.expired.pop(man.name, None)  # a fresh install is never expired
+            self._switch(bundle, source, percent)
         return bundle
 
     def _drop(self, item: InstalledBundle) -> None:
@@ -240,12 +261,7 @@ class Registry:
         except (DaemonError, SigningError) as e:  # SigningError: a blob missing or damaged
             self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
             raise BundleRejected(str(e)) from e
-        conflict = self.table.name_conflict(bundle)
-        if conflict is not None:
-            self._schedule_close(bundle)
-            msg = f"{man.label()}: {conflict}"
-            self._record(source, ok=False, name=man.name, version=man.version, message=msg)
-            raise BundleRejected(msg)
+        self._check_names(bundle, source)
         if bundle.adapter_name and bundle.adapter_name in bundle.models:
             log.warning(
                 "%s: adapter %r shares its name with one of the bundle's models, so "
@@ -256,6 +272,15 @@ class Registry:
                 bundle.adapter_name,
             )
         return bundle
+
+    def _check_names(self, bundle: LoadedBundle, source: str) -> None:
+        """Refuse (and close) ``bundle`` if a name it claims is served by another bundle."""
+        conflict = self.table.name_conflict(bundle)
+        if conflict is not None:
+            self._schedule_close(bundle)
+            msg = f"{bundle.name}@{bundle.version}: {conflict}"
+            self._record(source, ok=False, name=bundle.name, version=bundle.version, message=msg)
+            raise BundleRejected(msg)
 
     def _switch(self, bundle: LoadedBundle, source: str, percent: int) -> None:
         self.table.activate(bundle, percent)

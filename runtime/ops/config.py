@@ -148,6 +148,13 @@ class LimitSettings(_Section):
     """Largest bundle file accepted (checked before anything is read)."""
     max_module_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     """Largest adapter .wasm accepted."""
+    compile_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    """Time one adapter's compile to native code may take. Adapters compile in a child
+    process that is killed when this is spent, and the bundle is refused; other installs go
+    on meanwhile. A few KiB of pathological wasm can compile for minutes."""
+    compile_memory_mb: int = Field(default=1024, gt=0)
+    """Memory the compile child process may allocate, in MiB (beyond it the bundle is
+    refused)."""
     memory_mb: int = Field(default=256, gt=0)
     """Ceiling on one guest instance's linear memory, in MiB."""
     deadline_ms: int = Field(default=10_000, gt=0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+import wasmtime
 from onnx import TensorProto, helper
 
 from wasmgate.device_profiles import DeviceProfile, load_profile
@@ -206,3 +207,29 @@ class Result:
 
     def raw(self, ptr: Ptr, n: int) -> bytes:
         return self.data[ptr.offset : ptr.offset + n]
+
+
+def compile_bomb(locals_: int = 2000, depth: int = 900) -> bytes:
+    """~24 KiB of valid wasm that cranelift compiles for minutes with ever more memory.
+
+    One function: ``depth`` nested loops, each updating two of ``locals_`` i32 locals from
+    others, so every local is live across every loop header (register allocation and SSA
+    construction grow with locals x depth). ``locals_=1000, depth=600`` (19 KiB) already
+    took 36 s on a 2-core machine with the daemon's engine settings.
+    """
+
+    def var(level: int, j: int) -> int:
+        return (2 * level + j) % locals_
+
+    body = "".join(
+        "(loop "
+        + "".join(
+            f"(local.set {var(k, j)} (i32.add (local.get {var(k, j + 1)}) "
+            f"(local.get {var(k + 1, j)})))"
+            for j in range(2)
+        )
+        for k in range(depth)
+    )
+    wat = f"(module (func (param i32) (local{' i32' * locals_}) {body}"
+    wat += "(br_if 0 (local.get 0)))" * depth + "))"
+    return bytes(wasmtime.wat2wasm(wat))

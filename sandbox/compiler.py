@@ -1,0 +1,98 @@
+"""Compile wasm to native code in a child process with a time and a memory budget.
+
+Cranelift's compile time is superlinear in some shapes of code: a few KiB of nested loops
+with many live locals compile for seconds to minutes, in one uninterruptible native call.
+Run in-process, such a module would hold a thread (and the install path) for as long as it
+likes and could grow the daemon's memory without limit. Here the compile runs in a fresh
+``python -m wasmgate.sandbox.compile_child`` process that sets its own ``RLIMIT_DATA`` before it
+reads the module; the parent kills it when the time budget is spent. The child writes the
+serialized module (``wasmtime.Module.serialize``) to stdout; the parent stores it in the
+engine's private cache and deserializes it with an engine of identical settings.
+
+Child protocol: argv[1] is the JSON engine settings (`engine_config`), argv[2] the memory
+budget in bytes; stdin the wasm; exit 0 with the artifact on stdout, 2 with the wasmtime
+message on stderr for an invalid module, 3 when the memory budget ran out.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import wasmtime
+
+from wasmgate.sandbox.errors import AdapterLoadError
+
+__all__ = ["CompileBudget", "compile_in_child", "engine_config"]
+
+INVALID = 2
+OUT_OF_MEMORY = 3
+# What the child itself needs before it compiles anything (interpreter, numpy, wasmtime).
+BASE_DATA_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CompileBudget:
+    """Wall-clock seconds and memory bytes one module's compile may take."""
+
+    timeout_s: float
+    memory_bytes: int
+
+
+def engine_config(settings: dict[str, Any]) -> wasmtime.Config:
+    """The wasmtime config for ``settings`` (the same in the daemon and the child).
+
+    A serialized module only deserializes into an engine with the same settings, so both
+    sides build their engine here.
+    """
+    cfg = wasmtime.Config()
+    cfg.epoch_interruption = True
+    cfg.consume_fuel = bool(settings["fuel"])
+    cfg.max_wasm_stack = int(settings["stack"])
+    cfg.memory_reservation = int(settings["reservation"])
+    cfg.memory_guard_size = 64 * 1024
+    cfg.wasm_threads = False
+    cfg.cranelift_opt_level = "speed"
+    return cfg
+
+
+def compile_in_child(
+    wasm: bytes, settings: dict[str, Any], budget: CompileBudget, name: str
+) -> bytes:
+    """The serialized native module for ``wasm``; ``AdapterLoadError`` if over budget/invalid."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "wasmgate.sandbox.compile_child",
+        json.dumps(settings),
+        str(budget.memory_bytes),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        out, err = proc.communicate(wasm, timeout=budget.timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AdapterLoadError(
+            f"{name}: compiling took longer than the budget of {budget.timeout_s:g} s "
+            "(limits.compile_timeout_s); the module is refused"
+        ) from None
+    if proc.returncode == 0:
+        return out
+    message = err.decode("utf-8", "replace").strip().splitlines()
+    if proc.returncode == INVALID:
+        raise AdapterLoadError(f"{name}: invalid wasm module: {message[0] if message else '?'}")
+    if proc.returncode in (OUT_OF_MEMORY, -signal.SIGABRT, -signal.SIGKILL, -signal.SIGSEGV):
+        mib = budget.memory_bytes // (1024 * 1024)
+        raise AdapterLoadError(
+            f"{name}: compiling needs more than the budget of {mib} MiB "
+            "(limits.compile_memory_mb); the module is refused"
+        )
+    last = message[-1] if message else f"exit status {proc.returncode}"
+    raise AdapterLoadError(f"{name}: the compiler process failed: {last}")
