@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,6 +34,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
 Kind = Literal["adapter", "model"]
 STAGES = ("queue", "sandbox", "inference", "fallback")
@@ -120,6 +121,10 @@ class Metrics:
         self._lock = threading.Lock()
         self._model_labels: dict[str, tuple[str, str, str, str]] = {}
         self._known: dict[str, frozenset[str]] | None = None
+        # labels() takes a lock and validates its arguments on every call: a few percent of
+        # a tiny model's request. The per-request children are looked up here instead (they
+        # are never removed; only model_backend's are, and it does not go through here).
+        self._children: dict[tuple[object, ...], Any] = {}
         self._build()
 
     def set_known_names(self, adapters: Iterable[str], models: Iterable[str]) -> None:
@@ -131,6 +136,13 @@ class Metrics:
         if error == "NotFound" or (known is not None and name not in known.get(kind, ())):
             return UNKNOWN_NAME
         return name
+
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def _build(self) -> None:
         reg = self.registry
@@ -205,13 +217,13 @@ class Metrics:
         name = self._name_label(kind, name, error)
         total = seconds if seconds is not None else sum(timings.values())
         if error is None:
-            self.requests.labels(transport, kind, name, source or "local").inc()
-            self.latency.labels(transport, kind, name).observe(total)
+            self._child(self.requests, transport, kind, name, source or "local").inc()
+            self._child(self.latency, transport, kind, name).observe(total)
             for stage, value in timings.items():
                 if stage in STAGES:
-                    self.stages.labels(kind, name, stage).observe(value)
+                    self._child(self.stages, kind, name, stage).observe(value)
         else:
-            self.errors.labels(transport, kind, name, error).inc()
+            self._child(self.errors, transport, kind, name, error).inc()
         with self._lock:
             recent = self._recent.get((kind, name))
             if recent is None:
@@ -228,10 +240,10 @@ class Metrics:
         self.batch.labels(model).observe(size)
 
     def set_queue_depth(self, name: str, depth: int) -> None:
-        self.queue_depth.labels(name).set(depth)
+        self._child(self.queue_depth, name).set(depth)
 
     def set_in_flight(self, name: str, count: int) -> None:
-        self.in_flight.labels(name).set(count)
+        self._child(self.in_flight, name).set(count)
 
     def observe_fallback(self, name: str, reason: str, ok: bool) -> None:
         """``reason``: error/busy/deadline/missing_model/adapter_request."""

@@ -33,6 +33,7 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
 from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
 from wasmgate.sandbox.models import ModelHandle
 
@@ -155,13 +156,28 @@ async def _wait(work: Future[T], wait_s: float, hold: Hold) -> T:
 
 
 def start_model(
-    pool: Executor, handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float
+    pool: Executor,
+    handle: ModelHandle,
+    inputs: list[npt.NDArray[Any]],
+    deadline: float,
+    took: list[float] | None = None,
 ) -> Future[list[npt.NDArray[Any]]]:
     """Start one run: a `Batcher` queues it without holding a worker thread, any other
-    handle runs on the worker pool; the deadline goes with it either way."""
+    handle runs on the worker pool (its infer time appended to ``took``); the deadline goes
+    with it either way."""
     if isinstance(handle, Batcher):
         return handle.submit(inputs, deadline=deadline)
-    return pool.submit(functools.partial(handle.infer, inputs, deadline=deadline))
+    return pool.submit(functools.partial(_timed, handle, inputs, deadline, took))
+
+
+def _timed(
+    handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float, took: list[float] | None
+) -> list[npt.NDArray[Any]]:
+    start = time.perf_counter()
+    outputs = handle.infer(inputs, deadline=deadline)
+    if took is not None:
+        took.append(time.perf_counter() - start)
+    return outputs
 
 
 async def execute_model(
@@ -172,17 +188,33 @@ async def execute_model(
     timings: dict[str, float],
     *,
     hold: Hold,
+    policy: InlinePolicy | None = None,
+    pool_busy: bool = True,
 ) -> list[npt.NDArray[Any]]:
-    """Direct tensor inference (validated inputs in spec order) through the model's handle."""
+    """Direct tensor inference (validated inputs in spec order) through the model's handle:
+    inline on the loop when ``policy`` says the model is tiny and the pool is not
+    ``pool_busy`` (see `wasmgate.runtime.serving.inline`), else on the pool."""
     handle = served.handle
     if handle is None:
         raise InferenceFailed(f"model {served.name!r} is not loaded")
     left = _remaining(deadline)
     start = time.monotonic()
+    took: list[float] = []
+    nbytes = sum(a.nbytes for a in inputs)
     with _local_failures(f"model {served.name!r}"):
-        try:
-            outputs = await _wait(start_model(pool, handle, inputs, deadline), left, hold)
-        except TimeoutError:
-            raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
+        if (
+            policy is not None
+            and not isinstance(handle, Batcher)
+            and policy.inline(served.name, nbytes, pool_busy)
+        ):
+            outputs = _timed(handle, inputs, deadline, took)
+        else:
+            try:
+                future = start_model(pool, handle, inputs, deadline, took)
+                outputs = await _wait(future, left, hold)
+            except TimeoutError:
+                raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
+    if policy is not None and took:
+        policy.record(served.name, took[0])
     timings["inference"] = time.monotonic() - start
     return outputs

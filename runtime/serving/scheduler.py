@@ -112,6 +112,11 @@ class FairPool(Executor):
             self._cv.notify()
         return future
 
+    def has_queued(self) -> bool:
+        """Whether any job waits for a worker (an inline run must not overtake it)."""
+        with self._cv:
+            return any(t.jobs for t in self._tenants.values())
+
     def stats(self) -> dict[str, dict[str, float]]:
         """Per busy tenant: jobs running and queued, weight."""
         with self._cv:

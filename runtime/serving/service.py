@@ -38,6 +38,7 @@ from wasmgate.runtime.serving.api import (
     ModelRequest,
 )
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
+from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
@@ -62,6 +63,7 @@ class InferenceService:
         self._metrics = metrics
         self._fallback = FallbackRunner(cloud, metrics.observe_fallback if metrics else None)
         self._gates: dict[str, Gate] = {}
+        self._inline = InlinePolicy()
         self._draining = False
         self._active = 0
         self._idle = asyncio.Event()
@@ -193,8 +195,9 @@ class InferenceService:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
                 outputs = await execute_model(
-                    pool, served, ordered, deadline, timings, hold=gate.hold
-                )
+                    pool, served, ordered, deadline, timings, hold=gate.hold,
+                    policy=self._inline, pool_busy=self._pool.has_queued(),
+                )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             if not self._fallback.wants(bundle.fallback, e):
                 raise

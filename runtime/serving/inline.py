@@ -1,0 +1,68 @@
+"""Which direct model calls run inline on the event loop instead of hopping to a worker.
+
+For a model whose inference takes tens of microseconds, the hop to the worker pool (queue,
+condition variable, thread wake-up, ``call_soon_threadsafe`` back, a loop wake-up) costs
+more than the inference itself. `InlinePolicy` keeps, per served model, a moving average
+of the measured ``infer`` time (wherever it ran) and lets a call run inline only when:
+
+- the model has been measured (its first ``_WARMUP`` calls go to the pool), and its average
+  is under ``cap_s`` (default 200 µs): the loop never stalls for long, so every other client
+  stays served; a model that gets slower (bigger inputs, a loaded machine) goes back to the
+  pool by itself as its average rises;
+- the request's inputs are no larger than ``max_bytes``: a tiny model fed one huge batch
+  must not run on the loop on the strength of its small-input average;
+- the worker pool has nothing queued: an inline call never overtakes a job the fair
+  scheduler has already ordered (admission still applies before either path).
+
+Adapters never run inline: a guest runs until its deadline, which may be seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_CAP_S = 200e-6
+DEFAULT_MAX_BYTES = 64 * 1024
+_WARMUP = 8
+_EWMA = 0.1
+
+
+@dataclass
+class _Measured:
+    calls: int = 0
+    average_s: float = 0.0
+
+
+class InlinePolicy:
+    """Per-model latency averages and the inline decision (owned by the service)."""
+
+    def __init__(self, cap_s: float = DEFAULT_CAP_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        """``cap_s`` 0 turns inline execution off."""
+        self.cap_s = cap_s
+        self.max_bytes = max_bytes
+        self._models: dict[str, _Measured] = {}
+
+    def inline(self, model: str, nbytes: int, pool_busy: bool) -> bool:
+        """True when this call should run on the loop (see the module doc)."""
+        m = self._models.get(model)
+        return (
+            m is not None
+            and m.calls >= _WARMUP
+            and m.average_s < self.cap_s
+            and nbytes <= self.max_bytes
+            and not pool_busy
+        )
+
+    def record(self, model: str, seconds: float) -> None:
+        """One measured ``infer`` of ``model`` (inline or in the pool)."""
+        m = self._models.setdefault(model, _Measured())
+        m.average_s = seconds if m.calls == 0 else m.average_s + _EWMA * (seconds - m.average_s)
+        m.calls += 1
+
+    def forget(self, model: str) -> None:
+        """Drop a model's measurements (it was unloaded or replaced)."""
+        self._models.pop(model, None)
+
+    def average_s(self, model: str) -> float | None:
+        m = self._models.get(model)
+        return None if m is None or m.calls == 0 else m.average_s
