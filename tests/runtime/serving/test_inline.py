@@ -33,7 +33,7 @@ class Recording(LoadedModel):
         self.threads: list[int] = []
         self.fail: Exception | None = None
 
-    def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
+    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
         self.threads.append(threading.get_ident())
         time.sleep(self.sleep_s)
         if self.fail is not None:
