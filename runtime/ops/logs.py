@@ -1,4 +1,11 @@
-"""Structured logging to stderr, plain or JSON lines (journald keeps either)."""
+"""Structured logging to stderr, plain or JSON lines (journald keeps either).
+
+Much of what is logged is chosen by others: guest log lines and error messages, fallback
+reasons, MQTT topics, HTTP paths. In the plain format a newline in such text would start a
+forged journal line, so control characters in the message and the ``key=value`` extras are
+escaped (``\n``, ``\x1b``, ...). Only a traceback, our own text, spans lines. JSON lines
+are escaped by JSON itself.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,15 @@ import logging
 import sys
 import time
 from typing import Any, Literal
+
+_ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)}
+_ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped: it cannot span or rewrite lines."""
+    return text.translate(_ESCAPES)
+
 
 _RESERVED = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -36,8 +52,8 @@ class PlainFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
-        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        extras = " ".join(f"{k}={one_line(str(v))}" for k, v in _extras(record).items())
+        line = f"{stamp} {record.levelname:<7} {record.name}: {one_line(record.getMessage())}"
         if extras:
             line = f"{line} {extras}"
         if record.exc_info:

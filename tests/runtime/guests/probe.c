@@ -10,6 +10,7 @@
  *   'W<n>'         spin n million iterations, then answer like 'P'
  *   'F'            ask for fallback ("low confidence"), answer "<tag>:local"
  *   'V'            emit event "ev", answer like 'P'
+ *   'G'            log the rest of the payload (wg_log, level 1), answer like 'P'
  * <tag> is the bundle param "tag" (default "none"), so each test bundle version differs.
  */
 #include "wasmgate.h"
@@ -61,6 +62,14 @@ static int handle(const uint8_t *p, size_t n) {
     case 'V':
         wg_emit("ev", 2);
         return reply_tagged(p + 1, n - 1);
+    case 'G': {
+        static char line[1024];
+        size_t len = n - 1 < sizeof line - 1 ? n - 1 : sizeof line - 1;
+        memcpy(line, p + 1, len);
+        line[len] = 0;
+        wg_log(1, line);
+        return reply_tagged(p + 1, n - 1);
+    }
     default: return wg_fail(WG_BAD_INPUT, "unknown probe command");
     }
 }
