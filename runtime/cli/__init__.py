@@ -14,6 +14,7 @@ from wasmgate.runtime.cli import (
     adapter,
     bench,
     bundle,
+    doctor,
     keygen,
     profiles,
     quantize,
@@ -33,6 +34,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     profiles.register,
     quantize.register,
     bench.register,
+    doctor.register,
 )
 
 

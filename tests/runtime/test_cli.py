@@ -15,6 +15,7 @@ from wasmgate.runtime.cli import build_parser, main
 
 COMMANDS = [
     "serve", "keygen", "bundle", "trust", "adapter", "run-guest", "profiles", "quantize", "bench",
+    "doctor",
 ]  # fmt: skip
 
 

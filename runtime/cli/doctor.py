@@ -1,0 +1,124 @@
+"""``wasmgate doctor [--config FILE] [--json]``: check a gateway as an operator would.
+
+Config, paths and their permissions, the trust file and its signers, every file in the
+bundle directory (verifies, refused and why, older than installed), the device profile and
+the execution providers that really load a model, the MQTT broker and its round trip, the
+registry, the clock, and the systemd unit's paths against its own protections. Nothing is
+changed on disk.
+
+Exit code = the worst finding: 0 all ok (or skipped), 1 a warning, 2 an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from wasmgate.runtime.backends import LoadOptions
+from wasmgate.runtime.cli._broker_probe import probe_broker
+from wasmgate.runtime.cli._checks import (
+    EXIT_CODES,
+    Finding,
+    check_bundles,
+    check_clock,
+    check_data_dir,
+    check_unit,
+    load_trust_readonly,
+)
+from wasmgate.runtime.cli._common import SubParsers, plain_text
+from wasmgate.runtime.cli._models import load_model
+from wasmgate.runtime.errors import BackendError, ConfigError
+from wasmgate.runtime.ops.config import Settings, load_settings
+
+_MARK = {"ok": "ok  ", "skip": "skip", "warn": "WARN", "error": "FAIL"}
+
+
+def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "doctor",
+        help="Check this gateway: config, paths, trust, bundles, profile, broker, clock, unit.",
+        description=plain_text(__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, default=None, help="TOML config file to check.")
+    parser.add_argument("--json", action="store_true", help="Print the findings as JSON.")
+    parser.set_defaults(func=_run)
+
+
+def run_checks(config: Path | None) -> list[Finding]:
+    """Every check, in the order an operator would go through them."""
+    try:
+        settings = load_settings(config)
+    except ConfigError as e:
+        return [Finding("config", "error", str(e), "fix the named key or variable")]
+    source = str(config) if config is not None else "defaults and environment"
+    findings = [Finding("config", "ok", f"valid ({source})")]
+    findings += check_data_dir(settings)
+    trust, trust_finding = load_trust_readonly(settings)
+    findings.append(trust_finding)
+    findings += check_bundles(settings, trust)
+    findings += _check_profile(settings)
+    findings.append(probe_broker(settings.mqtt))
+    findings.append(Finding("registry", "skip", "not configured (no bundle registry setting)"))
+    findings.append(check_clock(settings))
+    findings.append(check_unit())
+    return findings
+
+
+def _check_profile(settings: Settings) -> Iterator[Finding]:
+    from wasmgate.guest_adapters.examples import models_dir  # noqa: PLC0415
+    from wasmgate.runtime.app import configured_profile  # noqa: PLC0415 - the daemon's choice
+
+    try:
+        profile = configured_profile(settings)
+    except ConfigError as e:
+        yield Finding("device profile", "error", str(e), "set `profile` to a listed profile")
+        return
+    how = "configured" if settings.profile is not None else "detected"
+    yield Finding("device profile", "ok", f"{profile.name} ({how})")
+    wanted = [p.name for p in profile.onnxruntime.providers]
+    for encoding, file in (("onnx", "digits-fp32.onnx"), ("tflite", "digits-fp32.tflite")):
+        check = f"providers: {encoding}"
+        try:
+            model = load_model(
+                (models_dir() / file).read_bytes(), encoding, "doctor", LoadOptions(profile)
+            )
+        except (BackendError, OSError) as e:
+            # ONNX Runtime is required; LiteRT only where the bundles ship .tflite models.
+            yield Finding(check, "error" if encoding == "onnx" else "warn", f"does not load: {e}")
+            continue
+        used = list(model.providers)
+        model.close()
+        missing = [p for p in wanted if p not in used] if encoding == "onnx" else []
+        if missing and encoding == "onnx":
+            yield Finding(
+                check,
+                "warn",
+                f"loads on {', '.join(used)}; the profile also wants "
+                f"{', '.join(missing)}, which this ONNX Runtime does not provide",
+                "install the onnxruntime build with that provider, or ignore on CPU-only hosts",
+            )
+        else:
+            yield Finding(check, "ok", f"a test model loads on {', '.join(used)}")
+
+
+def worst(findings: list[Finding]) -> int:
+    return max((EXIT_CODES[f.level] for f in findings), default=0)
+
+
+def _run(args: argparse.Namespace) -> int:
+    findings = run_checks(args.config)
+    code = worst(findings)
+    if args.json:
+        print(json.dumps({"exit_code": code, "findings": [asdict(f) for f in findings]}, indent=2))
+        return code
+    for f in findings:
+        print(f"{_MARK[f.level]}  {f.check}: {f.message}")
+        if f.fix and f.level in ("warn", "error"):
+            print(f"      fix: {f.fix}")
+    summary = {0: "all good", 1: "warnings", 2: "errors"}[code]
+    print(f"\n{summary} (exit {code}: 0 ok, 1 warnings, 2 errors)")
+    return code

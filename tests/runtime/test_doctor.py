@@ -1,0 +1,125 @@
+"""``wasmgate doctor`` on real files, a real daemon's state and real mosquitto brokers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.daemon import Daemon, write_config
+from tests.fixtures.mosquitto import Broker
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.stack import host_profile_name
+from wasmgate.runtime.cli._broker_probe import probe_broker
+from wasmgate.runtime.cli._checks import check_data_dir, check_unit
+from wasmgate.runtime.ops.config import MqttSettings, PathSettings, Settings
+
+
+def doctor(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "wasmgate", "doctor", "--json", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def by_check(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {f["check"]: f for f in report["findings"]}
+
+
+@pytest.mark.timeout(300)
+def test_bundle_dir_contents_with_reasons(
+    tmp_path: Path, daemon_factory: Callable[..., Daemon]
+) -> None:
+    kit, stranger = BundleKit(tmp_path / "kit"), BundleKit(tmp_path / "stranger")
+    trust = kit.save_trust(tmp_path / "trust.json")
+    config = {"paths": {"trust_file": trust}, "profile": host_profile_name()}
+    daemon = daemon_factory(config=config, name="gw")
+    bundles = daemon.workdir / "data" / "bundles"
+    kit.build("probe", 3, out_dir=bundles)
+    daemon.stop()
+    daemon.start()  # probe 3 is now the installed version
+    daemon.stop()
+    kit.build("probe", 1, out_dir=bundles)  # an old file left behind
+    stranger.build("other", 1, out_dir=bundles)  # signed by a key nobody trusts
+    code, report = doctor("--config", daemon.config_path)
+    found = by_check(report)
+    assert found["config"]["level"] == "ok"
+    assert found["trust file"]["level"] == "ok"
+    assert found["bundle probe-3.wgb"]["level"] == "ok"
+    assert found["bundle probe-1.wgb"]["level"] == "warn"
+    assert "older than the installed version" in found["bundle probe-1.wgb"]["message"]
+    assert "delete" in found["bundle probe-1.wgb"]["fix"]
+    assert found["bundle other-1.wgb"]["level"] == "error"
+    assert "not trusted" in found["bundle other-1.wgb"]["message"]
+    assert "trust add" in found["bundle other-1.wgb"]["fix"]
+    assert found["providers: onnx"]["level"] == "ok"
+    assert found["mqtt broker"]["level"] == found["registry"]["level"] == "skip"
+    assert found["registry"]["message"].startswith("not configured")
+    assert found["clock"]["level"] == "ok"
+    assert (code, report["exit_code"]) == (2, 2)  # the worst finding: an error
+
+
+def test_config_errors_name_the_variable(tmp_path: Path) -> None:
+    code, report = doctor(env={"WASMGATE_HTPP__PORT": "9000"})
+    assert code == 2
+    [finding] = report["findings"]
+    assert finding["level"] == "error"
+    assert "WASMGATE_HTPP__PORT" in finding["message"]
+
+
+def test_paths_and_unit(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o777)
+    found = {f.check: f for f in check_data_dir(Settings(paths=PathSettings(data_dir=data)))}
+    assert found["paths: data dir"].level == "error"
+    assert "writable by everyone" in found["paths: data dir"].message
+    assert found["paths: bundle dir"].level == "ok"  # created at first start
+    unit = tmp_path / "wasmgate.service"
+    unit.write_text("[Service]\nExecStart=/root/venv/bin/wasmgate serve --config /etc/w.toml\n")
+    assert check_unit(unit).level == "error"
+    assert "ProtectHome=yes" in check_unit(unit).message
+    unit.write_text("[Service]\nExecStart=/usr/bin/true serve --config /etc/w.toml\n")
+    assert check_unit(unit).level == "ok"
+
+
+def test_broker_round_trip_stock_mosquitto_vs_tcp_nodelay(tmp_path: Path) -> None:
+    stock = Broker(tmp_path / "stock")
+    fixed = Broker(tmp_path / "fixed", extra_conf="set_tcp_nodelay true\n")
+    for broker in (stock, fixed):
+        broker.start()
+    try:
+        slow = probe_broker(MqttSettings(host=stock.host, port=stock.port))
+        # Nagle only ever adds delay: the stock broker is slow however idle the machine is.
+        assert slow.level == "warn", slow
+        assert "set_tcp_nodelay true" in slow.fix
+        # Without Nagle a round trip is about a millisecond; a loaded machine may spoil one
+        # measurement, not three.
+        levels = [probe_broker(MqttSettings(host=fixed.host, port=fixed.port)) for _ in range(3)]
+        assert any(f.level == "ok" for f in levels), levels
+    finally:
+        stock.stop()
+        fixed.stop()
+
+
+def test_broker_unreachable_is_an_error(tmp_path: Path) -> None:
+    from tests.fixtures.net import free_port  # noqa: PLC0415
+
+    config = write_config(
+        tmp_path / "c.toml",
+        {"paths": {"data_dir": tmp_path / "d"}, "mqtt": {"host": "127.0.0.1", "port": free_port()}},
+    )
+    code, report = doctor("--config", config)
+    assert code == 2
+    assert "cannot connect" in by_check(report)["mqtt broker"]["message"]
