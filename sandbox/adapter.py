@@ -143,9 +143,10 @@ class Adapter:
         start = time.perf_counter()
         inst: _Instance | None = None
         try:
-            inst = self._acquire(req, models)
-            ready = time.perf_counter()
-            status = self._call(inst, req, payload)
+            with self._engine.guest_running():
+                inst = self._acquire(req, models)
+                ready = time.perf_counter()
+                status = self._call(inst, req, payload)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
             req.flush()
             raise translate(e, req, near_memory_limit=self._near_memory_limit(inst, lim)) from e
@@ -262,8 +263,9 @@ class Adapter:
             nn = NnSession(NoModels(), req.log)
             self._prepare(store, nn, req, NoModels())
             store.set_wasi(restricted_wasi_config(req.sink("stdout"), req.sink("stderr")))
-            instance = self._pre.instantiate(store)
-            got = RawFunc(store, instance, "wasmgate_abi_version", (0, 1))(store)
+            with self._engine.guest_running():
+                instance = self._pre.instantiate(store)
+                got = RawFunc(store, instance, "wasmgate_abi_version", (0, 1))(store)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
             err = translate(e, req, near_memory_limit=False)
             raise AdapterLoadError(

@@ -4,8 +4,11 @@ Invariants:
 - One ``wasmtime.Engine`` per ``SandboxEngine``, built with epoch interruption (and fuel
   when ``Ceilings.fuel_enabled``), a bounded wasm stack and a lowered memory reservation
   (so many instances fit in the address space).
-- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s``; ``close()``
-  stops and joins it.
+- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s`` while a guest
+  runs (`guest_running`), and sleeps while none does: an idle daemon's ticker takes the GIL
+  0 times a second instead of 1/tick_s. Epoch deadlines are set relative to the epoch when
+  a run starts, so a pause between runs changes no deadline (precision stays one tick).
+  ``close()`` stops and joins it.
 - ``Module.deserialize`` runs native code, so it is only ever called on files this
   class wrote into its private cache directory (mode 0700, owned by us, never group/world
   writable); the file name is the sha256 of the wasm *as hashed here* plus a fingerprint of
@@ -17,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +28,7 @@ import platform
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +59,10 @@ class SandboxEngine:
         self.fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         self.engine = wasmtime.Engine(self._config())
         self._stop = threading.Event()
+        self._guests = 0
+        self.ticks = 0
+        """Epoch increments so far (observability: an idle engine does not tick)."""
+        self._guests_cv = threading.Condition()
         self._ticker = threading.Thread(target=self._tick, name="wasmgate-epoch", daemon=True)
         self._ticker.start()
 
@@ -75,8 +84,27 @@ class SandboxEngine:
         return engine_config(self._settings())
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.ceilings.tick_s):
+        while True:
+            with self._guests_cv:
+                while self._guests == 0 and not self._stop.is_set():
+                    self._guests_cv.wait()
+            if self._stop.wait(self.ceilings.tick_s):
+                return
             self.engine.increment_epoch()
+            self.ticks += 1
+
+    @contextlib.contextmanager
+    def guest_running(self) -> Iterator[None]:
+        """Hold around any guest code (instantiation, calls): the epoch ticks meanwhile."""
+        with self._guests_cv:
+            self._guests += 1
+            if self._guests == 1:
+                self._guests_cv.notify()
+        try:
+            yield
+        finally:
+            with self._guests_cv:
+                self._guests -= 1
 
     def compile(self, wasm: bytes, sha256: str | None = None, *, name: str = "adapter") -> Adapter:
         """Validate ``wasm`` as a daemon adapter (imports, exports, ABI version) and return it.
@@ -130,6 +158,8 @@ class SandboxEngine:
     def close(self) -> None:
         """Stop the ticker thread (idempotent). Running guests then hit their deadline checks."""
         self._stop.set()
+        with self._guests_cv:
+            self._guests_cv.notify()
         if self._ticker.is_alive():
             self._ticker.join()
 

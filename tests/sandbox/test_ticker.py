@@ -1,0 +1,55 @@
+"""The epoch ticker ticks only while guest code runs, and deadlines still fire every time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.test_malicious import LIMITS, attack
+from wasmgate.sandbox import Adapter, GuestDeadlineExceeded, SandboxEngine
+from wasmgate.sandbox.adapter import NoModels
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[SandboxEngine]:
+    with SandboxEngine(tmp_path / "cache") as engine:
+        yield engine
+
+
+def test_idle_engine_does_not_tick(fresh: SandboxEngine, wat_guest: Callable[[str], bytes]) -> None:
+    evil: Adapter = fresh.compile(wat_guest("evil"), name="evil")  # probe runs guest code
+    time.sleep(0.1)  # a tick that started during the probe may still land
+    before = fresh.ticks
+    time.sleep(0.2)  # 40 ticks' worth of idleness
+    assert fresh.ticks == before
+    err, _ = attack(evil, 1)  # an endless loop: stopped, so the ticker woke up for it
+    assert isinstance(err, GuestDeadlineExceeded)
+    assert fresh.ticks > before
+    after = fresh.ticks
+    time.sleep(0.2)
+    assert fresh.ticks <= after + 1  # the tick in progress at the end, then none
+
+
+def test_deadline_fires_while_other_guests_come_and_go(
+    fresh: SandboxEngine, wat_guest: Callable[[str], bytes]
+) -> None:
+    evil = fresh.compile(wat_guest("evil"), name="evil")
+    errors: list[BaseException] = []
+
+    def loop_forever() -> None:
+        try:
+            attack(evil, 1)
+        except BaseException as e:
+            errors.append(e)
+
+    looping = threading.Thread(target=loop_forever)
+    looping.start()
+    while looping.is_alive():  # short guests start and end around the endless one
+        res = evil.run(b"\0ok", {}, NoModels(), LIMITS)
+        assert res.output == b"\0ok"
+    looping.join()
+    assert errors == []
