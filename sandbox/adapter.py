@@ -172,7 +172,8 @@ class Adapter:
         self._tls.pooled = None
         if inst is None:
             store = wasmtime.Store(self._engine.engine)
-            nn = NnSession(models, req.log, self._engine.ceilings.max_nn_handles)
+            c = self._engine.ceilings
+            nn = NnSession(models, req.log, c.max_nn_handles, c.max_nn_contexts)
             self._prepare(store, nn, req, models)
             slot = [req]
             store.set_wasi(
@@ -199,6 +200,7 @@ class Adapter:
         if self._engine.ceilings.fuel_enabled:
             store.set_fuel(lim.fuel if lim.fuel is not None else 2**63 - 1)
         nn.provider, nn.log, nn.infer_s, nn.deadline = models, req.log, 0.0, req.deadline
+        nn.host_budget = lim.memory_bytes  # host-side tensors count against the memory limit
         self._tls.req, self._tls.nn = req, nn
 
     def _instantiate(

@@ -24,6 +24,8 @@ class Ceilings:
     ``tick_s`` is the epoch ticker period (deadline granularity). ``fuel_enabled`` builds the
     engine with fuel metering (needed for any ``GuestLimits.fuel``). ``max_module_bytes`` is
     the largest ``.wasm`` accepted by ``compile``; ``max_wasm_stack`` bounds guest recursion.
+    ``max_nn_handles`` bounds wasi-nn graphs and ``max_nn_contexts`` execution contexts per
+    instance (each context pins host tensor bytes, charged to the request's memory limit).
     With ``compile_timeout_s`` set, modules compile in a child process under that time and
     ``compile_memory_bytes`` (`wasmgate.sandbox.compiler`): the daemon sets it, because
     cranelift's compile time is superlinear for some small modules.
@@ -39,6 +41,7 @@ class Ceilings:
     max_module_bytes: int = 32 * MIB
     max_wasm_stack: int = 512 * 1024
     max_nn_handles: int = 256
+    max_nn_contexts: int = 16
     tick_s: float = 0.005
     fuel_enabled: bool = False
     compile_timeout_s: float | None = None

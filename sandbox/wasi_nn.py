@@ -14,6 +14,11 @@ Invariants:
   legacy) only if it names the model's real input type, and the byte length must equal
   ``prod(dims) * itemsize``. INT8 model inputs also accept a declared u8 (witx has no i8).
 - A too-small output buffer returns ``too_large`` and writes the needed size (WasmEdge).
+- Host memory a guest makes us hold is bounded: at most ``max_contexts`` execution contexts
+  per instance, and the input and output tensors all contexts hold are charged to
+  ``host_budget`` (the request's memory limit) before they are copied; beyond it the call
+  returns ``too_large`` and copies nothing. Without this, one request could pin
+  contexts x tensor size of host memory (14 x 48 MiB from a 200 MiB guest).
 - Only models the ``ModelProvider`` hands out can run: the sandbox never loads bytes itself.
 """
 
@@ -87,14 +92,22 @@ class NnSession:
     """
 
     def __init__(
-        self, provider: ModelProvider, log: Callable[[str], None], max_handles: int = 256
+        self,
+        provider: ModelProvider,
+        log: Callable[[str], None],
+        max_handles: int = 256,
+        max_contexts: int = 16,
     ) -> None:
-        """Start with no handles; at most ``max_handles`` graphs and contexts each."""
+        """Start with no handles; at most ``max_handles`` graphs, ``max_contexts`` contexts."""
         self.provider = provider
         self.log = log
         self.infer_s = 0.0
         self.deadline: float | None = None
+        self.host_budget: int | None = None
+        """Bytes of tensors all contexts may hold on the host (None: unbounded)."""
+        self.host_bytes = 0
         self._max = max_handles
+        self._max_contexts = max_contexts
         self._graphs: dict[int, ModelHandle] = {}
         self._by_name: dict[str, int] = {}
         self._contexts: dict[int, _ExecContext] = {}
@@ -139,8 +152,8 @@ class NnSession:
         """``init_execution_context``: a new context for ``graph``."""
         mem.check(out, 4)
         model = self._graph(graph)
-        if len(self._contexts) >= self._max:
-            raise NnError(_E.TOO_LARGE, f"more than {self._max} execution contexts")
+        if len(self._contexts) >= self._max_contexts:
+            raise NnError(_E.TOO_LARGE, f"more than {self._max_contexts} execution contexts")
         self._contexts[self._next_ctx] = _ExecContext(model)
         mem.put_u32(out, self._next_ctx)
         self._next_ctx += 1
@@ -161,9 +174,13 @@ class NnSession:
         if math.prod(dims) * dtype.itemsize != data_len:
             need = math.prod(dims) * dtype.itemsize
             raise NnError(_E.INVALID_ARGUMENT, f"data is {data_len} bytes, dims need {need}")
+        old = ec.inputs.pop(index, None)
+        self._release(ec.outputs)
+        ec.outputs = None
+        self._release([] if old is None else [old])
+        self._charge(data_len, "input")
         raw = mem.read(data_ptr, data_len)
         ec.inputs[index] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims)
-        ec.outputs = None
 
     def compute(self, ctx: int) -> None:
         """``compute``: ``ModelHandle.infer`` with the request's deadline (time: ``infer_s``)."""
@@ -175,12 +192,16 @@ class NnSession:
             raise NnError(_E.BUSY, "request deadline already passed")
         start = time.perf_counter()
         inputs = [ec.inputs[i] for i in range(len(ec.graph.inputs))]
+        self._release(ec.outputs)
+        ec.outputs = None
         try:  # the guest's deadline goes with the run: it stops (or never starts) past it
-            ec.outputs = ec.graph.infer(inputs, deadline=self.deadline)
+            outputs = ec.graph.infer(inputs, deadline=self.deadline)
         except Exception as e:
             raise NnError(_E.RUNTIME_ERROR, f"inference failed: {e}") from e
         finally:
             self.infer_s += time.perf_counter() - start
+        self._charge(sum(a.nbytes for a in outputs), "output")  # dropped if over the budget
+        ec.outputs = outputs
 
     def get_output(  # noqa: PLR0917 - wasm ABI argument order
         self, mem: GuestMemory, ctx: int, index: int, buf: int, cap: int, out: int
@@ -211,8 +232,22 @@ class NnSession:
 
     def finalize_execution_context(self, ctx: int) -> None:
         """``finalize_execution_context`` (WasmEdge): forget a context handle."""
-        self._ctx(ctx)
+        ec = self._ctx(ctx)
+        self._release([*ec.inputs.values(), *(ec.outputs or [])])
         del self._contexts[ctx]
+
+    def _charge(self, nbytes: int, what: str) -> None:
+        held = self.host_bytes + nbytes
+        if self.host_budget is not None and held > self.host_budget:
+            raise NnError(
+                _E.TOO_LARGE,
+                f"{what} of {nbytes} bytes would make host tensors {held} bytes, above the "
+                f"request's memory budget of {self.host_budget} bytes",
+            )
+        self.host_bytes = held
+
+    def _release(self, arrays: list[npt.NDArray[Any]] | None) -> None:
+        self.host_bytes -= sum(a.nbytes for a in arrays or [])
 
     def _provide(self, get: Callable[[], ModelHandle | None]) -> ModelHandle | None:
         try:

@@ -145,10 +145,15 @@ class Script:
         data_len: int | None = None,
         rank: int | None = None,
         abs_data: int | None = None,
+        shared: Ptr | None = None,
     ) -> Ptr:
-        """A 20-byte tensor record (its dims/data pointers relocated unless ``abs_data``)."""
+        """A 20-byte tensor record (its dims/data pointers relocated unless ``abs_data``).
+
+        ``shared`` points the record at data already placed (``raw`` then only gives its
+        length), so many records can share one big blob.
+        """
         dims_ptr = self.blob(struct.pack(f"<{len(dims)}I", *dims))
-        data_ptr = self.blob(raw)
+        data_ptr = self.blob(raw) if shared is None else shared
         n = len(raw) if data_len is None else data_len
         data = data_ptr.offset if abs_data is None else abs_data
         rank = len(dims) if rank is None else rank

@@ -210,10 +210,16 @@ def test_wasi_nn_abuse_returns_errnos_and_next_request_works(
 
     s = Script()
     s.call("compute", 12345)  # handle from nowhere
-    s.call("set_input", 0, 0, s.tensor([0xFFFF_FFFF] * 8, 1, b"\0" * 16))  # huge dims
+    s.call("load_by_name", s.blob(b"affine"), 6, s.out())
+    s.call("init_execution_context", 0, s.out())  # context 0 exists: the dims are checked
+    s.call("set_input", 0, 0, s.tensor([0xFFFF_FFFF] * 8, 1, b"\0" * 16))  # huge rank-8 dims
+    s.call("set_input", 0, 0, s.tensor([0xFFFF_FFFF, 4], 1, b"\0" * 16))  # huge batch
     s.call("load_by_name", 0xFFFF_0000, 0x7FFF_FFFF, s.out())  # huge name length
     res = proxy.run(s.payload(), {}, declared, GuestLimits(deadline_s=DEADLINE))
-    assert s.result(res.output).errnos == [1, 1, 1]
+    assert s.result(res.output).errnos == [1, 0, 0, 1, 1, 1]
+    logs = "\n".join(res.logs)
+    assert "do not fit model shape" in logs, logs  # refused by the dims check itself
+    assert f"dims need {0xFFFF_FFFF * 16}" in logs, logs
     s2 = Script()
     s2.call("load_by_name", s2.blob(b"affine"), 6, s2.out())
     res = proxy.run(s2.payload(), {}, declared, GuestLimits(deadline_s=DEADLINE))

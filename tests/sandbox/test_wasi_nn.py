@@ -351,16 +351,16 @@ def test_missing_memory_errno() -> None:
         GuestRunner(DeclaredModels({})).run(bytes(wasmtime.wat2wasm(wat)))
 
 
-def session_with_context(max_handles: int = 256) -> tuple[Any, list[str]]:
+def session_with_context(max_handles: int = 256, max_contexts: int = 16) -> tuple[Any, list[str]]:
     from wasmgate.sandbox.memory import GuestMemory  # noqa: PLC0415
     from wasmgate.sandbox.wasi_nn import NnSession  # noqa: PLC0415
 
     logs: list[str] = []
     provider = DeclaredModels({})
     provider.named["affine"] = load_model(model_bytes()["affine"], "affine")
-    session = NnSession(provider, logs.append, max_handles)
-    buf = (ctypes.c_ubyte * 128)()
-    mem = GuestMemory(ctypes.addressof(buf), 128)
+    session = NnSession(provider, logs.append, max_handles, max_contexts)
+    buf = (ctypes.c_ubyte * 4096)()
+    mem = GuestMemory(ctypes.addressof(buf), 4096)
     mem.write(0, b"affine")
     session.load_by_name(mem, 0, 6, 8)
     session.init_execution_context(mem, 0, 12)
@@ -385,8 +385,49 @@ def test_compute_after_the_deadline_is_busy() -> None:
 def test_handle_count_is_bounded() -> None:
     from wasmgate.sandbox.wasi_nn import NnError  # noqa: PLC0415
 
-    (session, mem, _buf), _ = session_with_context(max_handles=2)
+    (session, mem, _buf), _ = session_with_context(max_contexts=2)
     session.init_execution_context(mem, 0, 12)
-    with pytest.raises(NnError, match="more than 2") as info:
+    with pytest.raises(NnError, match="more than 2 execution contexts") as info:
         session.init_execution_context(mem, 0, 12)
     assert info.value.errno == TOO_LARGE
+    session.finalize_execution_context(1)
+    session.init_execution_context(mem, 0, 12)  # a finalized context frees its slot
+
+
+def _big_input(mem: Any, rows: int) -> int:
+    """A [rows, 4] FP32 tensor record at 48 (dims at 16, data at 64); returns its bytes."""
+    nbytes = rows * 16
+    mem.write(16, struct.pack("<2I", rows, 4))
+    mem.write(64, np.ones((rows, 4), np.float32).tobytes())
+    mem.write(48, struct.pack("<IIB3xII", 16, 2, 1, 64, nbytes))
+    return nbytes
+
+
+def test_host_bytes_pinned_by_contexts_are_bounded() -> None:
+    """Many contexts with big inputs: the bytes they pin stay within the request's budget."""
+    from wasmgate.sandbox.wasi_nn import NnError  # noqa: PLC0415
+
+    (session, mem, _buf), _ = session_with_context(max_contexts=16)
+    nbytes = _big_input(mem, 60)  # 960 bytes each
+    session.host_budget = 3 * nbytes + 100
+    for _ in range(3):
+        session.init_execution_context(mem, 0, 12)
+    for ctx in range(3):
+        session.set_input(mem, ctx, 0, 48)
+    assert session.host_bytes == 3 * nbytes
+    with pytest.raises(NnError, match="above the request's memory budget") as info:
+        session.set_input(mem, 3, 0, 48)
+    assert info.value.errno == TOO_LARGE
+    assert session.host_bytes == 3 * nbytes  # nothing was copied for the refused input
+    session.set_input(mem, 0, 0, 48)  # replacing an input is charged once
+    assert session.host_bytes == 3 * nbytes
+    with pytest.raises(NnError, match="output of 960 bytes") as info:
+        session.compute(0)  # its output would pass the budget too: dropped
+    assert info.value.errno == TOO_LARGE
+    assert session.host_bytes == 3 * nbytes
+    session.finalize_execution_context(1)
+    session.finalize_execution_context(2)
+    session.compute(0)
+    assert session.host_bytes == 2 * nbytes  # input + output of context 0
+    session.set_input(mem, 3, 0, 48)
+    assert session.host_bytes == 3 * nbytes
