@@ -42,7 +42,7 @@ def _make_bundle(root: Path, mb: int) -> tuple[Path, TrustStore]:
     (src / "model.onnx").write_bytes(os.urandom(mb * 1024 * 1024 - 64 * 1024))
     (src / "bundle.toml").write_text(
         'name = "bench"\nversion = 1\n[adapter]\nfile = "adapter.wasm"\n'
-        '[[models]]\nname = "m"\nformat = "onnx"\nvariants = { fp32 = "model.onnx" }\n'
+        '[[models]]\nname = "bench-m"\nformat = "onnx"\nvariants = { fp32 = "model.onnx" }\n'
     )
     key = generate_key()
     out = root / "bench-1.wgb"
