@@ -47,7 +47,7 @@ def _make_bundle(root: Path, mb: int) -> tuple[Path, TrustStore]:
     key = generate_key()
     out = root / "bench-1.wgb"
     build_bundle(src, key, out)
-    return out, TrustStore.empty().with_signer(key.verify_key, ["bench"], {})
+    return out, TrustStore.empty().with_signer(key.verify_key, ["bench", "bench-*"], {})
 
 
 def _interleaved(
