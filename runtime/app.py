@@ -185,7 +185,7 @@ def open_store(settings: Settings) -> BundleStore:
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     m = app[METRICS]
-    registry = Registry(open_store(settings), app[DEPS], settings.trust.expiry)
+    registry = Registry(open_store(settings), app[DEPS], settings.trust.expiry, metrics=m)
     published: set[str] = set()
     registry.on_change.append(lambda: _publish_backends(registry, m, published))
     registry.on_change.append(lambda: m.set_expired(registry.expired))

@@ -39,6 +39,7 @@ from wasmgate.signing.errors import (
     MalformedArchiveError,
     ManifestError,
     MissingFileError,
+    NotStagedError,
     OversizeMemberError,
     RevokedBundleError,
     RevokedKeyError,
@@ -76,6 +77,7 @@ from wasmgate.signing.manifest import (
     Limits,
     Manifest,
     ModelEntry,
+    Release,
     Routes,
     SelfTest,
     Targets,
@@ -83,7 +85,7 @@ from wasmgate.signing.manifest import (
     parse_manifest,
 )
 from wasmgate.signing.state import StateDoc, StateFile
-from wasmgate.signing.store import BundleStore, InstalledBundle
+from wasmgate.signing.store import BundleStore, InstalledBundle, StagedInstall
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import SignerEntry, TrustDoc, sign_trust
 from wasmgate.signing.verify import BundleInfo, VerifiedBundle, inspect_bundle, verify_bundle
@@ -121,7 +123,9 @@ __all__ = [
     "Member",
     "MissingFileError",
     "ModelEntry",
+    "NotStagedError",
     "OversizeMemberError",
+    "Release",
     "RevokedBundleError",
     "RevokedKeyError",
     "RollbackError",
@@ -131,6 +135,7 @@ __all__ = [
     "SignatureError",
     "SignerEntry",
     "SigningError",
+    "StagedInstall",
     "StateCorruptedError",
     "StateDoc",
     "StateFile",

@@ -44,6 +44,12 @@ the key id, then signs. Every key except the file paths maps 1:1 to the manifest
     payload_b64 = "..."
     expect_status = 0
 
+    [release]                        # metric gates of a staged install (all optional)
+    min_requests = 200               # the operator's stage request can only tighten them
+    max_error_share = 0.01
+    max_p99_ratio = 1.5
+    window_s = 600
+
     extra_files = ["samples/one.bin"]  # optional: more files to ship (stored by basename)
 
 Inside the manifest, ``adapter.file`` and ``variants`` name archive members (basenames),

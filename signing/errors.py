@@ -162,5 +162,9 @@ class BlobNotFoundError(SigningError):
     """No blob with this SHA-256 in the store."""
 
 
+class NotStagedError(SigningError):
+    """Promote or abort of a name that has no staged candidate."""
+
+
 class BlobIntegrityError(SigningError):
     """A stored blob no longer hashes to its name."""

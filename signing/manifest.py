@@ -14,7 +14,7 @@ Invariants:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AwareDatetime,
@@ -95,6 +95,38 @@ class Routes(_Strict):
     mqtt: Name | None = None
 
 
+class Release(_Strict):
+    """Metric gates of a staged release (``[release]``); every field optional.
+
+    When ``window_s`` has passed and at least ``min_requests`` reached the candidate, the
+    runtime promotes it if its error share is at most ``max_error_share`` and its p99
+    latency at most ``max_p99_ratio`` times the serving version's; else it aborts it.
+    The operator's stage request can only tighten these (see :meth:`tightened`).
+    """
+
+    min_requests: int | None = Field(default=None, ge=1, le=10**9)
+    max_error_share: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_p99_ratio: float | None = Field(default=None, gt=0.0, le=1000.0)
+    window_s: float | None = Field(default=None, gt=0.0, le=30 * 86400.0)
+
+    def any(self) -> bool:
+        """True if at least one gate is set."""
+        return any(v is not None for v in self.model_dump().values())
+
+    def tightened(self, other: Release) -> Release:
+        """The stricter of ``self`` and ``other`` gate by gate (None = not set)."""
+
+        def pick(a: float | None, b: float | None, stricter: Any) -> Any:
+            return b if a is None else a if b is None else stricter(a, b)
+
+        return Release(
+            min_requests=pick(self.min_requests, other.min_requests, max),
+            max_error_share=pick(self.max_error_share, other.max_error_share, min),
+            max_p99_ratio=pick(self.max_p99_ratio, other.max_p99_ratio, min),
+            window_s=pick(self.window_s, other.window_s, max),
+        )
+
+
 class Limits(_Strict):
     """Resource limits the sandbox and runtime enforce for this bundle."""
 
@@ -155,6 +187,8 @@ class Manifest(_Strict):
     fallback: Fallback = Field(default_factory=Fallback)
     params: dict[Name, ParamValue] = Field(default_factory=dict, max_length=256)
     selftest: SelfTest | None = None
+    release: Release | None = None
+    """None (not written) when the bundle declares no gates, so older daemons still parse it."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -171,9 +171,14 @@ def close_all(files: list[StagedFile]) -> None:
 
 def prepare_store_dirs(state_dir: Path) -> None:
     """Create the store's private directories; delete what a crash left uncommitted."""
-    for sub in (state_dir, state_dir / "blobs", state_dir / "records", state_dir / "tmp"):
+    records = state_dir / "records"
+    for sub in (state_dir, state_dir / "blobs", records, records / "staged", state_dir / "tmp"):
         sub.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp_files = [*state_dir.glob(".*.tmp"), *state_dir.glob("records/.*.tmp")]
+    tmp_files = [
+        *state_dir.glob(".*.tmp"),
+        *records.glob(".*.tmp"),
+        *records.glob("staged/.*.tmp"),
+    ]
     for leftover in [*(state_dir / "tmp").iterdir(), *tmp_files]:
         leftover.unlink(missing_ok=True)
 

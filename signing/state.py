@@ -1,4 +1,5 @@
-"""Anti-rollback state: the version floor per bundle name, the active version, a clock floor.
+"""Anti-rollback state: the version floor per bundle name, the active version, a clock floor,
+and the staged (canary) candidate of each name with its share and metric gates.
 
 File: ``<state_dir>/state.json`` plus the previous copy ``state.prev.json``. Each holds
 ``{"checksum": sha256(canonical state), "state": {...}}``.
@@ -12,6 +13,8 @@ Invariants:
   floors are never silently reset to zero. (``BundleStore`` can rebuild them from its
   install records on explicit request.)
 - ``floor`` never decreases; ``clock_floor`` never decreases.
+- A staged candidate does not raise the floor: only the promotion (or an install at 100 %)
+  does, so aborting a candidate leaves the current version installable again.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from wasmgate.signing.errors import StateCorruptedError
+from wasmgate.signing.manifest import Release
 
 STATE_FILE = "state.json"
 PREV_FILE = "state.prev.json"
@@ -69,12 +73,24 @@ class ActiveBundle(_Strict):
     digest: str = Field(pattern=_HEX64)
 
 
+class StagedBundle(_Strict):
+    """A candidate answering ``percent`` of the requests next to the active version."""
+
+    version: int = Field(ge=0)
+    digest: str = Field(pattern=_HEX64)
+    percent: int = Field(ge=1, le=99)
+    gates: Release | None = None
+    """The metric gates in force (manifest tightened by the operator), None = manual."""
+
+
 class NameState(_Strict):
-    """Per-name record: highest version seen (and its digest), what is active (None if removed)."""
+    """Per-name record: highest version seen (and its digest), what is active (None if removed),
+    the staged candidate (if any)."""
 
     floor: int = Field(ge=0)
     floor_digest: str = Field(pattern=_HEX64)
     active: ActiveBundle | None = None
+    staged: StagedBundle | None = None
 
 
 class StateDoc(_Strict):

@@ -2,6 +2,8 @@
 
 Layout of ``state_dir`` (mode 0700): ``blobs/<sha256>`` (file bytes, named by their hash),
 ``records/<manifest digest>.json`` (manifest and signature bytes of each install),
+``records/staged/<digest>.json`` (the same for staged candidates: not counted when floors
+are rebuilt from the records, since staging does not raise a floor),
 ``state.json``/``state.prev.json`` (see ``state.py``), ``tmp/`` (staging), ``lock``.
 
 Invariants:
@@ -18,6 +20,9 @@ Invariants:
   ``state.json`` is damaged the previous copy is used and raised to the highest record of
   each name. With no readable state at all the store refuses to open
   (:class:`StateCorruptedError`) unless ``repair_state=True`` rebuilds it from the records.
+- Staged releases: ``commit(b, percent<100)`` records ``b`` as the name's candidate (floor
+  unchanged); ``promote`` makes it the active version and raises the floor; ``abort``
+  forgets it. Each is one atomic state write, so a crash leaves the old or the new state.
 - ``verify_blob_again`` re-hashes a blob so a model is checked right before it is loaded.
 """
 
@@ -38,11 +43,12 @@ from pathlib import Path
 from wasmgate.signing.errors import (
     BlobIntegrityError,
     BlobNotFoundError,
+    NotStagedError,
     SigningError,
     StateCorruptedError,
     StoreIOError,
 )
-from wasmgate.signing.manifest import Manifest
+from wasmgate.signing.manifest import Manifest, Release
 from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
 from wasmgate.signing.source import (
     StagedFile,
@@ -54,6 +60,7 @@ from wasmgate.signing.source import (
 from wasmgate.signing.state import (
     ActiveBundle,
     NameState,
+    StagedBundle,
     StateDoc,
     StateFile,
 )
@@ -75,6 +82,15 @@ class InstalledBundle:
 
     manifest: Manifest
     digest: str
+
+
+@dataclass(frozen=True)
+class StagedInstall:
+    """A staged candidate: the bundle, its share of requests, its metric gates (or None)."""
+
+    bundle: InstalledBundle
+    percent: int
+    gates: Release | None
 
 
 class BundleStore:
@@ -179,11 +195,15 @@ class BundleStore:
             self._staged[verified.digest] = verified
             return InstalledBundle(verified.manifest, verified.digest)
 
-    def commit(self, bundle: InstalledBundle) -> None:
+    def commit(
+        self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
+    ) -> None:
         """Make a staged bundle the installed version of its name (the commit point).
 
-        The anti-rollback checks run again against the current state, so a higher version
-        committed meanwhile (by any process) makes this raise :class:`RollbackError`.
+        With ``percent`` < 100 and a version active, it becomes the name's candidate instead
+        (floor unchanged; see :meth:`promote`). The anti-rollback checks run again against
+        the current state, so a higher version committed meanwhile (by any process) makes
+        this raise :class:`RollbackError`.
         """
         with self._file_lock():
             verified = self._staged.get(bundle.digest)
@@ -195,7 +215,7 @@ class BundleStore:
                 if not (self.state_dir / "blobs" / entry.sha256).is_file():
                     raise BlobNotFoundError(f"blob {entry.sha256}: removed before the commit")
             try:
-                self._commit(verified, state)
+                self._commit(verified, state, percent, gates)
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
             del self._staged[bundle.digest]
@@ -210,7 +230,8 @@ class BundleStore:
         """Delete blobs that no installed or staged bundle references; returns their names."""
         with self._file_lock():
             self._state = self._load_state()
-            keep = {f.sha256 for b in self.installed() for f in b.manifest.files.values()}
+            live = [*self.installed(), *(c.bundle for c in self.candidates())]
+            keep = {f.sha256 for b in live for f in b.manifest.files.values()}
             for v in self._staged.values():
                 keep |= {f.sha256 for f in v.manifest.files.values()}
             removed = []
@@ -242,15 +263,80 @@ class BundleStore:
                 close_all(sinks)
         return verified, sinks
 
-    def _commit(self, v: VerifiedBundle, state: StateDoc) -> None:
-        write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)
-        new = state.model_copy(deep=True)
+    def _commit(
+        self, v: VerifiedBundle, state: StateDoc, percent: int, gates: Release | None
+    ) -> None:
         m = v.manifest
-        active = ActiveBundle(version=m.version, digest=v.digest)
-        new.bundles[m.name] = NameState(floor=m.version, floor_digest=v.digest, active=active)
-        new.advance_clock(m.issued_at)
+        new = state.model_copy(deep=True)
+        entry = new.bundles.get(m.name)
+        if percent < 100 and entry is not None and entry.active is not None:
+            records = self.state_dir / "records" / "staged"
+            write_record(records, v.digest, v.manifest_bytes, v.signature_bytes)
+            entry.staged = StagedBundle(
+                version=m.version, digest=v.digest, percent=percent, gates=gates
+            )
+        else:
+            write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)
+            active = ActiveBundle(version=m.version, digest=v.digest)
+            new.bundles[m.name] = NameState(floor=m.version, floor_digest=v.digest, active=active)
+            new.advance_clock(m.issued_at)
+        self._save(new)
+
+    def _save(self, new: StateDoc) -> None:
         self._state_file.save(new)
         self._state = new
+
+    def promote(self, name: str) -> InstalledBundle:
+        """Make the candidate of ``name`` its active version and raise the floor to it."""
+        with self._file_lock():
+            state = self._load_state()
+            entry = state.bundles.get(name)
+            if entry is None or entry.staged is None:
+                raise NotStagedError(f"bundle {name!r} has no staged version")
+            staged = entry.staged
+            src = self.state_dir / "records" / "staged" / f"{staged.digest}.json"
+            try:
+                manifest, manifest_bytes, sig_bytes = read_record(src)
+                # the record first: floors rebuilt from records then include the promotion
+                write_record(self.state_dir / "records", staged.digest, manifest_bytes, sig_bytes)
+                new = state.model_copy(deep=True)
+                active = ActiveBundle(version=staged.version, digest=staged.digest)
+                # staged.version >= floor: checked at the commit, and the floor only rises
+                # through a promotion or a full install, which both clear the candidate
+                new.bundles[name] = NameState(
+                    floor=staged.version, floor_digest=staged.digest, active=active
+                )
+                new.advance_clock(manifest.issued_at)
+                self._save(new)
+            except OSError as e:
+                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
+        log.info("promoted bundle %s (%s)", manifest.label(), staged.digest)
+        return InstalledBundle(manifest, staged.digest)
+
+    def abort(self, name: str) -> None:
+        """Forget the candidate of ``name``; the active version and the floor stay."""
+        with self._file_lock():
+            state = self._load_state()
+            entry = state.bundles.get(name)
+            if entry is None or entry.staged is None:
+                raise NotStagedError(f"bundle {name!r} has no staged version")
+            new = state.model_copy(deep=True)
+            new.bundles[name].staged = None
+            try:
+                self._save(new)
+            except OSError as e:
+                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
+
+    def candidates(self) -> list[StagedInstall]:
+        """The staged candidate of every name that has one and an active version."""
+        out = []
+        for name in sorted(self._state.bundles):
+            entry = self._state.bundles[name]
+            if entry.staged is not None and entry.active is not None:
+                path = self.state_dir / "records" / "staged" / f"{entry.staged.digest}.json"
+                bundle = InstalledBundle(read_record(path)[0], entry.staged.digest)
+                out.append(StagedInstall(bundle, entry.staged.percent, entry.staged.gates))
+        return out
 
     def installed(self) -> list[InstalledBundle]:
         """The active bundle of every name (latest installed version), sorted by name."""
@@ -275,8 +361,8 @@ class BundleStore:
                 return
             new = state.model_copy(deep=True)
             new.bundles[name].active = None
-            self._state_file.save(new)
-            self._state = new
+            new.bundles[name].staged = None
+            self._save(new)
 
     def recheck(self) -> dict[str, SigningError]:
         """Apply a fresh install's checks to every active bundle (start-up, trust reload).

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import math
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -103,6 +104,33 @@ class BundleModels:
         return None
 
 
+RECENT_LATENCIES = 2048
+
+
+@dataclass
+class Outcomes:
+    """What this version answered since it was loaded: the input of a release's gates.
+
+    Updated on the event loop only (the service records each request when it ends).
+    """
+
+    requests: int = 0
+    errors: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LATENCIES))
+
+    def record(self, seconds: float, failed: bool) -> None:
+        self.requests += 1
+        self.errors += failed
+        self.latencies.append(seconds)
+
+    def p99(self) -> float | None:
+        """p99 of the recent latencies (seconds), None before the first request."""
+        if not self.latencies:
+            return None
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
 @dataclass
 class LoadedBundle:
     """One version of one bundle, ready to serve."""
@@ -122,6 +150,9 @@ class LoadedBundle:
     installed_at: float = 0.0
     expires: float = math.inf
     """The manifest's ``expires`` as POSIX time (the registry's expiry watch wakes then)."""
+    mqtt_name: str | None = None
+    """The adapter's name on the MQTT topic tree (``routes.mqtt``); None without adapter."""
+    outcomes: Outcomes = field(default_factory=Outcomes)
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False

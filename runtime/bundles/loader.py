@@ -196,6 +196,7 @@ def _assemble(
         version=manifest.version,
         digest=digest,
         adapter_name=manifest.routes.http if adapter is not None else None,
+        mqtt_name=manifest.routes.mqtt if adapter is not None else None,
         adapter=adapter,
         models=models,
         admission=AdmissionLimits(

@@ -13,6 +13,11 @@ An install stages the bundle in the store (verified, blobs written, nothing reco
 loads it from there and commits it (recorded, anti-rollback floor raised) only once it
 works here; a bundle that fails is discarded and its blobs collected, so it is neither
 served nor the installed version after a restart.
+
+A staged install (``percent`` < 100) commits the bundle as the name's candidate: durable, but
+the anti-rollback floor rises only when it is promoted (by the API or its metric gates,
+`release.py`); an abort drops it and leaves the floor where it was. At start the store's
+candidates serve their share again.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from typing import Any, Literal, Protocol
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
+from wasmgate.runtime.bundles.release import Verdict, Watches, measure
 from wasmgate.runtime.bundles.table import ServingTable
-from wasmgate.runtime.errors import BundleRejected, DaemonError
+from wasmgate.runtime.errors import BundleRejected, DaemonError, NotFound
+from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import ExpiredError, RollbackError, SigningError
-from wasmgate.signing.store import InstalledBundle
+from wasmgate.signing.manifest import Release
+from wasmgate.signing.store import InstalledBundle, StagedInstall
 from wasmgate.signing.trust import TrustStore
 
 log = logging.getLogger("wasmgate.registry")
@@ -46,7 +54,12 @@ class Store(BlobSource, Protocol):
     """The part of `wasmgate.signing.BundleStore` the registry uses."""
 
     def stage(self, data: bytes | Path) -> InstalledBundle: ...
-    def commit(self, bundle: InstalledBundle) -> None: ...
+    def commit(
+        self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
+    ) -> None: ...
+    def promote(self, name: str) -> InstalledBundle: ...
+    def abort(self, name: str) -> None: ...
+    def candidates(self) -> Sequence[StagedInstall]: ...
     def discard(self, bundle: InstalledBundle) -> None: ...
     def gc(self) -> Sequence[str]: ...
     def installed(self) -> Sequence[InstalledBundle]: ...
@@ -72,8 +85,20 @@ class Event:
 class Registry:
     """Owns the serving table's contents; every change goes through here."""
 
-    def __init__(self, store: Store, deps: LoaderDeps, expiry: ExpiryPolicy = "warn") -> None:
+    def __init__(
+        self,
+        store: Store,
+        deps: LoaderDeps,
+        expiry: ExpiryPolicy = "warn",
+        metrics: Metrics | None = None,
+    ) -> None:
         self.table = ServingTable(self._schedule_close)
+        self._metrics = metrics
+        self._watches = Watches(self._versions, self._on_verdict)
+        self._gates: dict[str, Release] = {}
+        """The gates of each staged candidate that has some."""
+        self.verdicts: dict[str, Verdict] = {}
+        """The last gate decision per bundle name."""
         self._store = store
         self._deps = deps
         self.expiry = expiry
@@ -122,6 +147,9 @@ class Registry:
             step(i, item.manifest.label())
             with contextlib.suppress(BundleRejected):
                 self._switch(await self._prepare(item, "store"), "store", 100)
+        for staged in await asyncio.to_thread(self._store.candidates):
+            progress(f"loading {staged.bundle.manifest.label()} (staged)")
+            await self._restore(staged)
         refused, older = await self._start_files(bundle_files, len(stored), step)
         self.table.started = True
         self._changed()  # expired bundles, even when nothing at all was loaded
@@ -160,6 +188,7 @@ class Registry:
 
     async def close(self, wait_s: float) -> None:
         """Stop serving everything; wait up to ``wait_s`` for unloads, then give up."""
+        await self._watches.close()
         for name in list(self.table.slots()):
             self.table.remove(name)
         if self._closing:
@@ -173,10 +202,13 @@ class Registry:
         *,
         source: str,
         percent: int = 100,
+        gates: Release | None = None,
         origin: Path | None = None,
     ) -> LoadedBundle:
         """Stage, load, selftest, commit and switch; `BundleRejected` says why not.
 
+        ``percent`` < 100 stages it next to the serving version (a first version always
+        serves fully), under the manifest's ``[release]`` gates tightened by ``gates``.
         ``origin`` is the bundle-dir file it came from: `remove` deletes it, so it does
         not come back at the next start.
         """
@@ -193,7 +225,7 @@ class Registry:
                 raise BundleRejected(msg) from e
         try:
             async with self._name_lock(item.manifest.name):
-                bundle = await self._load_and_commit(item, source, percent)
+                bundle = await self._load_and_commit(item, source, percent, gates)
         except BaseException:
             await asyncio.to_thread(self._drop, item)
             raise
@@ -216,25 +248,41 @@ class Registry:
                 del self._by_name[name]
 
     async def _load_and_commit(
-        self, item: InstalledBundle, source: str, percent: int
+        self, item: InstalledBundle, source: str, percent: int, wanted: Release | None
     ) -> LoadedBundle:
         man = item.manifest
         slot = self.table.slots().get(man.name)
         if slot is not None and slot.current.digest == item.digest:
             await asyncio.to_thread(self._store.discard, item)
             return slot.current  # already serving exactly this bundle
+        percent = percent if slot is not None else 100
+        gates = _gates(man.release, wanted) if percent < 100 else None
         bundle = await self._prepare(item, source)
         async with self._lock:
             try:
                 self._check_names(bundle, source)  # another bundle may have switched meanwhile
-                await asyncio.to_thread(self._store.commit, item)
+                await asyncio.to_thread(self._store.commit, item, percent, gates)
             except SigningError as e:  # a newer version committed meanwhile, disk full, ...
                 self._schedule_close(bundle)
                 self._record(source, ok=False, name=man.name, version=man.version, message=str(e))
                 raise BundleRejected(str(e)) from e
             self.expired.pop(man.name, None)  # a fresh install is never expired
-            self._switch(bundle, source, percent)
+            self._switch(bundle, source, percent, gates)
         return bundle
+
+    async def _restore(self, staged: StagedInstall) -> None:
+        """Serve a candidate the store holds (at start) next to its serving version."""
+        man = staged.bundle.manifest
+        if man.name not in self.table.slots():
+            msg = f"{man.label()}: staged, but its serving version is not loaded; kept staged"
+            self._record("store", ok=False, name=man.name, version=man.version, message=msg)
+            return
+        try:
+            bundle = await self._prepare(staged.bundle, "store")
+        except BundleRejected:
+            await asyncio.to_thread(self._store.abort, man.name)  # recorded by _prepare
+            return
+        self._switch(bundle, "store", staged.percent, staged.gates)
 
     def _drop(self, item: InstalledBundle) -> None:
         """Forget a staged bundle that will not serve, and delete its blobs (blocking)."""
@@ -282,8 +330,15 @@ class Registry:
             self._record(source, ok=False, name=bundle.name, version=bundle.version, message=msg)
             raise BundleRejected(msg)
 
-    def _switch(self, bundle: LoadedBundle, source: str, percent: int) -> None:
+    def _switch(
+        self, bundle: LoadedBundle, source: str, percent: int, gates: Release | None = None
+    ) -> None:
         self.table.activate(bundle, percent)
+        self._watches.stop(bundle.name)
+        self._gates.pop(bundle.name, None)
+        if percent < 100 and gates is not None:
+            self._gates[bundle.name] = gates
+            self._watches.start(bundle.name, bundle, gates)
         self._changed()
         staged = f" (staged at {percent}%)" if percent < 100 else ""
         msg = f"serving{staged}"
@@ -295,6 +350,7 @@ class Registry:
         """Stop serving ``name``; it stays off across restarts until installed again."""
         async with self._lock:
             slot = self.table.remove(name)
+            self._release_done(name)
             self._changed()
             await asyncio.to_thread(self._store.remove, name)
             for path in self._origins.pop(name, set()):
@@ -354,12 +410,60 @@ class Registry:
         ]
         return min(times, default=None)
 
-    async def promote(self, name: str) -> LoadedBundle:
+    async def promote(
+        self, name: str, source: str = "api", only: LoadedBundle | None = None
+    ) -> LoadedBundle:
+        """The candidate of ``name`` takes all traffic; the floor rises to its version.
+
+        ``only``: do nothing unless this is still the candidate (a gate decision)."""
         async with self._lock:
-            bundle = self.table.promote(name)
+            candidate = self._candidate(name, only)
+            await asyncio.to_thread(self._store.promote, name)
+            self.table.promote(name)
+            self._release_done(name)
             self._changed()
-            self._record("api", ok=True, name=name, version=bundle.version, message="promoted")
-            return bundle
+            self._record(source, ok=True, name=name, version=candidate.version, message="promoted")
+            return candidate
+
+    async def abort(
+        self, name: str, source: str = "api", why: str = "", only: LoadedBundle | None = None
+    ) -> LoadedBundle:
+        """Drop the candidate of ``name``; requests on it finish; the floor is unchanged."""
+        async with self._lock:
+            candidate = self._candidate(name, only)
+            await asyncio.to_thread(self._store.abort, name)
+            self.table.abort(name)
+            self._release_done(name)
+            self._changed()
+            msg = f"staged version aborted{': ' + why if why else ''}"
+            self._record(source, ok=True, name=name, version=candidate.version, message=msg)
+            return candidate
+
+    def _candidate(self, name: str, only: LoadedBundle | None) -> LoadedBundle:
+        candidate = self.table.slot(name).candidate
+        if candidate is None or (only is not None and candidate is not only):
+            raise NotFound(f"bundle {name!r} has no staged version")
+        return candidate
+
+    def _release_done(self, name: str) -> None:
+        self._watches.stop(name)
+        self._gates.pop(name, None)
+
+    def _versions(self, name: str) -> tuple[LoadedBundle, LoadedBundle | None] | None:
+        slot = self.table.slots().get(name)
+        return None if slot is None else (slot.current, slot.candidate)
+
+    async def _on_verdict(self, verdict: Verdict, candidate: LoadedBundle) -> None:
+        self.verdicts[verdict.name] = verdict
+        level = logging.INFO if verdict.outcome == "promote" else logging.WARNING
+        log.log(level, "%s", verdict.message(), extra={"bundle": verdict.name})
+        if self._metrics is not None:
+            self._metrics.observe_release(verdict.name, verdict.outcome, vars(verdict.measured))
+        with contextlib.suppress(NotFound):  # promoted or aborted by hand meanwhile
+            if verdict.outcome == "promote":
+                await self.promote(verdict.name, "gates", candidate)
+            else:
+                await self.abort(verdict.name, "gates", "; ".join(verdict.reasons), candidate)
 
     # -- status -----------------------------------------------------------------------
 
@@ -369,7 +473,15 @@ class Registry:
         for name, slot in sorted(self.table.slots().items()):
             entry = describe(slot.current)
             if slot.candidate is not None:
-                entry["staged"] = {**describe(slot.candidate), "percent": slot.percent}
+                gates = self._gates.get(name)
+                entry["staged"] = {
+                    **describe(slot.candidate),
+                    "percent": slot.percent,
+                    "gates": gates.model_dump() if gates is not None else None,
+                    "measured": vars(measure(slot.candidate, slot.current)),
+                }
+            if name in self.verdicts:
+                entry["release"] = self.verdicts[name].as_dict()
             if name in self._errors:
                 entry["last_error"] = asdict(self._errors[name])
             out.append(entry)
@@ -410,6 +522,12 @@ class Registry:
 def is_rollback(err: BundleRejected) -> bool:
     """Refused only for being older than the installed version (retrying cannot help)."""
     return isinstance(err.__cause__, RollbackError)
+
+
+def _gates(declared: Release | None, wanted: Release | None) -> Release | None:
+    """The manifest's gates tightened by the operator's; None when neither sets one."""
+    both = (declared or Release()).tightened(wanted or Release())
+    return both if both.any() else None
 
 
 def describe(bundle: LoadedBundle) -> dict[str, Any]:

@@ -3,18 +3,24 @@
 All mutations happen on the event loop. A switch is one dict assignment, so a request sees
 either the old or the new version, never a mix; leases keep a replaced version alive until
 its last request finishes, then the ``closer`` unloads it (off the loop).
-Names are global: an adapter or model name belongs to one bundle at a time.
+Names are global: an adapter name (``routes.http``), an MQTT name (``routes.mqtt``) or a
+model name belongs to one bundle at a time, in every role.
+
+A staged candidate answers ``percent`` of the requests, chosen by a stable hash of the
+request's canary key (so one device stays on one version for the whole stage), or by a
+random draw when a request has no key. A request may pin a serving or staged version.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.errors import NotFound
-from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.runtime.serving.api import ModelInfo, Namespace
 from wasmgate.sandbox.models import TensorSpec
 
 ADAPTER_PLATFORM = "wasmgate_adapter"
@@ -31,13 +37,35 @@ class Slot:
     percent: int = 0
     """Share of requests (0-100) the candidate answers while staged."""
 
-    def pick(self) -> LoadedBundle:
-        if self.candidate is not None and random.random() * 100 < self.percent:
-            return self.candidate
-        return self.current
+    def pick(self, key: str | None = None, version: str | None = None) -> LoadedBundle:
+        """The version pinned by ``version``, else the split's choice for ``key``."""
+        if version is not None:
+            return self.find(version)
+        if self.candidate is None:
+            return self.current
+        return self.candidate if bucket(self.candidate, key) < self.percent else self.current
+
+    def find(self, version: str) -> LoadedBundle:
+        """The serving or staged version ``version``; NotFound names those there are."""
+        for bundle in self.versions():
+            if str(bundle.version) == version:
+                return bundle
+        there = f"serving {self.current.version}"
+        if self.candidate is not None:
+            there += f", staged {self.candidate.version}"
+        raise NotFound(f"bundle {self.current.name!r} has no version {version!r} ({there})")
 
     def versions(self) -> list[LoadedBundle]:
         return [self.current] if self.candidate is None else [self.current, self.candidate]
+
+
+def bucket(candidate: LoadedBundle, key: str | None) -> float:
+    """0 <= bucket < 100 for a request key: stable for one candidate (name, version, digest),
+    so a key keeps its side across restarts; a new candidate reshuffles the devices."""
+    if key is None:
+        return random.random() * 100
+    seed = f"{candidate.name}\0{candidate.version}\0{candidate.digest}\0{key}".encode()
+    return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % 10_000 / 100
 
 
 class ServingTable:
@@ -46,6 +74,7 @@ class ServingTable:
     def __init__(self, closer: Callable[[LoadedBundle], None]) -> None:
         self._slots: dict[str, Slot] = {}
         self._adapters: dict[str, str] = {}
+        self._mqtt: dict[str, str] = {}
         self._models: dict[str, str] = {}
         self._closer = closer
         self.started = False
@@ -55,11 +84,10 @@ class ServingTable:
     def name_conflict(self, bundle: LoadedBundle) -> str | None:
         """Why ``bundle`` cannot be served next to the others (a taken name), or None.
 
-        Adapters and models share the V2 model namespace across bundles.
+        Adapter names, MQTT names and models share one namespace across bundles.
         """
-        names = [bundle.adapter_name] if bundle.adapter_name else []
-        for name in [*names, *bundle.models]:
-            owner = self._models.get(name) or self._adapters.get(name)
+        for name in claims(bundle):
+            owner = self._models.get(name) or self._adapters.get(name) or self._mqtt.get(name)
             if owner is not None and owner != bundle.name:
                 return f"name {name!r} is already served by bundle {owner!r}"
         return None
@@ -89,6 +117,15 @@ class ServingTable:
         self.activate(candidate, 100)
         return candidate
 
+    def abort(self, name: str) -> LoadedBundle:
+        """Drop the staged candidate of ``name``; its requests in flight finish on it."""
+        slot = self.slot(name)
+        if slot.candidate is None:
+            raise NotFound(f"bundle {name!r} has no staged version")
+        candidate, slot.candidate, slot.percent = slot.candidate, None, 0
+        self._retire(candidate)
+        return candidate
+
     def remove(self, name: str) -> Slot:
         slot = self._slots.pop(name, None)
         if slot is None:
@@ -108,6 +145,11 @@ class ServingTable:
             for name, s in self._slots.items()
             if s.current.adapter_name is not None
         }
+        self._mqtt = {
+            s.current.mqtt_name: name
+            for name, s in self._slots.items()
+            if s.current.mqtt_name is not None
+        }
         self._models = {m: name for name, s in self._slots.items() for m in s.current.models}
 
     # -- reads ------------------------------------------------------------------------
@@ -121,20 +163,31 @@ class ServingTable:
     def slots(self) -> dict[str, Slot]:
         return dict(self._slots)
 
-    def lease_adapter(self, adapter: str) -> LoadedBundle:
-        owner = self._adapters.get(adapter)
+    def lease_adapter(
+        self,
+        adapter: str,
+        key: str | None = None,
+        version: str | None = None,
+        namespace: Namespace = "http",
+    ) -> LoadedBundle:
+        """Lease the version that answers a request to ``adapter`` (named in ``namespace``)."""
+        owner = (self._mqtt if namespace == "mqtt" else self._adapters).get(adapter)
         if owner is None:
             raise NotFound(f"no adapter named {adapter!r}")
-        bundle = self._slots[owner].pick()
+        bundle = self._slots[owner].pick(key, version)
+        if bundle.adapter is None:  # a staged version without an adapter
+            bundle = self._slots[owner].current
         bundle.acquire()
         return bundle
 
-    def lease_model(self, model: str, version: str | None) -> tuple[LoadedBundle, ServedModel]:
+    def lease_model(
+        self, model: str, version: str | None, key: str | None = None
+    ) -> tuple[LoadedBundle, ServedModel]:
         owner = self._models.get(model)
         if owner is None:
             raise NotFound(f"no model named {model!r}")
         slot = self._slots[owner]
-        bundle = slot.pick() if version is None else _version(slot, model, version)
+        bundle = slot.pick(key, version)
         served = bundle.models.get(model)
         if served is None:  # a staged version that dropped the model
             bundle = slot.current
@@ -160,18 +213,17 @@ class ServingTable:
         if owner is None:
             raise NotFound(f"no model or adapter named {name!r}")
         slot = self._slots[owner]
-        bundle = slot.current if version is None else _version(slot, name, version)
+        bundle = slot.current if version is None else slot.find(version)
         served = bundle.models.get(name) if is_model else None
         if served is None:
             return adapter_info(name, bundle)
         return served_info(served, bundle)
 
 
-def _version(slot: Slot, name: str, version: str) -> LoadedBundle:
-    for bundle in slot.versions():
-        if str(bundle.version) == version:
-            return bundle
-    raise NotFound(f"{name!r} has no version {version!r} (serving {slot.current.version})")
+def claims(bundle: LoadedBundle) -> list[str]:
+    """Every name ``bundle`` makes reachable: adapter (HTTP and MQTT) and model names."""
+    names = [n for n in (bundle.adapter_name, bundle.mqtt_name) if n is not None]
+    return [*dict.fromkeys([*names, *bundle.models])]
 
 
 def adapter_info(name: str, bundle: LoadedBundle) -> ModelInfo:
@@ -185,6 +237,7 @@ def adapter_info(name: str, bundle: LoadedBundle) -> ModelInfo:
         bundle=bundle.name,
         ready=not bundle.missing_models or bundle.fallback.on_missing_model,
         details={"models": ",".join(bundle.models), "digest": bundle.digest},
+        mqtt_name=bundle.mqtt_name,
     )
 
 

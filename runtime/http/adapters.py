@@ -23,7 +23,9 @@ from wasmgate.runtime.http.common import (
     InferOutcome,
     Observation,
     answer_headers,
+    canary_key,
     deadline_of,
+    pinned_version,
     read_body,
 )
 from wasmgate.runtime.http.keys import SERVICE
@@ -50,6 +52,8 @@ async def raw_adapter(request: web.Request) -> web.Response:
                 content_type=request.headers.get(hdrs.CONTENT_TYPE),
                 meta=request_meta(request),
                 deadline=deadline_of(request),
+                key=canary_key(request),
+                version=pinned_version(request),
             )
         )
     except Exception as exc:
@@ -92,8 +96,15 @@ async def infer_adapter(
         raise BadRequest(f"input '{input_name}': parameter content_type must be a string")
     service = request.app[SERVICE]
     meta = request_meta(request)
+    # the version: the one model_info resolved (the URL's /versions/{v}, else the current)
+    # only when the URL names one; else the split decides per element, sticky by key
+    version = request.match_info.get("version") or pinned_version(request)
     calls = [
-        service.run_adapter(AdapterRequest(info.name, bytes(item), content_type, meta, deadline))
+        service.run_adapter(
+            AdapterRequest(
+                info.name, bytes(item), content_type, meta, deadline, canary_key(request), version
+            )
+        )
         for item in array.ravel()
     ]
     answers = list(await asyncio.gather(*calls))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from wasmgate.runtime.errors import DaemonError, PayloadTooLarge
+from wasmgate.runtime.errors import BadRequest, DaemonError, PayloadTooLarge
 from wasmgate.runtime.http.keys import METRICS, SETTINGS
 from wasmgate.runtime.ops.config import HttpSettings
 from wasmgate.runtime.ops.metrics import Kind
@@ -23,6 +23,25 @@ TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
 SOURCE_HEADER = "X-Wasmgate-Source"
 VERSION_HEADER = "X-Wasmgate-Version"
 FALLBACK_HEADER = "X-Wasmgate-Fallback-Reason"
+CANARY_KEY_HEADER = "X-Wasmgate-Canary-Key"
+"""Request header: the key whose hash picks the side of a staged release (else X-Request-Id)."""
+MAX_KEY_CHARS = 256
+
+
+def canary_key(request: web.Request) -> str | None:
+    """The request's canary key: ``X-Wasmgate-Canary-Key``, else ``X-Request-Id``, else None."""
+    key = request.headers.get(CANARY_KEY_HEADER) or request.headers.get("X-Request-Id")
+    if key is not None and len(key) > MAX_KEY_CHARS:
+        raise BadRequest(f"{CANARY_KEY_HEADER} / X-Request-Id: at most {MAX_KEY_CHARS} characters")
+    return key or None
+
+
+def pinned_version(request: web.Request) -> str | None:
+    """``X-Wasmgate-Version: N`` on a request pins it to version N (serving or staged)."""
+    version = request.headers.get(VERSION_HEADER)
+    if version is not None and not version.strip().isdigit():
+        raise BadRequest(f"{VERSION_HEADER} must be a version number, got {version!r}")
+    return version.strip() if version is not None else None
 
 
 @dataclass

@@ -3,8 +3,11 @@
 - ``GET /v1/bundles``: what is serving, staged versions, recent failures.
 - ``PUT /v1/bundles[?stage=PERCENT]``: body = a signed ``.wgb``. The signature decides
   what is installed; the token only gates access. 201 when serving, 422 when refused
-  (the old version keeps serving), 413 beyond ``limits.max_bundle_bytes``.
+  (the old version keeps serving), 413 beyond ``limits.max_bundle_bytes``. With ``stage``,
+  optional metric gates ``min_requests``, ``max_error_share``, ``max_p99_ratio``,
+  ``window_s`` (they tighten the manifest's ``[release]`` table, never loosen it).
 - ``POST /v1/bundles/{name}/promote``: a staged version takes all traffic.
+- ``POST /v1/bundles/{name}/abort``: drop the staged version (requests on it finish).
 - ``DELETE /v1/bundles/{name}``: stop serving it (also after a restart).
 
 No ``http.management_token`` configured → every route answers 403 "disabled". A missing or
@@ -23,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from wasmgate.runtime.bundles.registry import describe
 from wasmgate.runtime.errors import (
@@ -33,6 +37,7 @@ from wasmgate.runtime.errors import (
     Unauthorized,
 )
 from wasmgate.runtime.http.keys import LIVE, REGISTRY
+from wasmgate.signing.manifest import Release
 
 log = logging.getLogger("wasmgate.manage")
 
@@ -76,6 +81,30 @@ def _stage(request: web.Request) -> int:
     return int(raw)
 
 
+_GATES: dict[str, type[int | float]] = {
+    "min_requests": int,
+    "max_error_share": float,
+    "max_p99_ratio": float,
+    "window_s": float,
+}
+
+
+def _gates(request: web.Request) -> Release | None:
+    """The metric gates given as query parameters (None: none given)."""
+    given = {k: request.query[k] for k in _GATES if k in request.query}
+    if not given:
+        return None
+    if "stage" not in request.query:
+        raise BadRequest(f"{', '.join(given)}: metric gates apply to a staged install only")
+    try:
+        return Release.model_validate({k: _GATES[k](v) for k, v in given.items()})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise BadRequest(f"bad metric gate: {first['loc'][0]}: {first['msg']}") from None
+    except ValueError as e:
+        raise BadRequest(f"bad metric gate: {e}") from None
+
+
 async def _receive(request: web.Request, dest: Path, limit: int) -> None:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"bundle of {request.content_length} bytes exceeds {limit}")
@@ -91,24 +120,32 @@ async def _receive(request: web.Request, dest: Path, limit: int) -> None:
 
 
 async def put_bundle(request: web.Request) -> web.Response:
-    stage = _stage(request)
+    stage, gates = _stage(request), _gates(request)
     settings = request.app[LIVE].settings
     uploads = settings.paths.resolved("state_dir") / "uploads"
     uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
     dest = uploads / f"{secrets.token_hex(8)}.wgb"
     try:
         await _receive(request, dest, settings.limits.max_bundle_bytes)
-        bundle = await request.app[REGISTRY].install(dest, source="api", percent=stage)
+        registry = request.app[REGISTRY]
+        bundle = await registry.install(dest, source="api", percent=stage, gates=gates)
     except BundleRejected as e:
         raise BundleRejected(f"bundle refused: {e}") from e
     finally:
         dest.unlink(missing_ok=True)
-    return web.json_response({"installed": describe(bundle), "percent": stage}, status=201)
+    slot = registry.table.slots().get(bundle.name)
+    percent = slot.percent if slot is not None and slot.candidate is bundle else 100
+    return web.json_response({"installed": describe(bundle), "percent": percent}, status=201)
 
 
 async def promote_bundle(request: web.Request) -> web.Response:
     bundle = await request.app[REGISTRY].promote(request.match_info["name"])
     return web.json_response({"promoted": describe(bundle)})
+
+
+async def abort_bundle(request: web.Request) -> web.Response:
+    bundle = await request.app[REGISTRY].abort(request.match_info["name"])
+    return web.json_response({"aborted": describe(bundle)})
 
 
 async def delete_bundle(request: web.Request) -> web.Response:
@@ -121,4 +158,5 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/v1/bundles", guarded(list_bundles))
     app.router.add_put("/v1/bundles", guarded(put_bundle))
     app.router.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
+    app.router.add_post("/v1/bundles/{name}/abort", guarded(abort_bundle))
     app.router.add_delete("/v1/bundles/{name}", guarded(delete_bundle))

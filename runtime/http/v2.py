@@ -24,8 +24,10 @@ from wasmgate.runtime.http.common import (
     InferOutcome,
     Observation,
     answer_headers,
+    canary_key,
     check_json_size,
     deadline_of,
+    pinned_version,
     read_body,
 )
 from wasmgate.runtime.http.keys import SERVICE
@@ -130,8 +132,9 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
             model=info.name,
             inputs=req.inputs,
             outputs=req.output_names,
-            version=request.match_info.get("version"),
+            version=request.match_info.get("version") or pinned_version(request),
             deadline=deadline,
+            key=canary_key(request),
         )
     )
     return InferOutcome(dict(answer.outputs), answer.source, answer.version, answer.timings, None)

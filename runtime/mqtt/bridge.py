@@ -49,6 +49,11 @@ from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAP
 log = logging.getLogger("wasmgate.mqtt")
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+CANARY_KEY = "canary-key"
+"""User property: the key whose hash picks the side of a staged release (else the client id
+of the 3.1.1 topic form, else a random draw)."""
+PIN_VERSION = "version"
+"""User property: pin the request to this serving or staged version."""
 T = TypeVar("T")
 
 
@@ -362,7 +367,10 @@ class MqttBridge:
 
     async def _run_adapter(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
         meta = {"transport": "mqtt", "topic": msg.topic, "client": route.client or ""}
-        req = AdapterRequest(route.name, msg.payload, msg.content_type, meta, deadline)
+        key, version = _release_choice(msg, route)
+        req = AdapterRequest(
+            route.name, msg.payload, msg.content_type, meta, deadline, key, version, "mqtt"
+        )
         started = time.monotonic()
         ans = await self._patiently(lambda: self._service.run_adapter(req), deadline)
         self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
@@ -378,7 +386,8 @@ class MqttBridge:
         except ValueError as e:
             raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
         parsed = v2.parse_request(msg.payload, header_length)
-        req = ModelRequest(route.name, parsed.inputs, parsed.output_names, deadline=deadline)
+        key, version = _release_choice(msg, route)
+        req = ModelRequest(route.name, parsed.inputs, parsed.output_names, version, deadline, key)
         started = time.monotonic()
         ans = await self._patiently(lambda: self._service.infer_model(req), deadline)
         self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
@@ -387,6 +396,15 @@ class MqttBridge:
         if enc.header_length is not None:
             props = (*props, (HEADER_LENGTH, str(enc.header_length)))
         return _Result(200, enc.body, enc.content_type, props)
+
+
+def _release_choice(msg: Incoming, route: Route) -> tuple[str | None, str | None]:
+    """(canary key, pinned version) of a request: see `CANARY_KEY` and `PIN_VERSION`."""
+    key = msg.user_properties.get(CANARY_KEY) or route.client
+    version = msg.user_properties.get(PIN_VERSION)
+    if version is not None and not version.strip().isdigit():
+        raise errors.BadRequest(f"user property {PIN_VERSION!r} must be a version number")
+    return key, version.strip() if version is not None else None
 
 
 def _detach(fut: asyncio.Future[None]) -> None:

@@ -1,8 +1,10 @@
 """Retained ``models/<m>/metadata`` and ``adapters/<a>/metadata`` documents.
 
 Model documents use the KServe V2 model-metadata schema (as ``GET /v2/models/{m}``);
-adapter documents add how to call the adapter over MQTT. A name that disappears (bundle
-removed) gets an empty retained payload, which deletes the retained message.
+adapter documents add how to call the adapter over MQTT; an adapter's topics use its MQTT
+name (``routes.mqtt``), which may differ from its HTTP name (the document's ``name``).
+A name that disappears (bundle removed) gets an empty retained payload, which deletes the
+retained message.
 """
 
 from __future__ import annotations
@@ -36,11 +38,16 @@ def metadata_document(info: ModelInfo, topics: Topics) -> dict[str, Any]:
         "bundle": info.bundle,
     }
     if info.kind == "adapter":
-        doc["request_topic"] = f"{topics.root}/adapters/{info.name}/req"
+        doc["request_topic"] = f"{topics.root}/adapters/{mqtt_name(info)}/req"
     else:
         doc["request_topic"] = f"{topics.root}/models/{info.name}/infer"
         doc["max_batch_size"] = info.max_batch_size
     return doc
+
+
+def mqtt_name(info: ModelInfo) -> str:
+    """The name of a model or adapter on the topic tree (an adapter's ``routes.mqtt``)."""
+    return info.mqtt_name if info.kind == "adapter" and info.mqtt_name else info.name
 
 
 class MetadataPublisher:
@@ -60,7 +67,7 @@ class MetadataPublisher:
             return
         current: set[str] = set()
         for info in infos:
-            topic = self._topics.metadata(info.kind, info.name)
+            topic = self._topics.metadata(info.kind, mqtt_name(info))
             body = jsonio.dumps(metadata_document(info, self._topics))
             self._send(Outgoing(topic, body, qos=1, retain=True, content_type=JSON))
             current.add(topic)

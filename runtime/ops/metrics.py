@@ -198,6 +198,14 @@ class Metrics:
             "1 for an installed bundle past its expires; action: serving (trust.expiry = warn) "
             "or stopped.", ["bundle", "action"], registry=reg,
         )  # fmt: skip
+        self.release_decisions = Counter(
+            "wasmgate_release_decisions", "Staged releases promoted or aborted by their gates.",
+            ["bundle", "outcome"], registry=reg,
+        )  # fmt: skip
+        self.release_measured = Gauge(
+            "wasmgate_release_measured", "A staged candidate's numbers at its last gate decision.",
+            ["bundle", "measure"], registry=reg,
+        )  # fmt: skip
 
     # -- bridges -----------------------------------------------------------------------------
 
@@ -280,6 +288,15 @@ class Metrics:
         self.expired.clear()
         for bundle, entry in expired.items():
             self.expired.labels(bundle, entry["action"]).set(1)
+
+    def observe_release(
+        self, bundle: str, outcome: str, measured: Mapping[str, float | None]
+    ) -> None:
+        """A gate decision (``promote``/``abort``) and the numbers it was made on."""
+        self.release_decisions.labels(bundle, outcome).inc()
+        for measure, value in measured.items():
+            if value is not None:
+                self.release_measured.labels(bundle, measure).set(value)
 
     # -- readers ------------------------------------------------------------------------------
 

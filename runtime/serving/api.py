@@ -18,6 +18,8 @@ from wasmgate.runtime.serving.timeouts import check_deadline
 from wasmgate.sandbox.models import TensorSpec
 
 Source = Literal["local", "cloud"]
+Namespace = Literal["http", "mqtt"]
+"""Which of a bundle's routes (``routes.http`` / ``routes.mqtt``) an adapter name is in."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class AdapterRequest:
     meta: Mapping[str, str] = field(default_factory=dict)
     """Transport facts the guest may read: ``transport``, ``topic``, ``client``, ..."""
     deadline: float | None = None
+    key: str | None = None
+    """Canary key: requests with the same key land on the same version while one is staged
+    (None = a random draw per request)."""
+    version: str | None = None
+    """Pin to this serving or staged version (smoke tests); None = the split decides."""
+    namespace: Namespace = "http"
 
     def __post_init__(self) -> None:
         check_deadline(self.deadline, f"adapter {self.adapter!r}")
@@ -60,6 +68,8 @@ class ModelRequest:
     """Requested output names; None = all."""
     version: str | None = None
     deadline: float | None = None
+    key: str | None = None
+    """Canary key, as `AdapterRequest.key`."""
 
     def __post_init__(self) -> None:
         check_deadline(self.deadline, f"model {self.model!r}")
@@ -91,6 +101,8 @@ class ModelInfo:
     ready: bool = True
     details: Mapping[str, str] = field(default_factory=dict)
     """Backend facts: ``provider``, ``precision``, fallback notes."""
+    mqtt_name: str | None = None
+    """An adapter's name on the MQTT topic tree (``routes.mqtt``)."""
 
 
 class ServiceAPI(Protocol):

@@ -121,9 +121,9 @@ class InferenceService:
 
     async def run_adapter(self, req: AdapterRequest) -> AdapterAnswer:
         self._check_ready()
-        bundle = self._table.lease_adapter(req.adapter)
+        bundle = self._table.lease_adapter(req.adapter, req.key, req.version, req.namespace)
         try:
-            with self._track():
+            with self._track(), _outcome(bundle):
                 return await self._run_leased(bundle, req)
         finally:
             self._table.release(bundle)
@@ -165,9 +165,9 @@ class InferenceService:
 
     async def infer_model(self, req: ModelRequest) -> ModelAnswer:
         self._check_ready()
-        bundle, served = self._table.lease_model(req.model, req.version)
+        bundle, served = self._table.lease_model(req.model, req.version, req.key)
         try:
-            with self._track():
+            with self._track(), _outcome(bundle):
                 return await self._infer_leased(bundle, served, req)
         finally:
             self._table.release(bundle)
@@ -247,6 +247,24 @@ class InferenceService:
         else:
             gate.resize(admission.max_in_flight, admission.queue_size)
         return gate
+
+
+_NOT_THE_VERSIONS_FAULT = (BadRequest, PayloadTooLarge, Busy)
+
+
+@contextlib.contextmanager
+def _outcome(bundle: LoadedBundle) -> Iterator[None]:
+    """Count the request for the version that answered it (a staged release's gates);
+    refusals of the request itself (bad input, too large, busy) are not the version's."""
+    started = time.monotonic()
+    try:
+        yield
+    except _NOT_THE_VERSIONS_FAULT:
+        raise
+    except Exception:
+        bundle.outcomes.record(time.monotonic() - started, failed=True)
+        raise
+    bundle.outcomes.record(time.monotonic() - started, failed=False)
 
 
 def _earliest(a: float | None, b: float) -> float:

@@ -12,6 +12,7 @@
  *   'V'            emit event "ev", answer like 'P'
  *   'G'            log the rest of the payload (wg_log, level 1), answer like 'P'
  * <tag> is the bundle param "tag" (default "none"), so each test bundle version differs.
+ * With the bundle param "broken" set, every request fails with status 2 (a bad release).
  */
 #include "wasmgate.h"
 
@@ -42,6 +43,8 @@ static int run_model(void) {
 }
 
 static int handle(const uint8_t *p, size_t n) {
+    char broken[8];
+    if (wg_param_str("broken", broken, sizeof broken) >= 0) return wg_fail(WG_ADAPTER_ERROR, "broken release");
     char c = n ? (char)p[0] : 'M';
     switch (c) {
     case 'M': return run_model();
