@@ -26,7 +26,7 @@ import numpy as np
 
 from bench import bench_http
 from bench.common import Figure, median, percentile, script_main
-from bench.stack import BenchKit, daemon_pid, payload, rss_mb
+from tests.fixtures.benchkit import BenchKit, daemon_pid, payload, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from bench import bench_http, bench_mqtt, bench_sandbox, wrk
 from bench.common import Figure, median, percentile, script_main
-from bench.stack import payload
+from tests.fixtures.benchkit import payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 from tests.fixtures.mosquitto import Broker

@@ -3,8 +3,8 @@
 ``python -m bench.bench_mqtt [--quick] [--json OUT]``
 
 A real ``wasmgate serve`` runs the sandboxed digits adapter (the pass-through bundle of
-`bench.stack`) behind a private mosquitto 2.0 on loopback, once with the **stock** broker
-config (Nagle on, as every distribution ships it) and once with ``set_tcp_nodelay true``.
+`tests.fixtures.benchkit`) behind a private mosquitto 2.0 on loopback, once with the **stock**
+broker config (Nagle on, as every distribution ships it) and once with ``set_tcp_nodelay true``.
 One request in flight, p50 per configuration, all in the same run:
 
 - requester configurations side by side: TCP_NODELAY with QoS 0 requests and a QoS 0 reply
@@ -41,7 +41,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bench.common import Figure, median, script_main
-from bench.stack import BenchKit, payload
+from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 from tests.fixtures.mosquitto import Broker

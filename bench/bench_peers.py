@@ -40,7 +40,7 @@ from bench.peers import (
     missing_system_libs,
     perf_analyzer_env,
 )
-from bench.stack import BenchKit, payload
+from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 
 Array = npt.NDArray[Any]

@@ -29,8 +29,8 @@ import onnx
 import onnxruntime as ort
 
 from bench.common import Figure, format_table, median, timed, write_json
+from tests.fixtures.backends import load_model
 from tests.fixtures.zig import compile_c
-from tests.sandbox.helpers import load_model
 from wasmgate.runtime.backends import LoadedModel
 from wasmgate.sandbox import GuestLimits, SandboxEngine
 

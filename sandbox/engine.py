@@ -36,6 +36,7 @@ from typing import Self
 
 import wasmtime
 
+from wasmgate.sandbox import _wasmtime_private
 from wasmgate.sandbox.adapter import Adapter
 from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
@@ -51,7 +52,10 @@ class SandboxEngine:
     """One per daemon: owns the wasmtime engine, the epoch ticker thread and the module cache."""
 
     def __init__(self, cache_dir: Path, ceilings: Ceilings | None = None) -> None:
-        """Create the engine and start the ticker; ``cache_dir`` is created private (0700)."""
+        """Create the engine and start the ticker; ``cache_dir`` is created private (0700).
+
+        Refuses (`SandboxError`) a wasmtime-py outside the supported range first."""
+        _wasmtime_private.check()
         self.ceilings = ceilings or Ceilings()
         self.cache_dir = Path(cache_dir)
         _private_dir(self.cache_dir)

@@ -14,8 +14,9 @@ Invariants:
   callback here catches its own errors and answers with an errno.
 - The ctypes callback objects are owned by a ``CallbackKeeper`` that lives as long as the
   linker/``InstancePre`` that points at them.
-- It uses wasmtime-py's private ``_ffi`` bindings, pinned by ``wasmtime>=50,<51``; the
-  sandbox tests exercise every path through here.
+- wasmtime-py's private API is reached only through `wasmgate.sandbox._wasmtime_private`,
+  which checks the installed version at engine start; the sandbox tests exercise every path
+  through here.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
+from wasmgate.sandbox._wasmtime_private import context, error_from, ffi, instance_struct, trap_from
 from wasmgate.sandbox.memory import GuestMemory, MissingMemoryError
 
 __all__ = ["CallbackKeeper", "RawFunc", "RawMemory", "caller_memory", "define_raw"]
@@ -94,7 +95,7 @@ def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
         linker.ptr(), mod, len(mod), nm, len(nm), ty.ptr(), callback, None, keeper.finalizer
     )
     if bool(err):  # a NULL ctypes pointer is falsy
-        raise wasmtime.WasmtimeError._from_ptr(err)
+        raise error_from(err)
 
 
 def export_of(store: wasmtime.Store, instance: wasmtime.Instance, name: str, kind: int) -> Any:
@@ -102,7 +103,7 @@ def export_of(store: wasmtime.Store, instance: wasmtime.Instance, name: str, kin
     item = ffi.wasmtime_extern_t()
     raw = name.encode()
     found = ffi.wasmtime_instance_export_get(
-        store._context(), ctypes.byref(instance._instance), raw, len(raw), ctypes.byref(item)
+        context(store), ctypes.byref(instance_struct(instance)), raw, len(raw), ctypes.byref(item)
     )
     kind_now: Any = item.kind
     if not found or kind_now != kind:
@@ -123,11 +124,11 @@ class RawMemory:
 
     def data_len(self, store: wasmtime.Store) -> int:
         """Current size in bytes."""
-        return int(ffi.wasmtime_memory_data_size(store._context(), ctypes.byref(self._mem)))
+        return int(ffi.wasmtime_memory_data_size(context(store), ctypes.byref(self._mem)))
 
     def view(self, store: wasmtime.Store) -> GuestMemory:
         """A bounds-checked view valid until the guest runs again."""
-        ctx = store._context()
+        ctx = context(store)
         size = ffi.wasmtime_memory_data_size(ctx, ctypes.byref(self._mem))
         data = ffi.wasmtime_memory_data(ctx, ctypes.byref(self._mem))
         return GuestMemory(ctypes.addressof(data.contents) if size else 0, size)
@@ -153,14 +154,14 @@ class RawFunc:
             slots[i].i32 = arg
         trap = ctypes.POINTER(ffi.wasm_trap_t)()
         err = ffi.wasmtime_func_call_unchecked(
-            store._context(),
+            context(store),
             ctypes.byref(self._func),
             slots,
             self._slots,
             ctypes.byref(trap),
         )
         if bool(err):
-            raise wasmtime.WasmtimeError._from_ptr(err)
+            raise error_from(err)
         if bool(trap):
-            raise wasmtime.Trap._from_ptr(trap)
+            raise trap_from(trap)
         return int(slots[0].i32) if self._nresults else None

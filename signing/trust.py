@@ -108,7 +108,7 @@ class TrustStore:
         store = cls.from_bytes(data, str(path))
         store.check_expiry(str(path))
         if pin_dir is not None:
-            store._check_against_pin(pin_dir, data, str(path))
+            store.check_against_pin(pin_dir, data, str(path))
         return store
 
     def check_expiry(self, source: str, now: datetime | None = None) -> None:
@@ -117,7 +117,8 @@ class TrustStore:
         if self.doc.expires is not None and self.doc.expires <= now:
             raise TrustExpiredError(f"trust file {source}: expired at {self.doc.expires}")
 
-    def _check_against_pin(self, pin_dir: Path, data: bytes, source: str) -> None:
+    def check_against_pin(self, pin_dir: Path, data: bytes, source: str) -> None:
+        """The rotation rule against the copy pinned in ``pin_dir`` (pinned on first sight)."""
         pin_path = pin_dir / PIN_FILE
         try:
             pinned = TrustStore.from_bytes(pin_path.read_bytes(), str(pin_path))

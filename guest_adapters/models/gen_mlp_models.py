@@ -22,7 +22,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 
-from wasmgate.runtime.backends.quantize import accuracy, quantize_model, run_model
+from wasmgate.guest_adapters.quantize import accuracy, quantize_model, run_model
 
 F64 = npt.NDArray[np.float64]
 OPSET = 17

@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from wasmgate.runtime.backends.quantize import quantize_model
+from wasmgate.guest_adapters.quantize import quantize_model
 
 SIZE = 128
 CLASSES = 1000

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from ai_edge_litert.interpreter import Interpreter
 
-from wasmgate.runtime.backends.quantize import run_model
+from wasmgate.guest_adapters.quantize import run_model
 
 HERE = Path(__file__).resolve().parent
 COMMITTED = (

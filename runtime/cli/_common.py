@@ -10,7 +10,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
-SubParsers = argparse._SubParsersAction
+SubParsers = argparse._SubParsersAction  # noqa: SLF001 - stdlib type with no public name
 
 
 class CliError(Exception):

@@ -2,14 +2,15 @@
 
 The suite lives in the repository's ``bench/`` folder (with the test fixtures it builds
 models and bundles from), which the wheel does not install; from a checkout this command
-runs exactly ``python -m bench``.
+runs exactly ``python -m bench`` there, as a child process, so the installed package never
+imports the benchmark code.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=_run)
 
 
-def _checkout() -> Path | None:
+def checkout() -> Path | None:
     """The source checkout this wasmgate runs from, if any (it holds bench/ and tests/)."""
     spec = importlib.util.find_spec("wasmgate.runtime")
     origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
@@ -41,20 +42,21 @@ def _checkout() -> Path | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    root = _checkout()
+    root = checkout()
     if root is None:
         raise CliError(
             "the benchmark suite is not part of the installed package: run it from a source "
             "checkout with `python -m bench [--quick]` (or `wasmgate bench` there)",
             EXIT_USAGE,
         )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    suite = importlib.import_module("bench.suite")
     argv = ["--quick"] if args.quick else []
     if args.json is not None:
-        argv += ["--json", str(args.json)]
+        argv += ["--json", str(args.json.resolve())]
     if args.only:
         argv += ["--only", *args.only]
-    code: int = suite.main(argv)
-    return code
+    return run_suite(root, argv)
+
+
+def run_suite(root: Path, argv: list[str]) -> int:
+    """``python -m bench ARGV`` in the checkout; its exit code."""
+    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=root, check=False).returncode

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the test extras
 
-from wasmgate.runtime.backends.quantize import (
+from wasmgate.guest_adapters.quantize import (
     QuantizeError,
     QuantizeResult,
     load_npz,

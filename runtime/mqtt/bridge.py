@@ -154,6 +154,11 @@ class MqttBridge:
         await self._mqtt.wait_connected()
 
     @property
+    def client(self) -> MqttClient:
+        """The bridge's MQTT connection (inside ``async with``)."""
+        return self._mqtt
+
+    @property
     def _mqtt(self) -> MqttClient:
         if self._client is None:
             raise RuntimeError("use `async with MqttBridge(...)`")

@@ -36,6 +36,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from wasmgate.runtime.mqtt._paho_private import check_paho, sock_close
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.ops.config import MqttSettings
 
@@ -151,6 +152,7 @@ class MqttClient:
         on_connect: Callable[[bool], None],
         on_message: Callable[[Incoming], None],
     ) -> None:
+        check_paho()  # a clear refusal now, not an AttributeError at a reconnect
         self._settings = settings
         self._v5 = settings.protocol == "5"
         self._on_connect_cb = on_connect
@@ -213,6 +215,16 @@ class MqttClient:
     async def wait_connected(self) -> None:
         await self._connected.wait()
 
+    @property
+    def supervising(self) -> bool:
+        """True while the reconnecting supervisor runs (it only ends at `stop`)."""
+        return self._task is not None and not self._task.done()
+
+    def current_socket(self) -> socket.socket | None:
+        """The connected socket, if any (what the transport really is: TCP or TLS)."""
+        sock = self._client.socket()
+        return sock if isinstance(sock, socket.socket) else None
+
     async def stop(self, last: Outgoing | None) -> None:
         """Publish ``last`` (e.g. retained ``offline``) if connected, disconnect, release all."""
         self._stopping = True
@@ -228,7 +240,7 @@ class MqttClient:
                 log.warning("could not publish %s before disconnect", last.topic)
         self._client.disconnect()
         self._client.loop_write()  # flush DISCONNECT now; the loop may stop any moment
-        self._client._sock_close()  # paho has no public close for external loops
+        sock_close(self._client)
         self._unwatch(self._fd)
         for fut in [*self._pending.values(), *(f for _, f in self._outbox)]:
             fut.cancel()
@@ -276,7 +288,8 @@ class MqttClient:
             raise ConnectionError(f"connect: {paho.error_string(rc)}")
 
     def _drop_socket(self) -> None:
-        self._client._sock_close()  # calls _on_socket_close first: the loop lets go of it
+        # paho calls _on_socket_close first: the loop lets go of the descriptor.
+        sock_close(self._client)
         self._unwatch(self._fd)
 
     def _schedule_misc(self) -> None:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fixtures.backends import load_model
 from tests.fixtures.cache import cache_dir
-from tests.sandbox.helpers import load_model
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.examples import example_dir
 from wasmgate.sandbox import Adapter, GuestLimits, GuestResult, SandboxEngine

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.backends import cpu_profile
 from tests.fixtures.cache import cache_dir
-from tests.sandbox.helpers import cpu_profile
 from wasmgate.guest_adapters.examples import example_dir, models_dir
 
 

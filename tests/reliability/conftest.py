@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from bench.stack import BenchKit, payload
+from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from wasmgate.guest_adapters.examples import stage_example
 from wasmgate.signing.build import build_bundle

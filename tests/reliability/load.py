@@ -18,7 +18,7 @@ from typing import Self
 
 import aiohttp
 
-from bench.stack import rss_mb
+from tests.fixtures.benchkit import rss_mb
 
 
 @dataclass

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bench.stack import BenchKit
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.reliability.conftest import example_bundle

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from bench.stack import BenchKit, payload
+from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.reliability.conftest import digits_payload
 from tests.reliability.load import Flood, sample, wait_for_load

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.stack import BenchKit
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.reliability.conftest import digits_payload

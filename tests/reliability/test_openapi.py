@@ -23,7 +23,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from bench.stack import BenchKit
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.reliability.conftest import TOKEN, example_bundle
 

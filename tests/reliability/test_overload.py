@@ -20,7 +20,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from bench.stack import BenchKit, daemon_pid, payload, rss_mb
+from tests.fixtures.benchkit import BenchKit, daemon_pid, payload, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.reliability.conftest import digits_payload
 from tests.reliability.load import RssSampler, closed_loop, sample

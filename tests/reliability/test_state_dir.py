@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.stack import BenchKit
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.reliability.conftest import TOKEN, put_bundle, served_version, wait_until
 

@@ -4,7 +4,6 @@ nn_proxy script builder."""
 from __future__ import annotations
 
 import hashlib
-import platform
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,8 +13,7 @@ import onnx
 import wasmtime
 from onnx import TensorProto, helper
 
-from wasmgate.device_profiles import DeviceProfile, load_profile
-from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
+from tests.fixtures.backends import load_model
 from wasmgate.sandbox.models import ModelHandle
 
 GUESTS = Path(__file__).parent / "guests"
@@ -51,17 +49,6 @@ def cast_onnx(elem: int) -> bytes:
         helper.make_node("Mul", ["f", "half"], ["y"]),
     ]
     return _model(helper.make_graph(nodes, "cast", [x], [y], [half]))
-
-
-def cpu_profile() -> DeviceProfile:
-    """The generic CPU profile of this host's architecture (no accelerator, no detection)."""
-    machine = platform.machine().lower()
-    return load_profile("generic-arm64" if machine in ("aarch64", "arm64") else "generic-x86_64")
-
-
-def load_model(data: bytes, name: str = "model") -> LoadedModel:
-    """A real backend ONNX model (what the daemon hands the sandbox), generic CPU profile."""
-    return create_backend("onnx").load(data, ModelSpec(name), LoadOptions(cpu_profile()))
 
 
 MODEL_BYTES: dict[str, bytes] = {}

@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.sandbox.helpers import Script, cpu_profile
+from tests.fixtures.backends import cpu_profile
+from tests.sandbox.helpers import Script
 from wasmgate.runtime.backends import LoadOptions
 from wasmgate.runtime.cli._models import FORMATS, PreloadedModels, load_model
 from wasmgate.runtime.errors import BackendError

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.backends import cpu_profile, load_model
 from tests.runtime.backends.models import affine_tflite
-from tests.sandbox.helpers import affine_onnx, cpu_profile, load_model
+from tests.sandbox.helpers import affine_onnx
 from wasmgate.runtime.backends import LoadOptions
 from wasmgate.runtime.cli._models import PreloadedModels
 from wasmgate.sandbox import AdapterLoadError, GuestTrap, ModelHandle

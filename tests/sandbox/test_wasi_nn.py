@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.sandbox.helpers import DeclaredModels, Ptr, Result, Script, load_model, model_bytes
+from tests.fixtures.backends import load_model
+from tests.sandbox.helpers import DeclaredModels, Ptr, Result, Script, model_bytes
 from wasmgate.sandbox import Adapter, GuestLimits, TensorSpec
 
 OK, INVALID_ARGUMENT, INVALID_ENCODING, RUNTIME_ERROR, TOO_LARGE, NOT_FOUND = 0, 1, 2, 5, 7, 8

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from bench.stack import BenchKit, payload
+from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.mqtt.conftest import ROOT
 from tests.runtime.mqtt.requester import Reply, Requester

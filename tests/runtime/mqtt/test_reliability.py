@@ -34,7 +34,7 @@ async def test_status_will_and_retained_metadata(mosquitto: Broker, service: Fak
                 await bridge.wait_connected()
             await _until(lambda: len(watch.snapshot()) >= 6)
             # Drop the TCP connection without DISCONNECT: the broker publishes the will.
-            sock = bridge._mqtt._client.socket()
+            sock = bridge.client.current_socket()
             assert isinstance(sock, socket.socket)
             sock.shutdown(socket.SHUT_RDWR)
             # will, then online again (paho may also re-send the first "online" if its

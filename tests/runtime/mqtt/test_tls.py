@@ -117,9 +117,7 @@ def _assert_down_and_retrying(bridge: MqttBridge) -> str:
     state = bridge.state.client
     assert not state.connected
     assert state.connects == 0
-    supervisor = bridge._mqtt._task
-    assert supervisor is not None
-    assert not supervisor.done()
+    assert bridge.client.supervising
     assert state.last_error is not None
     return state.last_error
 
@@ -133,7 +131,7 @@ async def test_bridge_answers_over_mutual_tls(
     async with MqttBridge(settings, service) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
-        assert isinstance(bridge._mqtt._client.socket(), ssl.SSLSocket)
+        assert isinstance(bridge.client.current_socket(), ssl.SSLSocket)
         with _device(tls_broker, pki).connect("client/tls") as dev:
             dev.request(SUM, b"1,2,3.5", response_topic="client/tls", correlation=b"t1")
             (reply,) = await dev.wait_for(1)

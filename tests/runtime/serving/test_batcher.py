@@ -219,13 +219,6 @@ def test_expired_requests_are_not_computed() -> None:
         assert b.stats().requests == 2
 
 
-def test_profile_caps_bound_the_manifest_request() -> None:
-    cap = BatchingCap(max_batch_size=8, max_queue_delay_us=100)
-    assert capped(64, 50_000, cap) == (8, 100)
-    assert capped(4, 50, cap) == (4, 50)
-    assert capped(64, 50_000, None) == (64, 50_000)
-
-
 def test_inputs_disagreeing_on_rows_are_a_client_mistake() -> None:
     # BadRequest (400), not BackendError: a client mistake must never go to the cloud.
     two = identity_model({"FP32": TensorProto.FLOAT, "INT32": TensorProto.INT32})

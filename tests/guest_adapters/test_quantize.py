@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.fixtures.models import ModelFiles, get_models
-from wasmgate.runtime.backends.quantize import QuantizeError, accuracy, quantize_model, run_model
+from wasmgate.guest_adapters.quantize import QuantizeError, accuracy, quantize_model, run_model
 from wasmgate.runtime.cli import main
 
 

@@ -35,7 +35,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from wasmgate.runtime.errors import DaemonError
+from wasmgate.guest_adapters.errors import GuestAdapterError
 
 Mode = Literal["static", "dynamic"]
 Progress = Callable[[int], None]
@@ -49,7 +49,7 @@ DYNAMIC_CONV_MEASUREMENT = (
 CALIBRATION_BATCH = 64
 
 
-class QuantizeError(DaemonError):
+class QuantizeError(GuestAdapterError):
     """The model or the data cannot be quantized as asked; the message says why."""
 
 

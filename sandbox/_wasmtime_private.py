@@ -1,0 +1,70 @@
+"""Every use of wasmtime-py's private API, fenced in one module.
+
+`wasmgate.sandbox.rawcall` calls wasmtime's "unchecked" C API for speed, which wasmtime-py
+only exposes through its private ``_ffi`` bindings, a store's ``_context()``, an instance's
+``_instance`` struct and the ``_from_ptr`` constructors of its errors. Those names are known
+to exist in `SUPPORTED` (the pin in ``pyproject.toml``); `check` runs when a
+`wasmgate.sandbox.SandboxEngine` starts and refuses any other wasmtime with one clear error,
+instead of an ``AttributeError`` in the middle of a request.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from wasmgate.sandbox.errors import SandboxError
+
+__all__ = ["SUPPORTED", "check", "context", "error_from", "ffi", "instance_struct", "trap_from"]
+
+SUPPORTED = "wasmtime>=50,<51"
+_MAJORS = range(50, 51)
+_FFI_NAMES = (
+    "wasmtime_extern_t", "wasmtime_caller_export_get", "wasmtime_caller_context",
+    "wasmtime_memory_data_size", "wasmtime_memory_data", "wasmtime_func_unchecked_callback_t",
+    "wasmtime_linker_define_func_unchecked", "wasmtime_instance_export_get",
+    "wasmtime_val_raw_t", "wasm_trap_t", "wasmtime_func_call_unchecked",
+    "WASMTIME_EXTERN_FUNC", "WASMTIME_EXTERN_MEMORY",
+)  # fmt: skip
+_CLASS_NAMES = (
+    (wasmtime.Store, "_context"),
+    (wasmtime.WasmtimeError, "_from_ptr"),
+    (wasmtime.Trap, "_from_ptr"),
+)
+
+
+def check(installed: str | None = None) -> None:
+    """Refuse a wasmtime-py outside `SUPPORTED` (or one missing a private name we use)."""
+    found = installed or version("wasmtime")
+    major = found.split(".", 1)[0]
+    missing = [name for name in _FFI_NAMES if not hasattr(ffi, name)]
+    missing += [f"{cls.__name__}.{name}" for cls, name in _CLASS_NAMES if not hasattr(cls, name)]
+    if not major.isdigit() or int(major) not in _MAJORS or missing:
+        gone = f" (missing: {', '.join(missing)})" if missing else ""
+        raise SandboxError(
+            f"wasmtime {found} is not supported: the sandbox's fast path uses wasmtime-py "
+            f"internals known in {SUPPORTED}{gone}; install a version in that range"
+        )
+
+
+def context(store: wasmtime.Store) -> Any:
+    """The store's ``wasmtime_context_t*``."""
+    return store._context()  # noqa: SLF001 - the fence: no public accessor
+
+
+def instance_struct(instance: wasmtime.Instance) -> Any:
+    """The instance's ``wasmtime_instance_t`` struct."""
+    return instance._instance  # noqa: SLF001 - the fence: no public accessor
+
+
+def error_from(ptr: Any) -> wasmtime.WasmtimeError:
+    """A ``WasmtimeError`` owning the C error ``ptr``."""
+    return wasmtime.WasmtimeError._from_ptr(ptr)  # noqa: SLF001 - the fence
+
+
+def trap_from(ptr: Any) -> wasmtime.Trap:
+    """A ``Trap`` owning the C trap ``ptr``."""
+    return wasmtime.Trap._from_ptr(ptr)  # noqa: SLF001 - the fence
