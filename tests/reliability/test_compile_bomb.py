@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.stack import BenchKit
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.reliability.conftest import TOKEN, digits_payload, post, put_bundle
 from tests.sandbox.helpers import compile_bomb

@@ -12,6 +12,7 @@ import pytest
 
 from wasmgate import __version__
 from wasmgate.runtime.cli import build_parser, main
+from wasmgate.runtime.cli._common import SubParsers
 
 COMMANDS = [
     "serve", "keygen", "bundle", "trust", "adapter", "run-guest", "profiles", "quantize", "bench",
@@ -29,8 +30,8 @@ def test_help_for_every_command(command: str, capsys: pytest.CaptureFixture[str]
 
 def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
     yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+    for action in parser._actions:  # noqa: SLF001 - argparse lists subcommands nowhere else
+        if isinstance(action, SubParsers):
             for sub in action.choices.values():
                 yield from _all_parsers(sub)
 
