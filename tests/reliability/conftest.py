@@ -1,4 +1,4 @@
-"""Reliability fixtures: signed pass-through bundles (`tests.fixtures.benchkit.BenchKit`) and helpers.
+"""Reliability fixtures: signed pass-through bundles (`tests.fixtures.benchkit`) and helpers.
 
 Every test here runs real processes on loopback (``wasmgate serve``, mosquitto) and bounds
 its own time and request count.
