@@ -1,60 +1,63 @@
 """The ``wasmgate`` command line: one module per subcommand, registered here.
 
 Exit codes: 0 ok, 1 failure, 2 usage error (including "not implemented yet").
+
+Only the chosen subcommand's module is imported when the command line names one: the
+others pull in what ``serve`` never uses (ONNX Runtime's quantization tools, the adapter
+toolchain), which cost a noticeable part of the daemon's start-up. ``wasmgate --help``
+and an unknown command still register every subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from wasmgate import __version__
-from wasmgate.runtime.cli import (
-    adapter,
-    bench,
-    bundle,
-    doctor,
-    keygen,
-    profiles,
-    quantize,
-    release,
-    run_guest,
-    serve,
-    trust,
-)
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
 
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
-    serve.register,
-    keygen.register,
-    bundle.register,
-    release.register,
-    trust.register,
-    adapter.register,
-    run_guest.register,
-    profiles.register,
-    quantize.register,
-    bench.register,
-    doctor.register,
-)
+_COMMANDS = {
+    "serve": "serve",
+    "keygen": "keygen",
+    "bundle": "bundle",
+    "release": "release",
+    "trust": "trust",
+    "adapter": "adapter",
+    "run-guest": "run_guest",
+    "profiles": "profiles",
+    "quantize": "quantize",
+    "bench": "bench",
+    "doctor": "doctor",
+}
+"""Subcommand name -> module under `wasmgate.runtime.cli` (its ``register`` adds it)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or only ``only`` (a name of `_COMMANDS`)."""
     parser = argparse.ArgumentParser(
         prog="wasmgate",
         description="WebAssembly-sandboxed edge inference runtime.",
     )
     parser.add_argument("--version", action="version", version=f"wasmgate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in _COMMANDS:
-        register(sub)
+    for name, module in _COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"wasmgate.runtime.cli.{module}").register(sub)
     return parser
 
 
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand the command line names (its first word), if it is a known one."""
+    first = next(iter(argv), None)
+    return first if first in _COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_chosen(words))
+    args = parser.parse_args(words)
     try:
         code: int = args.func(args)
     except CliError as e:
