@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 import wasmgate
+from wasmgate.runtime.http.history import HISTORY, history_ctx
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
 from wasmgate.runtime.ops.metrics import NameStats
 from wasmgate.runtime.protocol import jsonio
@@ -85,6 +86,15 @@ def _components(app: web.Application) -> dict[str, Any]:
     return sections
 
 
+def _history(app: web.Application) -> dict[str, Any] | None:
+    history = app.get(HISTORY)
+    if history is None:
+        return None
+    if history.due():  # nobody looked for a while, or the first look: a fresh point now
+        history.sample()
+    return history.as_json()
+
+
 async def status_json(request: web.Request) -> web.Response:
     app = request.app
     service = app.get(SERVICE)
@@ -98,6 +108,7 @@ async def status_json(request: web.Request) -> web.Response:
         "uptime_s": round(time.monotonic() - app[STARTED], 1),
         "models": [_model_row(info, snapshot.get((info.kind, info.name))) for info in infos],
         "components": _components(app),
+        "history": _history(app),
     }
     return web.json_response(body, headers={"Cache-Control": "no-store"}, dumps=jsonio.dumps_text)
 
@@ -105,7 +116,7 @@ async def status_json(request: web.Request) -> web.Response:
 # A fixed list rather than a static directory route: no request path ever becomes a file
 # path, and it works where the package files are symlinks (an editable install), which
 # aiohttp's static route refuses to follow.
-_ASSETS = ("status.css", "status.js")
+_ASSETS = ("status.css", "status.js", "charts.js")
 
 
 def _file(name: str) -> Callable[[web.Request], Awaitable[web.FileResponse]]:
@@ -122,6 +133,7 @@ def setup(app: web.Application) -> None:
     """
     app[STARTED] = time.monotonic()
     app.setdefault(STATUS_PROVIDERS, {})
+    app.cleanup_ctx.append(history_ctx)
     app.router.add_get("/", _file("index.html"))
     app.router.add_get("/v1/status", status_json)
     for name in _ASSETS:

@@ -8,6 +8,8 @@ const COLUMNS = [
   "requests", "errors", "p50_ms", "p99_ms", "last_ms", "sources",
 ];
 const NUMERIC = new Set(["requests", "errors", "p50_ms", "p99_ms", "last_ms"]);
+const GOOD = new Set(["closed", "connected", "ok", "serving", "true"]);
+const BAD = new Set(["open", "disconnected", "failed", "error", "false"]);
 
 function el(tag, text, className) {
   const node = document.createElement(tag);
@@ -46,24 +48,108 @@ function renderModels(models) {
   }
 }
 
+function renderTraffic(history) {
+  const box = document.getElementById("traffic");
+  if (!history || history.t.length === 0) return;
+  const windowS = Math.max(history.interval_s * 12, -history.t[0] + history.interval_s);
+  document.getElementById("window").textContent = `last ${Math.round(windowS / 60 * 10) / 10} min`;
+  const names = Object.keys(history.series).filter(
+    (n) => history.series[n].rps.some((v) => v > 0) || history.series[n].queue.some((v) => v > 0),
+  );
+  if (names.length === 0) return;
+  box.replaceChildren(...names.map(
+    (n) => window.wasmgateCharts.trafficCard(n, history.series[n], history.t, windowS),
+  ));
+}
+
+// A value as text, a state badge, or a nested list: never raw JSON on the page.
+function value(v) {
+  if (v === null || v === undefined) return el("span", "–", "muted");
+  if (Array.isArray(v)) {
+    if (v.every((x) => typeof x !== "object" || x === null)) return el("span", v.join(", ") || "–");
+    const list = el("div");
+    v.forEach((item) => list.append(value(item)));
+    return list;
+  }
+  if (typeof v === "object") {
+    const dl = el("dl");
+    for (const [k, x] of Object.entries(v)) {
+      const dd = el("dd");
+      dd.append(value(x));
+      dl.append(el("dt", k), dd);
+    }
+    return dl;
+  }
+  const text = String(v);
+  if (GOOD.has(text) || BAD.has(text)) return el("span", text, `badge ${GOOD.has(text) ? "ok" : "bad"}`);
+  return el("span", text);
+}
+
+function card(title, body, id) {
+  const node = el("div", undefined, "card");
+  if (id) node.id = id;
+  node.append(el("h3", title));
+  node.append(value(body));
+  return node;
+}
+
+function renderBundles(bundles) {
+  const section = document.getElementById("bundles-section");
+  const box = document.getElementById("bundles");
+  section.hidden = !bundles;
+  if (!bundles) return;
+  box.replaceChildren();
+  for (const b of bundles.serving || []) {
+    const c = el("div", undefined, "card");
+    c.dataset.bundle = b.name;
+    c.append(el("h3", `${b.name} v${b.version}`));
+    if (b.staged) {
+      const pct = Number(b.staged.percent) || 0;
+      c.append(el("div", `staged v${b.staged.version}: ${pct}% of requests`, "muted"));
+      const bar = el("div", undefined, "bar");
+      const fill = el("span");
+      fill.style.width = `${Math.max(0, Math.min(100, pct))}%`;
+      bar.append(fill);
+      c.append(bar);
+    }
+    const facts = { adapter: b.adapter, models: Object.keys(b.models || {}).join(", ") };
+    if (b.last_error) facts["last error"] = b.last_error.message;
+    c.append(value(facts));
+    box.append(c);
+  }
+  for (const f of bundles.failures || []) {
+    box.append(card(`refused: ${f.name || f.source}`, { source: f.source, reason: f.message }));
+  }
+  if (!box.childElementCount) box.append(el("p", "no bundles installed", "muted"));
+}
+
 function renderComponents(components) {
   const box = document.getElementById("components");
   box.replaceChildren();
-  const names = Object.keys(components);
-  if (names.length === 0) {
-    box.append(el("p", "none reported", "muted"));
-    return;
-  }
-  for (const name of names) {
-    const card = el("div", undefined, "card");
-    card.id = `component-${name}`;
-    card.append(el("h3", name));
-    const list = el("dl");
-    for (const [key, value] of Object.entries(components[name])) {
-      list.append(el("dt", key), el("dd", typeof value === "object" ? JSON.stringify(value) : String(value)));
-    }
-    card.append(list);
-    box.append(card);
+  const names = Object.keys(components).filter((n) => n !== "bundles" && !isFleet(n));
+  if (names.length === 0) box.append(el("p", "none reported", "muted"));
+  for (const name of names) box.append(card(name, components[name], `component-${name}`));
+}
+
+function isFleet(name) {
+  return name === "fleet" || name.startsWith("deployment");
+}
+
+function renderFleet(status) {
+  const parts = Object.entries({ ...status.components, ...status }).filter(([n]) => isFleet(n));
+  const section = document.getElementById("fleet-section");
+  section.hidden = parts.length === 0;
+  document.getElementById("fleet").replaceChildren(...parts.map(([n, v]) => card(n, v)));
+}
+
+function renderBadges(components) {
+  const box = document.getElementById("badges");
+  box.replaceChildren();
+  const breaker = components.cloud && components.cloud.breaker && components.cloud.breaker.state;
+  if (breaker) box.append(el("span", `cloud breaker ${breaker}`, `badge ${breaker === "closed" ? "ok" : "bad"}`));
+  if (components.mqtt && "connected" in components.mqtt) {
+    const up = components.mqtt.connected;
+    box.append(el("span", up ? "mqtt connected" : "mqtt down", `badge ${up ? "ok" : "bad"}`));
   }
 }
 
@@ -73,10 +159,17 @@ function render(status) {
   ready.textContent = status.ready ? "ready" : "not ready";
   ready.className = `badge ${status.ready ? "ok" : "bad"}`;
   document.getElementById("uptime").textContent = `up ${Math.round(status.uptime_s)} s`;
+  renderBadges(status.components);
+  renderTraffic(status.history);
   renderModels(status.models);
+  renderBundles(status.components.bundles);
+  renderFleet(status);
   renderComponents(status.components);
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.getElementById("error").textContent = "";
+  // Read by the headless-browser test: the page must never scroll sideways.
+  const root = document.documentElement;
+  document.body.dataset.hscroll = root.scrollWidth > root.clientWidth ? "yes" : "no";
   document.body.dataset.state = "loaded";
 }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime.http.png import count_colour
 from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
 from wasmgate.runtime.http import status
@@ -30,8 +31,8 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1400,900",
 )
+CHART_BLUE = (0x1F, 0x6F, 0xEB)  # --c1 in status.css: the requests/s and p50 lines
 
 
 def mqtt_state() -> Mapping[str, object]:
@@ -104,15 +105,16 @@ class Table(HTMLParser):
             self._row[-1] += data
 
 
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def chromium(tmp_path: Path, *args: str, width: int = 1400) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("chromium")
     assert binary is not None, "install Debian's chromium: apt-get install -y chromium"
     profile = tmp_path / "chromium-profile"
-    command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+    size = f"--window-size={width},900"
+    command = [binary, *CHROMIUM_FLAGS, size, f"--user-data-dir={profile}", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=90, check=True)
 
 
-def rendered_dom(tmp_path: Path, url: str) -> str:
+def rendered_dom(tmp_path: Path, url: str, width: int = 1400) -> str:
     """The DOM after the page's script loaded its data.
 
     Virtual time runs ahead of the real network: on a loaded machine the fetch may still be
@@ -120,7 +122,9 @@ def rendered_dom(tmp_path: Path, url: str) -> str:
     """
     dom = ""
     for budget in (3000, 10000, 30000):
-        dom = chromium(tmp_path, f"--virtual-time-budget={budget}", "--dump-dom", url).stdout
+        dom = chromium(
+            tmp_path, f"--virtual-time-budget={budget}", "--dump-dom", url, width=width
+        ).stdout
         if 'data-state="loaded"' in dom:
             break
     return dom
@@ -145,9 +149,42 @@ def test_page_renders_in_headless_chromium(status_server: LiveServer, tmp_path: 
     assert "cloud endpoint unreachable" in dom
 
 
-def test_page_screenshot_for_humans(status_server: LiveServer, tmp_path: Path) -> None:
-    shot = tmp_path / "status.png"
+class Charts(HTMLParser):
+    """Per ``data-chart`` card: how many drawn lines and points its SVG charts hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: dict[str, int] = {}
+        self._card: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        card = found.get("data-chart")
+        if card:
+            self._card = card
+            self.marks.setdefault(card, 0)
+        elif (
+            self._card
+            and tag in ("polyline", "circle")
+            and (found.get("points") or found.get("cx"))
+        ):
+            self.marks[self._card] += 1
+
+
+@pytest.mark.parametrize("width", [1280, 390])  # a laptop and a phone
+def test_dashboard_charts_and_no_sideways_scroll(
+    status_server: LiveServer, tmp_path: Path, width: int
+) -> None:
     url = f"http://{status_server.url}/"
-    chromium(tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", url)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert shot.stat().st_size > 10_000  # a rendered page, not a blank 1x1
+    dom = rendered_dom(tmp_path, url, width)
+    assert 'data-state="loaded"' in dom, dom[-2000:]
+    assert 'data-hscroll="no"' in dom, f"the page scrolls sideways at {width} px"
+    charts = Charts()
+    charts.feed(dom)
+    assert charts.marks.get("add", 0) >= 3, charts.marks  # req/s, p50, p99 at least
+    assert "busy" in charts.marks  # errors count as traffic too
+    assert '{"' not in dom.split('id="components"', 1)[1]  # components are lists, not JSON
+    shot = tmp_path / f"status-{width}.png"
+    chromium(tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", url, width=width)
+    # The chart lines are drawn: pixels of their colour are on the picture.
+    assert count_colour(shot.read_bytes(), CHART_BLUE) > 50

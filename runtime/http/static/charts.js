@@ -1,0 +1,96 @@
+// wasmgate status page: small hand-written SVG line charts (no library, no network).
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CHART_W = 300;
+const CHART_H = 56;
+
+function svgEl(tag, attrs) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+}
+
+// One chart over the history window. `lines`: [{values, cls}], values aligned with `t`
+// (seconds before now, negative); nulls leave gaps. Returns {svg, max}.
+function lineChart(t, windowS, lines) {
+  const values = lines.flatMap((l) => l.values.filter((v) => v !== null && Number.isFinite(v)));
+  const max = Math.max(1e-9, ...values);
+  const svg = svgEl("svg", {
+    class: "chart", viewBox: `0 0 ${CHART_W} ${CHART_H}`, preserveAspectRatio: "none",
+    role: "img",
+  });
+  const x = (s) => CHART_W * (1 + s / windowS);
+  const y = (v) => CHART_H - 3 - (CHART_H - 6) * (v / max);
+  for (const line of lines) {
+    let run = [];
+    const dots = line.values.length <= 30; // sparse history: every point visible
+    const flush = () => {
+      if (run.length > 1) {
+        svg.append(svgEl("polyline", { class: line.cls, points: run.join(" ") }));
+      }
+      if (dots || run.length === 1) {
+        for (const point of run) {
+          const [cx, cy] = point.split(",");
+          svg.append(svgEl("circle", { class: line.cls, cx, cy, r: 2.5 }));
+        }
+      }
+      run = [];
+    };
+    line.values.forEach((v, i) => {
+      if (v === null || !Number.isFinite(v)) { flush(); return; }
+      run.push(`${x(t[i]).toFixed(1)},${y(v).toFixed(1)}`);
+    });
+    flush();
+  }
+  return { svg, max };
+}
+
+function last(values) {
+  for (let i = values.length - 1; i >= 0; i -= 1) if (values[i] !== null) return values[i];
+  return null;
+}
+
+function fmt(v, digits = 1) {
+  return v === null || v === undefined ? "–" : Number(v).toFixed(digits);
+}
+
+// A card for one adapter/model: req/s, latency p50/p99, errors/fallback %.
+function trafficCard(name, series, t, windowS) {
+  const card = document.createElement("div");
+  card.className = "card";
+  card.dataset.chart = name;
+  const title = document.createElement("h3");
+  title.append(name);
+  const kind = document.createElement("span");
+  kind.className = "muted";
+  kind.textContent = series.kind;
+  title.append(kind);
+  card.append(title);
+  const rows = [
+    ["requests/s", [{ values: series.rps, cls: "s1" }], `${fmt(last(series.rps), 2)}/s`],
+    ["latency ms", [{ values: series.p50_ms, cls: "s1" }, { values: series.p99_ms, cls: "s2" }],
+      `p50 ${fmt(last(series.p50_ms), 2)} · p99 ${fmt(last(series.p99_ms), 2)}`],
+    ["errors / fallback %", [{ values: series.error_pct, cls: "s3" },
+      { values: series.fallback_pct, cls: "s4" }],
+    `${fmt(last(series.error_pct))} % · ${fmt(last(series.fallback_pct))} %`],
+  ];
+  for (const [label, lines, now] of rows) {
+    const head = document.createElement("div");
+    head.className = "chart-label";
+    const { svg, max } = lineChart(t, windowS, lines);
+    const left = document.createElement("span");
+    left.textContent = `${label} (max ${fmt(max, 2)})`;
+    const right = document.createElement("span");
+    right.textContent = now;
+    head.append(left, right);
+    card.append(head, svg);
+  }
+  const extra = document.createElement("div");
+  extra.className = "chart-label";
+  extra.textContent = `batch size ${fmt(last(series.batch))} · queue ${fmt(last(series.queue), 0)}`;
+  card.append(extra);
+  return card;
+}
+
+window.wasmgateCharts = { trafficCard, lineChart };
