@@ -1,4 +1,4 @@
-"""The topic tree of ``shared/mqtt-topics.md``, relative to ``<topic_prefix>/<gateway_id>/``."""
+"""The topic tree of ``docs/mqtt-topics.md``, relative to ``<topic_prefix>/<gateway_id>/``."""
 
 from __future__ import annotations
 

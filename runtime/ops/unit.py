@@ -1,7 +1,7 @@
 """The hardened systemd unit (``deploy/wasmgate.service`` is this, rendered with defaults).
 
 ``wasmgate serve --print-unit`` prints it with ``ExecStart`` pointing at the running
-``wasmgate`` executable. Choices (see ``shared/research/security.md`` §4):
+``wasmgate`` executable. Choices (see ``docs/deploy.md``):
 ``Type=notify`` with ``WatchdogSec``; DynamicUser with state/cache directories; no
 ``MemoryDenyWriteExecute`` (wasmtime's JIT needs W→X pages); no ``ProcSubset=pid`` (ONNX
 Runtime reads /proc/cpuinfo); ``@resources`` stays allowed (ORT sets thread affinity);
