@@ -3,7 +3,9 @@ requests with a canary key or a pinned version."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -91,3 +93,26 @@ def sides(daemon: Daemon, keys: Iterable[str]) -> dict[str, str]:
         assert version is not None
         out[key] = version
     return out
+
+
+def until_decided(daemon: Daemon, limit_s: float = 90.0) -> dict[str, Any]:
+    """Send keyed requests until the gates decided (no candidate left); the bundle entry."""
+    deadline = time.monotonic() + limit_s
+    for i in itertools.count():
+        ask(daemon, f"k{i}")
+        if i % 10 == 9:
+            found = entry(daemon)
+            if "staged" not in found:
+                return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no gate decision after {limit_s}s: {entry(daemon)}")
+    raise AssertionError("unreachable")
+
+
+def metric(daemon: Daemon, line_start: str) -> float | None:
+    """The value of the first ``/metrics`` line starting with ``line_start``."""
+    text = call(daemon, "GET", "/metrics")[2].decode()
+    for line in text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return None
