@@ -1,4 +1,4 @@
-"""The ONNX backend on ARM64, emulated on x86 with qemu-user (shared/research/hardware.md §7.3).
+"""The ONNX backend on ARM64, emulated on x86 with qemu-user.
 
 `.ci/arm64-setup` provides (and caches) an arm64 Debian root with python3.11 and aarch64
 wheels pinned to this host's versions. This file is both the pytest module (x86 side) and the
@@ -15,6 +15,7 @@ Timing under emulation is meaningless: these are functional and numerical checks
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -90,19 +91,37 @@ class Arm64:
     python: str
 
 
+ARM64_VARS = ("WASMGATE_ARM64_QEMU", "WASMGATE_ARM64_ROOT", "WASMGATE_ARM64_SITE",
+              "WASMGATE_ARM64_PYTHON")  # fmt: skip
+
+
+def _arm64_env() -> dict[str, str]:
+    """What `.ci/arm64-setup` printed: exported by `.ci/run`, else its cached ``env`` file."""
+    if all(name in os.environ for name in ARM64_VARS):
+        return {name: os.environ[name] for name in ARM64_VARS}
+    tests_cache = Path(os.environ.get("WASMGATE_TEST_CACHE", "~/.cache/wasmgate-tests"))
+    cache = Path(os.environ.get("WASMGATE_ARM64_CACHE", tests_cache / "arm64")).expanduser()
+    saved = cache / "env"
+    if not saved.is_file():
+        pytest.fail(
+            "no arm64 root: run .ci/arm64-setup once (it installs qemu-user and debootstrap "
+            "and fetches aarch64 wheels; .ci/run does it before the tests)"
+        )
+    return dict(line.split("=", 1) for line in saved.read_text().splitlines() if "=" in line)
+
+
 @pytest.fixture(scope="module")
 def arm64() -> Arm64:
-    proc = subprocess.run(
-        [str(REPO / ".ci" / "arm64-setup")], capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, f".ci/arm64-setup failed:\n{proc.stderr[-3000:]}"
-    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    return Arm64(
+    env = _arm64_env()
+    arm = Arm64(
         qemu=env["WASMGATE_ARM64_QEMU"],
         root=Path(env["WASMGATE_ARM64_ROOT"]),
         site=Path(env["WASMGATE_ARM64_SITE"]),
         python=env["WASMGATE_ARM64_PYTHON"],
     )
+    for path in (Path(arm.qemu), arm.root / ".done", arm.site / ".done"):
+        assert path.exists(), f"{path} is missing: run .ci/arm64-setup again"
+    return arm
 
 
 def cpu_root(arm: Arm64, where: Path, features: str, part: str) -> Path:
