@@ -213,6 +213,9 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
 
     refused = await registry.start(files, progress)
     watcher.mark_seen(files, refused)
+    engine = app[DEPS].engine
+    _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
+    registry.on_change.append(lambda: _prune_modules(registry, engine))
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     try:
@@ -248,6 +251,19 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
         "recent": [vars(e) for e in registry.events[-20:]],
         "expired": registry.expired,
     }
+
+
+def _prune_modules(registry: Registry, engine: SandboxEngine) -> None:
+    """Drop compiled modules no installed bundle version uses (the cache never shrank)."""
+    keep = {
+        b.adapter_sha256
+        for slot in registry.table.slots().values()
+        for b in slot.versions()
+        if b.adapter_sha256 is not None
+    }
+    removed = engine.prune(keep)
+    if removed:
+        log.info("module cache pruned", extra={"removed": removed, "kept": len(keep)})
 
 
 def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import WATCHER, build_app, load_trust
+from wasmgate.runtime.app import DEPS, WATCHER, build_app, ceilings, load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, REGISTRY, SERVICE
@@ -198,6 +198,7 @@ async def reload(app: web.Application) -> bool:
     service = app[SERVICE]
     if isinstance(service, InferenceService):
         service.update_limits(new.limits)
+    app[DEPS].engine.apply_ceilings(ceilings(new))  # memory_mb, max_output_bytes, ... at once
     try:
         app[REGISTRY].expiry = new.trust.expiry
         unloaded = await app[REGISTRY].apply_trust(trust)

@@ -46,6 +46,10 @@ class Forbidden(DaemonError):
     """The call is switched off here (the management API without a configured token)."""
 
 
+class InsufficientStorage(DaemonError):
+    """The daemon's disk is full (ENOSPC, quota): nothing was changed, retry after freeing."""
+
+
 class BackendError(DaemonError):
     """A backend could not load or run a model."""
 

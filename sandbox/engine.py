@@ -28,7 +28,8 @@ import platform
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from types import TracebackType
@@ -59,7 +60,9 @@ class SandboxEngine:
         self.ceilings = ceilings or Ceilings()
         self.cache_dir = Path(cache_dir)
         _private_dir(self.cache_dir)
-        settings = self._settings()
+        # Fixed for the engine's life: later ceilings (a reload) never change how modules
+        # compile, so the child compiler and the cache keep matching this engine.
+        self._engine_settings = settings = self._settings()
         self.fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         self.engine = wasmtime.Engine(self._config())
         self._stop = threading.Event()
@@ -85,7 +88,7 @@ class SandboxEngine:
         return max(64 * MIB, self.ceilings.memory_bytes)
 
     def _config(self) -> wasmtime.Config:
-        return engine_config(self._settings())
+        return engine_config(self._engine_settings)
 
     def _tick(self) -> None:
         while True:
@@ -129,7 +132,7 @@ class SandboxEngine:
         digest = hashlib.sha256(wasm).hexdigest()
         if sha256 is not None and sha256.lower() != digest:
             raise AdapterLoadError(f"{name}: sha256 mismatch (expected {sha256}, got {digest})")
-        path = self.cache_dir / f"{digest}-{self.fingerprint[:32]}.cwasm"
+        path = self._cache_path(digest)
         if path.exists():
             try:
                 # Read into memory rather than deserialize_file: that mmaps the file, and a
@@ -140,7 +143,7 @@ class SandboxEngine:
         c = self.ceilings
         if c.compile_timeout_s is not None:
             budget = CompileBudget(c.compile_timeout_s, c.compile_memory_bytes)
-            blob = compile_in_child(wasm, self._settings(), budget, name)
+            blob = compile_in_child(wasm, self._engine_settings, budget, name)
             self._store(path, blob)
             return wasmtime.Module.deserialize(self.engine, blob)  # our own child's output
         try:
@@ -149,6 +152,31 @@ class SandboxEngine:
             raise AdapterLoadError(f"{name}: invalid wasm module: {_first_line(e)}") from e
         self._store(path, module.serialize())
         return module
+
+    def apply_ceilings(self, new: Ceilings) -> None:
+        """New per-request ceilings (memory, output, log, fuel, deadline, module size, compile
+        budget) for every later run and compile: a config reload applies them at once. The
+        engine-level settings (fuel metering, wasm stack, epoch tick) keep their values."""
+        old = self.ceilings
+        self.ceilings = replace(
+            new, fuel_enabled=old.fuel_enabled, max_wasm_stack=old.max_wasm_stack, tick_s=old.tick_s
+        )
+
+    def _cache_path(self, digest: str) -> Path:
+        return self.cache_dir / f"{digest}-{self.fingerprint[:32]}.cwasm"
+
+    def prune(self, keep: Collection[str]) -> int:
+        """Delete cached modules except those of the wasm digests ``keep`` (this engine's
+        settings): entries of removed bundles, older engines, interrupted writes. Returns
+        how many files went. A compile running meanwhile for a bundle not yet installed may
+        lose its fresh entry or its write: that only costs a recompile at the next start."""
+        wanted = {self._cache_path(d.lower()).name for d in keep}
+        removed = 0
+        for entry in self.cache_dir.iterdir():
+            if entry.suffix in {".cwasm", ".tmp"} and entry.name not in wanted:
+                entry.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def _store(self, path: Path, blob: bytearray | bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")

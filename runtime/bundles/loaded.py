@@ -148,6 +148,8 @@ class LoadedBundle:
     params: Mapping[str, str] = field(default_factory=dict)
     answer_content_type: str = "application/octet-stream"
     installed_at: float = 0.0
+    adapter_sha256: str | None = None
+    """The adapter's wasm digest (its compiled-module cache entry is kept while installed)."""
     expires: float = math.inf
     """The manifest's ``expires`` as POSIX time (the registry's expiry watch wakes then)."""
     mqtt_name: str | None = None

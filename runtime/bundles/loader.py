@@ -181,7 +181,7 @@ def _assemble(
     digest: str,
     models: dict[str, ServedModel],
 ) -> LoadedBundle:
-    adapter = None
+    adapter, sha = None, None
     if manifest.adapter is not None:
         sha = manifest.file_digest(manifest.adapter.file)
         try:
@@ -190,7 +190,7 @@ def _assemble(
         except SandboxError as e:
             raise BundleRejected(f"{manifest.label()}: adapter: {e}") from e
     lim = manifest.limits
-    ceilings = deps.engine.ceilings
+    engine = deps.engine
     return LoadedBundle(
         name=manifest.name,
         version=manifest.version,
@@ -207,12 +207,14 @@ def _assemble(
             lim.weight,
         ),
         fallback=_policy(manifest),
-        guest_limits=lambda left: _guest_limits(manifest, ceilings, left),
+        # The engine's ceilings are read per request: a SIGHUP reload replaces them.
+        guest_limits=lambda left: _guest_limits(manifest, engine.ceilings, left),
         params={k: _param(v) for k, v in manifest.params.items()},
         answer_content_type=str(
             manifest.params.get("answer_content_type", "application/octet-stream")
         ),
         installed_at=time.time(),
+        adapter_sha256=sha,
         expires=manifest.expires.timestamp(),
     )
 

@@ -10,6 +10,10 @@
 - ``POST /v1/bundles/{name}/abort``: drop the staged version (requests on it finish).
 - ``DELETE /v1/bundles/{name}``: stop serving it (also after a restart).
 
+Uploads are written to ``<state_dir>/uploads/`` and deleted once installed or refused; what
+a crash left there is deleted at start. At most `MAX_UPLOADS` run at once (429 beyond), so
+the directory never holds more than that many bundles. A full disk answers 507.
+
 No ``http.management_token`` configured → every route answers 403 "disabled". A missing or
 wrong token → 401 before the body is read, and nothing changes. Tokens are compared with
 `hmac.compare_digest`. The token is read per request, so a SIGHUP reload applies at once.
@@ -19,6 +23,8 @@ Errors are raised as `wasmgate.runtime.errors` types and answered by the error m
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import hmac
 import logging
 import secrets
@@ -32,7 +38,9 @@ from wasmgate.runtime.bundles.registry import describe
 from wasmgate.runtime.errors import (
     BadRequest,
     BundleRejected,
+    Busy,
     Forbidden,
+    InsufficientStorage,
     PayloadTooLarge,
     Unauthorized,
 )
@@ -42,7 +50,8 @@ from wasmgate.signing.manifest import Release
 log = logging.getLogger("wasmgate.manage")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_CHUNK = 256 * 1024
+MAX_UPLOADS = 4
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _check_token(request: web.Request) -> None:
@@ -108,9 +117,19 @@ def _gates(request: web.Request) -> Release | None:
 async def _receive(request: web.Request, dest: Path, limit: int) -> None:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"bundle of {request.content_length} bytes exceeds {limit}")
+    idle_s = request.app[LIVE].settings.http.body_timeout_s
     size = 0
     with dest.open("xb") as f:
-        async for chunk in request.content.iter_chunked(_CHUNK):
+        while True:
+            # A big bundle may take long; a stalled one must not hold an upload slot.
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), idle_s)
+            except TimeoutError:
+                raise web.HTTPRequestTimeout(
+                    text=f"upload stalled for http.body_timeout_s ({idle_s:g} s)"
+                ) from None
+            if not chunk:
+                break
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"bundle exceeds limits.max_bundle_bytes ({limit})")
@@ -119,11 +138,31 @@ async def _receive(request: web.Request, dest: Path, limit: int) -> None:
         raise BadRequest("empty body: PUT the .wgb bundle file as the request body")
 
 
+def uploads_dir(state_dir: Path) -> Path:
+    return state_dir / "uploads"
+
+
+def sweep_uploads(state_dir: Path) -> int:
+    """Delete what interrupted uploads left (call at start, before the API listens)."""
+    removed = 0
+    folder = uploads_dir(state_dir)
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            if entry.is_file() or entry.is_symlink():
+                entry.unlink(missing_ok=True)
+                removed += 1
+    if removed:
+        log.warning("deleted %d stale uploads from %s", removed, folder)
+    return removed
+
+
 async def put_bundle(request: web.Request) -> web.Response:
     stage, gates = _stage(request), _gates(request)
     settings = request.app[LIVE].settings
-    uploads = settings.paths.resolved("state_dir") / "uploads"
+    uploads = uploads_dir(settings.paths.resolved("state_dir"))
     uploads.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if sum(1 for _ in uploads.iterdir()) >= MAX_UPLOADS:
+        raise Busy(f"{MAX_UPLOADS} bundle uploads are in progress: retry later")
     dest = uploads / f"{secrets.token_hex(8)}.wgb"
     try:
         await _receive(request, dest, settings.limits.max_bundle_bytes)
@@ -131,6 +170,13 @@ async def put_bundle(request: web.Request) -> web.Response:
         bundle = await registry.install(dest, source="api", percent=stage, gates=gates)
     except BundleRejected as e:
         raise BundleRejected(f"bundle refused: {e}") from e
+    except OSError as e:
+        if e.errno not in _DISK_FULL:
+            raise
+        raise InsufficientStorage(
+            f"no space left for the bundle under paths.state_dir ({e.strerror}); "
+            "nothing was changed"
+        ) from None
     finally:
         dest.unlink(missing_ok=True)
     slot = registry.table.slots().get(bundle.name)
@@ -160,3 +206,8 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
     app.router.add_post("/v1/bundles/{name}/abort", guarded(abort_bundle))
     app.router.add_delete("/v1/bundles/{name}", guarded(delete_bundle))
+
+    async def sweep(app: web.Application) -> None:
+        sweep_uploads(app[LIVE].settings.paths.resolved("state_dir"))
+
+    app.on_startup.append(sweep)

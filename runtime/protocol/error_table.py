@@ -27,6 +27,7 @@ from wasmgate.runtime.errors import (
     FallbackFailed,
     Forbidden,
     InferenceFailed,
+    InsufficientStorage,
     NotFound,
     NotReady,
     PayloadTooLarge,
@@ -72,6 +73,8 @@ TABLE: Mapping[type[DaemonError], ErrorStatus] = MappingProxyType(
         # The upstream (cloud fallback endpoint) gave no usable answer.
         CloudUnavailable: ErrorStatus(502, "cloud_unavailable"),
         NotReady: ErrorStatus(503, "not_ready"),
+        # The disk under state_dir is full: the upload is dropped and nothing changed.
+        InsufficientStorage: ErrorStatus(507, "insufficient_storage"),
         DeadlineExceeded: ErrorStatus(504, "deadline_exceeded"),
     }
 )

@@ -52,6 +52,7 @@ def test_every_daemon_error_is_mapped_by_name() -> None:
         (errors.CloudUnavailable, 502),
         (errors.NotReady, 503),
         (errors.DeadlineExceeded, 504),
+        (errors.InsufficientStorage, 507),
     ],
 )
 def test_status_of_each_error(cls: type[errors.DaemonError], status: int) -> None:
