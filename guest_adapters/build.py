@@ -173,7 +173,6 @@ def _run_compiler(cmd: list[str], cwd: Path, names: str, progress: Progress) -> 
         while True:
             try:
                 _out, err = proc.communicate(timeout=wait)  # retrying loses no output
-                return proc.returncode, err
             except subprocess.TimeoutExpired:
                 elapsed = time.monotonic() - began
                 if elapsed > _COMPILE_TIMEOUT_S:
@@ -183,6 +182,8 @@ def _run_compiler(cmd: list[str], cwd: Path, names: str, progress: Progress) -> 
                     f"compiling {names}: {elapsed:.0f} s so far (Zig's first run builds "
                     "wasi-libc once, ~30-60 s; later builds take about a second)"
                 )
+            else:
+                return proc.returncode, err
                 wait = _TICK_S
 
 

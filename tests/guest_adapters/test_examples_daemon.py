@@ -104,7 +104,7 @@ def start_demo_daemon(
     return factory(config=config, name="edge")
 
 
-def test_examples_over_http_mqtt_and_fallback(
+def test_examples_over_http_mqtt_and_fallback(  # noqa: PLR0915 - one demo daemon, every path
     tmp_path: Path,
     daemon_factory: Callable[..., Daemon],
     mosquitto: Broker,
