@@ -1,7 +1,7 @@
 """Host functions of ``wasi_ephemeral_nn`` (wasi-nn witx preview1, plus WasmEdge extras).
 
 Invariants:
-- Exact core ABI of ``shared/research/wasi-nn-abi.md``: all-i32 params, i32 errno result,
+- Exact core ABI (``docs/design.md``, the sandbox contract): all-i32 params, i32 errno result,
   u32 little-endian out-values, 8-byte graph-builder entries, the 20-byte tensor record
   with the tensor type read as *one byte* at offset 8.
 - Handles are per instance (``NnSession``), counted from 0; a handle from another instance

@@ -1,6 +1,6 @@
 """An MQTT payload fuzzer against a real daemon: every topic kind, hostile payloads.
 
-Topic kinds (``shared/mqtt-topics.md``): adapter requests in the MQTT 5 form (Response
+Topic kinds (``docs/mqtt-topics.md``): adapter requests in the MQTT 5 form (Response
 Topic + Correlation Data) and the 3.1.1 ``/<client>`` form, model requests (V2 JSON) in
 both forms, unknown adapters and models, and near-miss topics the bridge must ignore.
 Payloads: random bytes, empty, huge (beyond ``mqtt.max_payload_bytes``), malformed JSON,

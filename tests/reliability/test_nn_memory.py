@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.stack import BenchKit, daemon_pid, rss_mb
+from tests.fixtures.benchkit import BenchKit, daemon_pid, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.zig import compile_c
 from tests.reliability.conftest import digits_payload, post
