@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.edges.probe import probe_daemon, request
-from tests.runtime.edges.test_mqtt_edges import ROOT, mqtt_config, status_counter
+from tests.runtime.edges.test_mqtt_edges import ROOT, mqtt_config, status_counter, wait_online
 from tests.runtime.mqtt.requester import Requester
 
 ROUNDS = 500  # x 2 HTTP forms x 2 MQTT forms = 2000 requests
@@ -43,6 +43,7 @@ async def test_bad_names_do_not_grow_the_series(
     tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> None:
     daemon = probe_daemon(tmp_path, daemon_factory, mqtt_config(mosquitto))
+    await wait_online(mosquitto)
     ok = request(daemon.port, "POST", "/v1/adapters/probe", b"Pok")
     assert ok.status == 200
     expired = str(time.time() - 60)

@@ -35,6 +35,16 @@ async def status_counter(daemon: Daemon, name: str, want: int, limit_s: float = 
     raise AssertionError(f"mqtt.{name} never reached {want}: {daemon.get_json('/v1/status')}")
 
 
+async def wait_online(broker: Broker) -> None:
+    """Until the daemon announced itself, which it does after subscribing to requests."""
+    with Requester(broker.port).connect(f"{ROOT}/status") as watcher:
+        for _ in range(300):  # bounded: 30 s
+            if any(r.payload == b"online" for r in watcher.snapshot()):
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError("the daemon never published status online")
+
+
 async def test_retained_requests_are_not_replayed(
     tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> None:
@@ -56,6 +66,7 @@ async def test_response_topics_outside_the_allow_list_get_nothing(
 ) -> None:
     config = mqtt_config(mosquitto, response_topics=["replies/#"])
     daemon = probe_daemon(tmp_path, daemon_factory, config)
+    await wait_online(mosquitto)
     forged = [
         "factory/line1/valve7/cmd",  # not allowed by the list
         f"{ROOT}/status",  # the daemon's own status: always refused
@@ -74,3 +85,36 @@ async def test_response_topics_outside_the_allow_list_get_nothing(
     # Only the daemon's own retained "online" may be on a forged topic, never the answer.
     wrong = [p for p in published if b"open" in p[1] or (p[0] in forged and p[1] != b"online")]
     assert not wrong, published
+
+
+async def test_non_finite_timeouts_are_refused_and_deadlines_still_fire(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    daemon = probe_daemon(tmp_path, daemon_factory, mqtt_config(mosquitto), {"max_in_flight": 1})
+    await wait_online(mosquitto)
+    bad: list[tuple[list[tuple[str, str]], bytes, str]] = [
+        ([("timeout_ms", v)], b"Px", "user property 'timeout_ms'")
+        for v in ("nan", "inf", "-inf", "1e999", "-5", "0")
+    ]
+    bad += [([("deadline", "nan")], b"Px", "user property 'deadline'")]
+    bad += [([], b'{"deadline": NaN}', "payload field 'deadline'")]
+    bad += [([], b'{"deadline": 1' + b"0" * 400 + b"}", "payload field 'deadline'")]
+    with Requester(mosquitto.port).connect("replies/#") as dev:
+        for i, (user, payload, _) in enumerate(bad):
+            dev.request(
+                REQ, payload, response_topic="replies/bad", correlation=b"%d" % i, user=user
+            )
+        answers = {r.correlation: r for r in await dev.wait_for(len(bad), timeout=30)}
+        for i, (_, _, field) in enumerate(bad):
+            answer = answers[b"%d" % i]
+            assert answer.props["status"] == "400", answer
+            assert field in answer.payload.decode(), answer
+        # An ordinary deadline still fires, and the single slot is free again afterwards.
+        dev.request(
+            REQ, b"L", response_topic="replies/l", correlation=b"l", user=[("timeout_ms", "300")]
+        )
+        dev.request(REQ, b"Pok", response_topic="replies/ok", correlation=b"ok")
+        later = {r.correlation: r for r in await dev.wait_for(len(bad) + 2, timeout=30)}
+    assert later[b"l"].props["status"] == "504", later[b"l"]
+    assert (later[b"ok"].props["status"], later[b"ok"].payload) == ("200", b"v1:ok")
+    assert "Traceback" not in daemon.log()
