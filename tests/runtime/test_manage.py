@@ -67,6 +67,9 @@ async def test_bad_token_is_401_and_changes_nothing(
     r = await _put(client, kit.build("probe", 2), headers=headers)
     assert r.status == 401
     assert r.headers["WWW-Authenticate"].startswith("Bearer")
+    # The same error body and content type as the data plane (one error table for both).
+    assert r.headers["Content-Type"] == "application/json"
+    assert set(await r.json()) == {"error"}
     assert "token" in (await r.json())["error"]
     assert (await client.delete("/v1/bundles/probe", headers=headers)).status == 401
     assert (await client.get("/v1/bundles", headers=headers)).status == 401
@@ -81,6 +84,7 @@ async def test_refused_bundle_is_422_and_old_keeps_serving(
     stranger = BundleKit(tmp_path / "stranger")
     r = await _put(client, stranger.build("probe", 2), headers=AUTH)
     assert r.status == 422
+    assert r.headers["Content-Type"] == "application/json"
     assert "refused" in (await r.json())["error"]
     r = await client.put("/v1/bundles", data=b"garbage", headers=AUTH)
     assert r.status == 422
