@@ -3,7 +3,7 @@
 `wasmgate.sandbox.rawcall` calls wasmtime's "unchecked" C API for speed, which wasmtime-py
 only exposes through its private ``_ffi`` bindings, a store's ``_context()``, an instance's
 ``_instance`` struct and the ``_from_ptr`` constructors of its errors. Those names are known
-to exist in `SUPPORTED` (the pin in ``pyproject.toml``); `check` runs when a
+to exist in `SUPPORTED` (the pin in ``pyproject.toml``); `check_wasmtime` runs when a
 `wasmgate.sandbox.SandboxEngine` starts and refuses any other wasmtime with one clear error,
 instead of an ``AttributeError`` in the middle of a request.
 """
@@ -18,7 +18,15 @@ from wasmtime import _ffi as ffi
 
 from wasmgate.sandbox.errors import SandboxError
 
-__all__ = ["SUPPORTED", "check", "context", "error_from", "ffi", "instance_struct", "trap_from"]
+__all__ = [
+    "SUPPORTED",
+    "check_wasmtime",
+    "context",
+    "error_from",
+    "ffi",
+    "instance_struct",
+    "trap_from",
+]
 
 SUPPORTED = "wasmtime>=50,<51"
 _MAJORS = range(50, 51)
@@ -36,7 +44,7 @@ _CLASS_NAMES = (
 )
 
 
-def check(installed: str | None = None) -> None:
+def check_wasmtime(installed: str | None = None) -> None:
     """Refuse a wasmtime-py outside `SUPPORTED` (or one missing a private name we use)."""
     found = installed or version("wasmtime")
     major = found.split(".", 1)[0]

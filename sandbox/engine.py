@@ -56,7 +56,7 @@ class SandboxEngine:
         """Create the engine and start the ticker; ``cache_dir`` is created private (0700).
 
         Refuses (`SandboxError`) a wasmtime-py outside the supported range first."""
-        _wasmtime_private.check()
+        _wasmtime_private.check_wasmtime()
         self.ceilings = ceilings or Ceilings()
         self.cache_dir = Path(cache_dir)
         _private_dir(self.cache_dir)
