@@ -193,3 +193,26 @@ def refused(store: BundleStore) -> Callable[[bytes, type[SigningError]], Signing
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
+
+
+DYING_REPLACE = """
+import os, pathlib
+real_replace = pathlib.Path.replace
+
+def dying_replace(self, target):
+    # ``point`` (set by the child script) names the rename the process dies at
+    target = pathlib.Path(target)
+    if point == "blob" and target.parent.name == "blobs":
+        os._exit(9)
+    if point == "record" and target.parent.name in ("records", "staged"):
+        os._exit(9)
+    if point == "state-rename" and target.name == "state.json":
+        os._exit(9)
+    result = real_replace(self, target)
+    if point == "after-state" and target.name == "state.json":
+        os._exit(9)
+    return result
+
+pathlib.Path.replace = dying_replace
+"""
+"""Child-process prelude: ``os._exit(9)`` at the rename named by the variable ``point``."""

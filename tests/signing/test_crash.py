@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signing.conftest import MAX_BUNDLE, Kit, snapshot
+from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit, snapshot
 from wasmgate.signing import BundleStore
 
 CHILD = """
@@ -24,30 +24,18 @@ from wasmgate.signing import BundleStore, TrustStore
 import wasmgate.signing.state as state_mod
 
 state_dir, trust_file, bundle, point = sys.argv[1:5]
-real_replace = pathlib.Path.replace
-
-def dying_replace(self, target):
-    target = pathlib.Path(target)
-    if point == "blob" and target.parent.name == "blobs":
-        os._exit(9)
-    if point == "state-rename" and target.name == "state.json":
-        os._exit(9)
-    result = real_replace(self, target)
-    if point == "after-state" and target.name == "state.json":
-        os._exit(9)
-    return result
+{dying_replace}
 
 def dying_save(self, doc):
     os._exit(9)
 
-pathlib.Path.replace = dying_replace
 if point == "before-state":
     state_mod.StateFile.save = dying_save
 store = BundleStore(pathlib.Path(state_dir), TrustStore.load(pathlib.Path(trust_file)),
                     max_bundle_bytes=10**9)
 store.install(pathlib.Path(bundle))
 sys.exit(0)
-"""
+""".replace("{dying_replace}", DYING_REPLACE)
 
 
 @pytest.mark.parametrize(

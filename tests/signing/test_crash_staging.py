@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signing.conftest import MAX_BUNDLE, Kit
+from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit
 from wasmgate.signing import BundleStore
 
 CHILD = """
@@ -24,20 +24,7 @@ import os, pathlib, sys
 from wasmgate.signing import BundleStore, TrustStore
 
 state_dir, trust_file, bundle, step, point = sys.argv[1:6]
-real_replace = pathlib.Path.replace
-
-def dying_replace(self, target):
-    target = pathlib.Path(target)
-    if point == "record" and target.parent.name in ("records", "staged"):
-        os._exit(9)
-    if point == "state-rename" and target.name == "state.json":
-        os._exit(9)
-    result = real_replace(self, target)
-    if point == "after-state" and target.name == "state.json":
-        os._exit(9)
-    return result
-
-pathlib.Path.replace = dying_replace
+{dying_replace}
 store = BundleStore(pathlib.Path(state_dir), TrustStore.load(pathlib.Path(trust_file)),
                     max_bundle_bytes=10**9)
 if step == "stage":
@@ -47,7 +34,7 @@ elif step == "promote":
 else:
     store.abort("digits")
 sys.exit(0)
-"""
+""".replace("{dying_replace}", DYING_REPLACE)
 
 State = tuple[int, tuple[int, int] | None, int]
 STAGED: State = (5, (6, 10), 5)

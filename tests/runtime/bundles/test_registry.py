@@ -19,11 +19,6 @@ from wasmgate.signing.keys import key_id_of
 SLOW = {"limits": {"deadline_ms": 20_000}}
 
 
-@pytest.fixture
-def kit(tmp_path: Path) -> BundleKit:
-    return BundleKit(tmp_path / "kit")
-
-
 def probe(payload: bytes = b"M") -> AdapterRequest:
     return AdapterRequest("probe", payload)
 

@@ -22,11 +22,6 @@ from wasmgate.signing.manifest import Release
 
 
 @pytest.fixture
-def kit(tmp_path: Path) -> BundleKit:
-    return BundleKit(tmp_path / "kit")
-
-
-@pytest.fixture
 def daemon(kit: BundleKit, tmp_path: Path, daemon_factory: Callable[..., Daemon]) -> Daemon:
     daemon = start(daemon_factory, kit, tmp_path)
     assert put(daemon, kit.build("probe", 1))[0] == 201

@@ -44,11 +44,6 @@ def _request(broker: Broker, name: str, payload: str, *props: tuple[str, str]) -
 
 
 @pytest.fixture
-def kit(tmp_path: Path) -> BundleKit:
-    return BundleKit(tmp_path / "kit")
-
-
-@pytest.fixture
 def daemon(
     kit: BundleKit, tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> Daemon:

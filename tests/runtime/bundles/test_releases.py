@@ -26,11 +26,6 @@ KEYS = [f"device-{i}" for i in range(400)]
 
 
 @pytest.fixture
-def kit(tmp_path: Path) -> BundleKit:
-    return BundleKit(tmp_path / "kit")
-
-
-@pytest.fixture
 def staged(kit: BundleKit, tmp_path: Path, daemon_factory: Callable[..., Daemon]) -> Daemon:
     """probe v1 serving, v2 staged at 10 %."""
     daemon = start(daemon_factory, kit, tmp_path)
