@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -216,3 +219,15 @@ def dying_replace(self, target):
 pathlib.Path.replace = dying_replace
 """
 """Child-process prelude: ``os._exit(9)`` at the rename named by the variable ``point``."""
+
+
+def kill_child(script: str, store: BundleStore, bundle: Path, *args: str) -> None:
+    """Run ``script`` (which includes `DYING_REPLACE`) on ``store`` and ``bundle`` in a child
+    process: argv = state dir, trust file, bundle, ``args``; assert it died at its point."""
+    trust_file = bundle.with_name("trust.json")
+    store.trust.save(trust_file)
+    argv = [str(store.state_dir), str(trust_file), str(bundle), *args]
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *argv], capture_output=True, check=False
+    )
+    assert child.returncode == 9, child.stderr.decode()

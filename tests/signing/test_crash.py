@@ -8,14 +8,11 @@ installs cleanly afterwards.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit, snapshot
+from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit, kill_child, snapshot
 from wasmgate.signing import BundleStore
 
 CHILD = """
@@ -45,15 +42,9 @@ sys.exit(0)
 def test_killed_mid_install(
     kit: Kit, store: BundleStore, tmp_path: Path, point: str, expected: int
 ) -> None:
-    trust_file = tmp_path / "trust.json"
-    store.trust.save(trust_file)
     bundle = tmp_path / "digits-6.wgb"
     bundle.write_bytes(kit.build(6))
-    args = [str(store.state_dir), str(trust_file), str(bundle), point]
-    child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), *args], capture_output=True, check=False
-    )
-    assert child.returncode == 9, child.stderr.decode()
+    kill_child(CHILD, store, bundle, point)
     reopened = BundleStore(store.state_dir, store.trust, max_bundle_bytes=MAX_BUNDLE)
     installed, floors = snapshot(reopened)
     assert [v for _, v, _ in installed] == [expected]

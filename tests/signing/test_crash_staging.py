@@ -9,14 +9,11 @@ can be done again.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit
+from tests.signing.conftest import DYING_REPLACE, MAX_BUNDLE, Kit, kill_child
 from wasmgate.signing import BundleStore
 
 CHILD = """
@@ -73,17 +70,11 @@ def _do(store: BundleStore, step: str, bundle: Path) -> None:
 def test_killed_mid_release_step(
     kit: Kit, store: BundleStore, tmp_path: Path, step: str, point: str
 ) -> None:
-    trust_file = tmp_path / "trust.json"
-    store.trust.save(trust_file)
     bundle = tmp_path / "digits-6.wgb"
     bundle.write_bytes(kit.build(6))
     if step != "stage":
         _do(store, "stage", bundle)
-    args = [str(store.state_dir), str(trust_file), str(bundle), step, point]
-    child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), *args], capture_output=True, check=False
-    )
-    assert child.returncode == 9, child.stderr.decode()
+    kill_child(CHILD, store, bundle, step, point)
     reopened = BundleStore(store.state_dir, store.trust, max_bundle_bytes=MAX_BUNDLE)
     expected = AFTER[step] if point == "after-state" else BEFORE[step]
     assert _state(reopened) == expected
@@ -104,4 +95,4 @@ def test_recovered_floors_ignore_staged_candidates(kit: Kit, store: BundleStore)
         store.state_dir, store.trust, max_bundle_bytes=MAX_BUNDLE, repair_state=True
     )
     assert rebuilt.floors() == {"digits": 5}
-    assert rebuilt.install(kit.build(5)).manifest.version == 5
+    assert [b.manifest.version for b in rebuilt.installed()] == [5]
