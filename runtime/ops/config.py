@@ -174,8 +174,9 @@ class LimitSettings(_Section):
     max_weight: int = Field(default=16, ge=1, le=1000)
     """Ceiling on a manifest's ``limits.weight``. Each adapter and each directly served model
     is a tenant of the worker pool; a free worker takes the next job of the tenant that has
-    had the least worker time per unit of weight, so a busy tenant cannot push the others
-    below their share."""
+    had the least worker time per unit of weight, and a tenant holds at most its share of the
+    workers (its weight over the total weight of the tenants seen in the last second), so a
+    busy tenant cannot push the others below their share."""
     max_tenant_workers: int = Field(default=0, ge=0)
     """Most workers one tenant may hold at once; 0 = all but one (at least one), which keeps
     a worker free for the other tenants however slow the busy tenant's requests are."""

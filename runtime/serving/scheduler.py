@@ -7,12 +7,15 @@ service measured as the worker time its jobs really took). So a tenant that keep
 requests queued gets its share of the workers, not all of them, and a quiet tenant's job
 starts as soon as a worker frees up instead of behind the flood.
 
-Two more rules bound what fair ordering alone cannot:
-- a tenant that just became busy starts at the current virtual time, so idleness banks no
-  credit (it cannot then hold every worker to catch up);
-- no tenant ever holds more than ``max_tenant_workers`` workers at once (default: all but
-  one), so a job already running cannot keep another tenant waiting for a worker even when
-  every job of the busy tenant is slow.
+Fair ordering alone cannot help a tenant whose job arrives while every worker is busy (a
+running job is never preempted), so two more rules bound what the busy tenants may hold:
+- a tenant holds at most its share of the workers, ``workers * weight / total weight`` of
+  the tenants seen in the last ``RECENT_S`` (at least one): a quiet tenant that sends a
+  request now and then keeps its share free, however many jobs the others queue;
+- and never more than ``max_tenant_workers`` (default: all but one), so even a lone busy
+  tenant leaves a worker for the first request of any other.
+A tenant that just became busy starts at the current virtual time, so idleness banks no
+credit (it cannot then hold every worker to catch up).
 
 A job whose future was cancelled while queued (its request's deadline passed) never runs.
 """
@@ -38,6 +41,7 @@ DEFAULT_TENANT = ""
 # ends; later jobs are estimated by a moving average of what the tenant's jobs took.
 _FIRST_ESTIMATE_S = 0.001
 _EWMA = 0.2
+RECENT_S = 1.0
 
 
 @dataclass
@@ -77,6 +81,7 @@ class FairPool(Executor):
         self._cv = threading.Condition()
         self._tenants: dict[str, _Tenant] = {}
         self._vclock = 0.0
+        self._recent: dict[str, tuple[float, float]] = {}  # tenant -> (last submit, weight)
         self._seq = itertools.count()
         self._closed = False
         self._threads = [
@@ -108,6 +113,7 @@ class FairPool(Executor):
             if t is None:  # idle tenants are forgotten, so idleness banks no credit
                 t = self._tenants[tenant] = _Tenant(weight, vtime=self._vclock)
             t.weight = weight
+            self._seen(tenant, weight)
             t.jobs.append(_Job(next(self._seq), future, lambda: fn(*args, **kwargs)))
             self._cv.notify()
         return future
@@ -162,10 +168,11 @@ class FairPool(Executor):
     def _next(self) -> tuple[str, _Tenant, _Job, float] | None:
         """Under the lock: the next runnable job, its tenant charged the estimated cost."""
         while True:
+            total = sum(w for _, w in self._recent.values())
             eligible = [
                 (t.vtime, t.jobs[0].seq, name)
                 for name, t in self._tenants.items()
-                if t.jobs and t.running < self.max_tenant_workers
+                if t.jobs and t.running < self._share(t.weight, total)
             ]
             if not eligible:
                 return None
@@ -180,6 +187,17 @@ class FairPool(Executor):
             tenant.vtime += charged
             tenant.running += 1
             return name, tenant, job, charged
+
+    def _share(self, weight: float, total: float) -> int:
+        """Workers a tenant of ``weight`` may hold while ``total`` weight was seen lately."""
+        share = int(self.workers * weight / total) if total > 0 else self.workers
+        return min(self.max_tenant_workers, max(1, share))
+
+    def _seen(self, tenant: str, weight: float) -> None:
+        now = time.monotonic()
+        self._recent[tenant] = (now, weight)
+        for name in [n for n, (at, _) in self._recent.items() if now - at > RECENT_S]:
+            del self._recent[name]
 
     def _done(self, name: str, tenant: _Tenant, charged: float, took_s: float) -> None:
         with self._cv:

@@ -20,6 +20,17 @@ import aiohttp
 
 from tests.fixtures.benchkit import rss_mb
 
+# A tenant's p99 under someone else's attack may be at most FACTOR x its unloaded p99 +
+# SLACK_S: generous, because the attackers' native runs share the (2, loaded) cores with it.
+# Queued behind a flood's backlog instead it waits seconds (measured: p99 2 s, FIFO pool).
+FACTOR = 10.0
+SLACK_S = 0.5
+
+
+def latency_bound(unloaded: Tally) -> float:
+    """The p99 a tenant may reach under attack, from its unloaded answers."""
+    return FACTOR * unloaded.p(0.99) + SLACK_S
+
 
 @dataclass
 class Tally:
@@ -27,10 +38,19 @@ class Tally:
 
     statuses: Counter[int] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
+    answers: list[tuple[int, float]] = field(default_factory=list)
 
     def add(self, status: int, took: float) -> None:
         self.statuses[status] += 1
         self.latencies.append(took)
+        self.answers.append((status, took))
+
+    def since(self, start: int) -> Tally:
+        """The answers from the ``start``-th on (those while something else happened)."""
+        tally = Tally()
+        for status, took in self.answers[start:]:
+            tally.add(status, took)
+        return tally
 
     @property
     def count(self) -> int:
@@ -139,6 +159,18 @@ def wait_for_load(flood: Flood, requests: int, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"flood got only {flood.tally.count} answers in {timeout}s")
         time.sleep(0.05)
+
+
+def steady_tenant(url: str, body: bytes, max_s: float) -> Flood:
+    """A normal tenant: one client, one request at a time, for the whole scenario."""
+    return Flood(url, body, 1, max_s)
+
+
+def measure(steady: Flood, count: int, timeout: float) -> Tally:
+    """The steady tenant's next ``count`` answers (from now on)."""
+    start = steady.tally.count
+    wait_for_load(steady, start + count, timeout)
+    return steady.tally.since(start)
 
 
 class RssSampler:

@@ -49,27 +49,50 @@ def test_a_quiet_tenant_is_not_queued_behind_a_flood(gate: threading.Event) -> N
         assert blocker.result(WAIT_S)
 
 
+def _running(pool: FairPool, tenant: str, count: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while pool.stats().get(tenant, {}).get("running") != count:
+        assert time.monotonic() < deadline, pool.stats()
+        time.sleep(0.01)
+
+
 def test_one_tenant_never_holds_every_worker(gate: threading.Event) -> None:
     with FairPool(3) as pool:
-        flood = [pool.submit_as("flood", 1, gate.wait, WAIT_S) for _ in range(10)]
-        quiet = pool.submit_as("quiet", 1, lambda: "served")
-        assert quiet.result(WAIT_S) == "served"  # all flood jobs still blocked: a free worker
-        running = pool.stats()["flood"]["running"]
-        assert running == 2, pool.stats()
-        gate.set()
+        try:
+            flood = [pool.submit_as("flood", 1, gate.wait, WAIT_S) for _ in range(10)]
+            _running(pool, "flood", 2)  # all but one worker
+            quiet = pool.submit_as("quiet", 1, lambda: "served")
+            assert quiet.result(WAIT_S) == "served"  # all flood jobs still blocked
+        finally:
+            gate.set()
         wait(flood, WAIT_S)
+
+
+def test_a_recent_tenant_keeps_its_share_free(gate: threading.Event) -> None:
+    with FairPool(4) as pool:
+        try:
+            for tenant in ("quiet", "flood", "slow"):  # all seen lately: a share each
+                pool.submit_as(tenant, 1, int).result(WAIT_S)
+            flood = [pool.submit_as("flood", 1, gate.wait, WAIT_S) for _ in range(10)]
+            slow = [pool.submit_as("slow", 1, gate.wait, WAIT_S) for _ in range(10)]
+            _running(pool, "flood", 1)  # 4 workers / 3 tenants seen: one each
+            _running(pool, "slow", 1)
+            assert pool.submit_as("quiet", 1, lambda: "served").result(WAIT_S) == "served"
+            assert pool.stats()["flood"]["running"] == 1
+        finally:
+            gate.set()
+        wait([*flood, *slow], WAIT_S)
 
 
 def test_the_cap_is_configurable(gate: threading.Event) -> None:
     with FairPool(3, max_tenant_workers=1) as pool:
-        flood = [pool.submit_as("flood", 1, gate.wait, WAIT_S) for _ in range(4)]
-        other = pool.submit_as("other", 1, gate.wait, WAIT_S)
-        deadline = time.monotonic() + WAIT_S
-        while pool.stats().get("other", {}).get("running") != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert pool.stats()["flood"]["running"] == 1
-        gate.set()
+        try:
+            flood = [pool.submit_as("flood", 1, gate.wait, WAIT_S) for _ in range(4)]
+            other = pool.submit_as("other", 1, gate.wait, WAIT_S)
+            _running(pool, "other", 1)
+            assert pool.stats()["flood"]["running"] == 1
+        finally:
+            gate.set()
         wait([*flood, other], WAIT_S)
 
 
