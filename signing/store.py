@@ -364,24 +364,27 @@ class BundleStore:
             new.bundles[name].staged = None
             self._save(new)
 
-    def recheck(self) -> dict[str, SigningError]:
+    def recheck(self, staged: bool = False) -> dict[str, SigningError]:
         """Apply a fresh install's checks to every active bundle (start-up, trust reload).
 
         Signature by a trusted, unrevoked key whose scope covers every claimed name, bundle
         revocation, limit ceilings, then issue time and expiry against max(now, clock
         floor). Returns the refusals by name; the caller decides what to do with them
-        (an :class:`ExpiredError` is subject to the daemon's expiry policy).
+        (an :class:`ExpiredError` is subject to the daemon's expiry policy). With
+        ``staged``, the staged candidates are checked instead.
         """
         problems: dict[str, SigningError] = {}
         now = self._clock()
+        records = self.state_dir / "records" / ("staged" if staged else "")
         for name, entry in sorted(self._state.bundles.items()):
-            if entry.active is None:
+            target = entry.staged if staged else entry.active
+            if target is None:
                 continue
-            path = self.state_dir / "records" / f"{entry.active.digest}.json"
+            path = records / f"{target.digest}.json"
             try:
                 _, manifest_bytes, sig_bytes = read_record(path)
                 manifest, _, digest = authenticate(manifest_bytes, sig_bytes, self.trust, name)
-                if digest != entry.active.digest:
+                if digest != target.digest:
                     raise BlobIntegrityError(f"install record {path.name}: manifest changed")
                 check_time(manifest, self._state, now)
             except SigningError as e:

@@ -64,7 +64,7 @@ class Store(BlobSource, Protocol):
     def gc(self) -> Sequence[str]: ...
     def installed(self) -> Sequence[InstalledBundle]: ...
     def remove(self, name: str) -> None: ...
-    def recheck(self) -> Mapping[str, SigningError]: ...
+    def recheck(self, staged: bool = False) -> Mapping[str, SigningError]: ...
 
     trust: TrustStore
     state_dir: Path
@@ -147,9 +147,10 @@ class Registry:
             step(i, item.manifest.label())
             with contextlib.suppress(BundleRejected):
                 self._switch(await self._prepare(item, "store"), "store", 100)
+        refusals = await asyncio.to_thread(self._store.recheck, staged=True)
         for staged in await asyncio.to_thread(self._store.candidates):
             progress(f"loading {staged.bundle.manifest.label()} (staged)")
-            await self._restore(staged)
+            await self._restore(staged, refusals.get(staged.bundle.manifest.name))
         refused, older = await self._start_files(bundle_files, len(stored), step)
         self.table.started = True
         self._changed()  # expired bundles, even when nothing at all was loaded
@@ -270,9 +271,15 @@ class Registry:
             self._switch(bundle, source, percent, gates)
         return bundle
 
-    async def _restore(self, staged: StagedInstall) -> None:
-        """Serve a candidate the store holds (at start) next to its serving version."""
+    async def _restore(self, staged: StagedInstall, why: SigningError | None) -> None:
+        """Serve a candidate the store holds (at start) next to its serving version, unless
+        the store's re-verification refused it (``why``): then it is aborted."""
         man = staged.bundle.manifest
+        if why is not None and self._refuses_candidate(why):
+            await asyncio.to_thread(self._store.abort, man.name)
+            msg = f"staged version aborted: not accepted at start-up: {why}"
+            self._record("start-up", ok=False, name=man.name, version=man.version, message=msg)
+            return
         if man.name not in self.table.slots():
             msg = f"{man.label()}: staged, but its serving version is not loaded; kept staged"
             self._record("store", ok=False, name=man.name, version=man.version, message=msg)
@@ -381,8 +388,16 @@ class Registry:
                 if isinstance(why, ExpiredError):
                     msg = f"unloaded (trust.expiry = stop): {why}"
                 self._record(source, ok=False, name=name, version=slot.current.version, message=msg)
+        for name, why in (await asyncio.to_thread(self._store.recheck, staged=True)).items():
+            held = self.table.slots().get(name)
+            if held is not None and held.candidate is not None and self._refuses_candidate(why):
+                await self._drop_candidate(name, source, f"no longer accepted: {why}")
         self._changed()
         return unloaded
+
+    def _refuses_candidate(self, why: SigningError) -> bool:
+        """A candidate's refusal counts unless it only expired under ``trust.expiry = warn``."""
+        return not (isinstance(why, ExpiredError) and self.expiry == "warn")
 
     def _admits(self, name: str, why: SigningError | None, source: str) -> bool:
         """Whether an installed bundle may (keep) serving, given the store's verdict."""
@@ -430,14 +445,18 @@ class Registry:
     ) -> LoadedBundle:
         """Drop the candidate of ``name``; requests on it finish; the floor is unchanged."""
         async with self._lock:
-            candidate = self._candidate(name, only)
-            await asyncio.to_thread(self._store.abort, name)
-            self.table.abort(name)
-            self._release_done(name)
-            self._changed()
-            msg = f"staged version aborted{': ' + why if why else ''}"
-            self._record(source, ok=True, name=name, version=candidate.version, message=msg)
-            return candidate
+            self._candidate(name, only)
+            return await self._drop_candidate(name, source, why)
+
+    async def _drop_candidate(self, name: str, source: str, why: str) -> LoadedBundle:
+        """Abort the candidate of ``name`` (durably first); the caller holds the lock."""
+        await asyncio.to_thread(self._store.abort, name)
+        candidate = self.table.abort(name)
+        self._release_done(name)
+        self._changed()
+        msg = f"staged version aborted{': ' + why if why else ''}"
+        self._record(source, ok=True, name=name, version=candidate.version, message=msg)
+        return candidate
 
     def _candidate(self, name: str, only: LoadedBundle | None) -> LoadedBundle:
         candidate = self.table.slot(name).candidate
