@@ -52,7 +52,11 @@ def _cross_site(request: web.Request) -> str | None:
     origin = request.headers.get(hdrs.ORIGIN)
     if origin is None:
         return None
-    if origin == "null" or URL(origin).raw_authority.lower() != request.host.lower():
+    try:
+        authority = URL(origin).raw_authority.lower()
+    except ValueError:  # not even a URL: no browser sends that for its own origin
+        authority = None
+    if origin == "null" or authority != request.host.lower():
         return f"Origin {origin[:100]!r}"
     return None
 

@@ -150,6 +150,8 @@ def test_json_bound_hosts_and_cross_site_posts(
     for headers, status in [
         ({"Origin": "http://evil.example", "Content-Type": "text/plain"}, 403),
         ({"Origin": "null"}, 403),
+        ({"Origin": "http://[::1"}, 403),
+        ({"Origin": "http://x:99999"}, 403),
         ({"Origin": f"http://127.0.0.1:{port + 1}"}, 403),
         ({"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, 403),
         ({"Origin": same, "Sec-Fetch-Site": "same-origin"}, 200),
