@@ -179,13 +179,25 @@ def open_store(settings: Settings) -> BundleStore:
             "the trust store trusts no signer: every bundle will be refused",
             extra={"trust_file": str(trust_file)},
         )
+    log.info("trust: %s", trust_status(store), extra={"trust_file": str(trust_file)})
     return store
+
+
+def trust_status(store: BundleStore) -> dict[str, object]:
+    """The trust facts an operator checks: trust version, signed or not, the clock floor."""
+    floor = store.clock_floor
+    return {
+        "version": store.trust.doc.version,
+        "root_signed": store.trust.signed,
+        "clock_floor": floor.isoformat() if floor is not None else None,
+    }
 
 
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     m = app[METRICS]
-    registry = Registry(open_store(settings), app[DEPS], settings.trust.expiry, metrics=m)
+    store = open_store(settings)
+    registry = Registry(store, app[DEPS], settings.trust.expiry, metrics=m)
     published: set[str] = set()
     registry.on_change.append(lambda: _publish_backends(registry, m, published))
     registry.on_change.append(lambda: m.set_expired(registry.expired))
@@ -218,6 +230,7 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     registry.on_change.append(lambda: _prune_modules(registry, engine))
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
+    status.add_provider(app, "trust", lambda: trust_status(store))
     try:
         async with watcher.running(), expiry_watch(registry):
             yield

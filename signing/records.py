@@ -67,4 +67,3 @@ def raise_floors(doc: StateDoc, records: list[Path]) -> None:
             doc.bundles[manifest.name] = NameState(
                 floor=manifest.version, floor_digest=path.stem, active=active
             )
-        doc.advance_clock(manifest.issued_at)

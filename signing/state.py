@@ -12,7 +12,10 @@ Invariants:
 - If state files exist but none is valid, loading raises :class:`StateCorruptedError`:
   floors are never silently reset to zero. (``BundleStore`` can rebuild them from its
   install records on explicit request.)
-- ``floor`` never decreases; ``clock_floor`` never decreases.
+- ``floor`` never decreases. ``clock_floor`` moves up only with the local clock (at each
+  commit) and is set only by a root-signed trust document (``TrustDoc.clock_floor``, applied
+  once per trust version): never from a bundle's own ``issued_at``, which any scoped signer
+  could put years ahead and so make every other tenant's bundle look expired.
 - A staged candidate does not raise the floor: only the promotion (or an install at 100 %)
   does, so aborting a candidate leaves the current version installable again.
 """
@@ -99,12 +102,21 @@ class StateDoc(_Strict):
     format: Literal["wasmgate-state/1"] = "wasmgate-state/1"
     generation: int = Field(default=0, ge=0)
     clock_floor: AwareDatetime | None = None
+    clock_set_by_trust: int = Field(default=0, ge=0)
+    """Version of the root-signed trust document whose ``clock_floor`` was applied last."""
     bundles: dict[str, NameState] = Field(default_factory=dict)
 
-    def advance_clock(self, seen: datetime) -> None:
-        """Raise the clock floor to ``seen`` if it is later."""
-        if self.clock_floor is None or seen > self.clock_floor:
-            self.clock_floor = seen
+    def advance_clock(self, now: datetime) -> None:
+        """Raise the clock floor to the local clock's ``now`` if it is later."""
+        if self.clock_floor is None or now > self.clock_floor:
+            self.clock_floor = now
+
+    def set_clock(self, floor: datetime, trust_version: int) -> bool:
+        """Apply a root-signed trust document's ``clock_floor`` once; True if it applied."""
+        if trust_version <= self.clock_set_by_trust:
+            return False
+        self.clock_floor, self.clock_set_by_trust = floor, trust_version
+        return True
 
 
 def _encode(doc: StateDoc) -> bytes:

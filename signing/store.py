@@ -125,6 +125,34 @@ class BundleStore:
         self._state_file = StateFile(state_dir)
         with self._file_lock():
             self._state = self._load_state(repair_state)
+        self.use_trust(trust)
+
+    def use_trust(self, trust: TrustStore) -> None:
+        """Verify against ``trust`` from now on; apply its root-signed ``clock_floor`` once.
+
+        This is how an operator repairs a clock floor that went too far ahead: a new
+        root-signed trust version with ``clock_floor`` set (see ``state.py``).
+        """
+        self.trust = trust
+        floor = trust.doc.clock_floor
+        if floor is None or not trust.signed:
+            return
+        with self._file_lock():
+            new = self._load_state().model_copy(deep=True)
+            before = new.clock_floor
+            if not new.set_clock(floor, trust.doc.version):
+                return
+            self._state_file.save(new)
+            self._state = new
+        log.warning(
+            "clock floor set to %s by root-signed trust version %d (was %s)",
+            floor.isoformat(), trust.doc.version, before.isoformat() if before else "unset",
+        )  # fmt: skip
+
+    @property
+    def clock_floor(self) -> datetime | None:
+        """The persisted clock floor: no manifest is checked against an earlier time."""
+        return self._state.clock_floor
 
     def _load_state(self, repair: bool = False) -> StateDoc:
         """Current state from disk, reconciled with the install records when needed."""
@@ -279,7 +307,7 @@ class BundleStore:
             write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)
             active = ActiveBundle(version=m.version, digest=v.digest)
             new.bundles[m.name] = NameState(floor=m.version, floor_digest=v.digest, active=active)
-            new.advance_clock(m.issued_at)
+            new.advance_clock(self._clock())  # never m.issued_at: a signer's claim (state.py)
         self._save(new)
 
     def _save(self, new: StateDoc) -> None:
@@ -306,7 +334,7 @@ class BundleStore:
                 new.bundles[name] = NameState(
                     floor=staged.version, floor_digest=staged.digest, active=active
                 )
-                new.advance_clock(manifest.issued_at)
+                new.advance_clock(self._clock())  # never issued_at (state.py)
                 self._save(new)
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e

@@ -66,6 +66,9 @@ class TrustDoc(_Strict):
     format: Literal["wasmgate-trust/1"] = "wasmgate-trust/1"
     version: int = Field(default=1, ge=1)
     expires: AwareDatetime | None = None
+    clock_floor: AwareDatetime | None = None
+    """Root-signed files only: sets the daemon's clock floor (also lower, to repair one
+    pushed too far ahead) the first time this trust version is applied."""
     root: RootSection | None = None
     signers: dict[KeyId, SignerEntry] = Field(default_factory=dict, max_length=1024)
     revoked: Revoked = Field(default_factory=Revoked)
@@ -83,6 +86,8 @@ class TrustDoc(_Strict):
                 raise ValueError(f"key id {kid[:16]}... does not match its public key")
         if self.root and self.root.threshold > len(self.root.keys):
             raise ValueError("root threshold is larger than the number of root keys")
+        if self.clock_floor is not None and self.root is None:
+            raise ValueError("clock_floor is honoured only in a root-signed trust file")
         return self
 
     def root_keys(self) -> dict[str, nacl.signing.VerifyKey]:

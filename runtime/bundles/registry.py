@@ -65,6 +65,7 @@ class Store(BlobSource, Protocol):
     def installed(self) -> Sequence[InstalledBundle]: ...
     def remove(self, name: str) -> None: ...
     def recheck(self, staged: bool = False) -> Mapping[str, SigningError]: ...
+    def use_trust(self, trust: TrustStore) -> None: ...
 
     trust: TrustStore
     state_dir: Path
@@ -368,7 +369,7 @@ class Registry:
     async def apply_trust(self, trust: TrustStore) -> list[str]:
         """Use a reloaded trust store; unload bundles it no longer accepts (revocations)."""
         async with self._lock:
-            self._store.trust = trust
+            await asyncio.to_thread(self._store.use_trust, trust)
             return await self._enforce("trust")
 
     async def enforce(self, source: str) -> list[str]:

@@ -19,8 +19,11 @@ import nacl.signing
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
+from tests.reliability.conftest import TOKEN, post
 from tests.runtime.bundlekit import BundleKit
+from tests.runtime.stack import host_profile_name
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust
 
 GATEWAY = "gw-trust"
@@ -65,6 +68,34 @@ class Tenants:
 
     def build(self, tenant: str, name: str, version: int, **kw: Any) -> Path:
         return self.kit.build(name, version, key=self.keys[tenant], **kw)
+
+
+def daemon_config(trust: Path, **extra: Any) -> dict[str, Any]:
+    """A daemon config with ``trust`` as its trust file and the management API on."""
+    return {
+        "paths": {"trust_file": trust},
+        "profile": host_profile_name(),
+        "http": {"management_token": TOKEN},
+        **extra,
+    }
+
+
+def echo(daemon: Daemon, adapter: str) -> tuple[int, bytes]:
+    """The probe guest's echo over HTTP: (200, b"<tag>:hi") when ``adapter`` serves."""
+    status, _, body = post(f"{daemon.url}/v1/adapters/{adapter}", b"Phi")
+    return status, body
+
+
+def bundle_status(daemon: Daemon) -> dict[str, Any]:
+    """The ``bundles`` section of ``/v1/status`` (serving, failures, expired)."""
+    section: dict[str, Any] = daemon.get_json("/v1/status")["components"]["bundles"]
+    return section
+
+
+def serving(daemon: Daemon) -> dict[str, int]:
+    """Bundle name -> version serving, from ``/v1/status``."""
+    listing = bundle_status(daemon)["serving"]
+    return {b["name"]: b["version"] for b in listing}
 
 
 def mqtt_call(broker: Broker, adapter: str, payload: bytes, timeout: float = 20) -> bytes | None:

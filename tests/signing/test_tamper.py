@@ -30,6 +30,7 @@ from wasmgate.signing import (
     ExpiredError,
     FileHashError,
     FileSizeError,
+    FutureIssuedError,
     KeyScopeError,
     LimitCeilingError,
     MalformedArchiveError,
@@ -48,6 +49,7 @@ from wasmgate.signing import (
     key_id_of,
     sign,
 )
+from wasmgate.signing.verify import MAX_ISSUE_SKEW
 
 Refused = Callable[[bytes, type[SigningError]], SigningError]
 
@@ -153,6 +155,23 @@ def test_expired(kit: Kit, refused: Refused) -> None:
     past = datetime.now(UTC) - timedelta(days=10)
     err = refused(kit.build(6, now=past, expires_in=timedelta(days=1)), ExpiredError)
     assert "expired" in str(err)
+
+
+def test_issued_in_the_future(kit: Kit, store: BundleStore, refused: Refused) -> None:
+    """A signer's claim of a far future never installs nor moves the clock floor."""
+    floor = store.clock_floor
+    future = datetime.now(UTC) + timedelta(days=3650)
+    err = refused(kit.build(6, now=future, expires_in=timedelta(days=3700)), FutureIssuedError)
+    assert "in the future" in str(err)
+    assert store.clock_floor == floor
+    assert BundleStore(store.state_dir, store.trust, max_bundle_bytes=4096).clock_floor == floor
+
+
+def test_issued_within_the_clock_skew_installs(kit: Kit, store: BundleStore) -> None:
+    ahead = datetime.now(UTC) + MAX_ISSUE_SKEW - timedelta(seconds=30)
+    store.install(kit.build(6, now=ahead))
+    assert store.clock_floor is not None
+    assert store.clock_floor < ahead  # the local clock moved it, not the bundle's claim
 
 
 def test_version_rollback(kit: Kit, refused: Refused) -> None:

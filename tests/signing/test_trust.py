@@ -196,3 +196,27 @@ def test_missing_trust_file(tmp_path: Path) -> None:
     with pytest.raises(TrustFileError, match="does not exist"):
         TrustStore.load(tmp_path / "nope.json")
     assert TrustStore.load(tmp_path / "nope.json", missing_ok=True).doc.signers == {}
+
+
+def test_clock_floor_only_from_a_root_signed_file(
+    roots: list[nacl.signing.SigningKey], tmp_path: Path
+) -> None:
+    """An unsigned trust file cannot set the clock floor; a root-signed one does, once."""
+    floor = datetime(2030, 1, 1, tzinfo=UTC)
+    with pytest.raises(TrustFileError, match="clock_floor is honoured only"):
+        TrustStore.from_bytes(json.dumps({"clock_floor": floor.isoformat()}).encode())
+    store = BundleStore(tmp_path / "s", TrustStore.empty(), max_bundle_bytes=MAX_BUNDLE)
+    signed = TrustStore.from_bytes(
+        sign_trust(_doc(1, roots[:1], clock_floor=floor.isoformat()), roots[:1])
+    )
+    store.use_trust(signed)
+    assert store.clock_floor == floor
+    reopened = BundleStore(tmp_path / "s", signed, max_bundle_bytes=MAX_BUNDLE)
+    assert reopened.clock_floor == floor
+    later = TrustStore.from_bytes(
+        sign_trust(_doc(2, roots[:1], clock_floor="2029-01-01T00:00:00Z"), roots[:1])
+    )
+    reopened.use_trust(later)  # a new trust version may lower it (the repair)
+    assert reopened.clock_floor == datetime(2029, 1, 1, tzinfo=UTC)
+    reopened.use_trust(signed)  # an older version never applies again
+    assert reopened.clock_floor == datetime(2029, 1, 1, tzinfo=UTC)

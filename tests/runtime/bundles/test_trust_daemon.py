@@ -20,34 +20,16 @@ import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
-from tests.reliability.conftest import TOKEN, post, put_bundle, wait_until
-from tests.runtime.stack import host_profile_name
-from tests.runtime.trustkit import GATEWAY, Tenants, mqtt_call
-
-
-def _config(trust: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "paths": {"trust_file": trust},
-        "profile": host_profile_name(),
-        "http": {"management_token": TOKEN},
-        **extra,
-    }
-
-
-def _echo(daemon: Daemon, adapter: str) -> tuple[int, bytes]:
-    status, _, body = post(f"{daemon.url}/v1/adapters/{adapter}", b"Phi")
-    return status, body
-
-
-def _status(daemon: Daemon) -> dict[str, Any]:
-    """The ``bundles`` section of ``/v1/status`` (serving, failures, expired)."""
-    section: dict[str, Any] = daemon.get_json("/v1/status")["components"]["bundles"]
-    return section
-
-
-def _bundles(daemon: Daemon) -> dict[str, int]:
-    listing = _status(daemon)["serving"]
-    return {b["name"]: b["version"] for b in listing}
+from tests.reliability.conftest import put_bundle, wait_until
+from tests.runtime.trustkit import (
+    GATEWAY,
+    Tenants,
+    bundle_status,
+    daemon_config,
+    echo,
+    mqtt_call,
+    serving,
+)
 
 
 def test_signer_cannot_claim_another_tenants_names(
@@ -56,7 +38,7 @@ def test_signer_cannot_claim_another_tenants_names(
     tenants = Tenants(tmp_path / "kit", {"victim": ["victim", "double"], "acme": ["acme-*"]})
     mqtt = {"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GATEWAY}
     trust = tenants.write_trust(tmp_path / "trust.json")
-    daemon = daemon_factory(config=_config(trust, mqtt=mqtt))
+    daemon = daemon_factory(config=daemon_config(trust, mqtt=mqtt))
     claims: dict[str, dict[str, Any]] = {
         "routes.http 'victim'": {"sections": {"routes": {"http": "victim"}}, "model": False},
         "routes.mqtt 'victim'": {"sections": {"routes": {"mqtt": "victim"}}, "model": False},
@@ -77,9 +59,9 @@ def test_signer_cannot_claim_another_tenants_names(
     assert put_bundle(daemon, in_scope.read_bytes())[0] == 201
 
     # The victim is untouched, over HTTP and MQTT; nothing of acme-evil serves.
-    assert _bundles(daemon) == {"victim": 1, "acme-ok": 1}
-    assert _echo(daemon, "victim") == (200, b"v1:hi")
-    assert _echo(daemon, "acme-evil")[0] == 404
+    assert serving(daemon) == {"victim": 1, "acme-ok": 1}
+    assert echo(daemon, "victim") == (200, b"v1:hi")
+    assert echo(daemon, "acme-evil")[0] == 404
     assert mqtt_call(mosquitto, "victim", b"Pmqtt") == b"v1:mqtt"
     model = daemon.get_json("/v2/models/double")
     assert model["versions"] == ["1"]
@@ -92,16 +74,16 @@ def _revoke_and_check(daemon: Daemon, tenants: Tenants, trust: Path, digest: str
     tenants.write_trust(trust, version=2)
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: _echo(daemon, "bad")[0] == 404, 30, "bad unloaded after SIGHUP")
-    wait_until(lambda: _echo(daemon, "good2")[0] == 404, 30, "good2 unloaded after SIGHUP")
+    wait_until(lambda: echo(daemon, "bad")[0] == 404, 30, "bad unloaded after SIGHUP")
+    wait_until(lambda: echo(daemon, "good2")[0] == 404, 30, "good2 unloaded after SIGHUP")
 
 
 def _only_good_serves(daemon: Daemon) -> None:
-    assert _bundles(daemon) == {"good": 1}
-    assert _echo(daemon, "good") == (200, b"v1:hi")
-    assert _echo(daemon, "bad")[0] == 404
-    assert _echo(daemon, "good2")[0] == 404
-    failures = {f["name"]: f["message"] for f in _status(daemon)["failures"]}
+    assert serving(daemon) == {"good": 1}
+    assert echo(daemon, "good") == (200, b"v1:hi")
+    assert echo(daemon, "bad")[0] == 404
+    assert echo(daemon, "good2")[0] == 404
+    failures = {f["name"]: f["message"] for f in bundle_status(daemon)["failures"]}
     assert "revoked" in failures["bad"]
     assert "revoked" in failures["good2"]
 
@@ -111,13 +93,13 @@ def test_revocation_holds_across_sighup_restart_and_sigkill(
 ) -> None:
     tenants = Tenants(tmp_path / "kit", {"good": ["good*"], "bad": ["bad"]})
     trust = tenants.write_trust(tmp_path / "trust.json")
-    daemon = daemon_factory(config=_config(trust), name="d")
+    daemon = daemon_factory(config=daemon_config(trust), name="d")
     digests = {}
     for tenant, name in (("good", "good"), ("good", "good2"), ("bad", "bad")):
         status, body = put_bundle(daemon, tenants.build(tenant, name, 1, model=False).read_bytes())
         assert status == 201, body
         digests[name] = json.loads(body)["installed"]["digest"]
-    assert _bundles(daemon) == {"good": 1, "good2": 1, "bad": 1}
+    assert serving(daemon) == {"good": 1, "good2": 1, "bad": 1}
 
     _revoke_and_check(daemon, tenants, trust, digests["good2"])
     _only_good_serves(daemon)
@@ -150,22 +132,22 @@ def test_expired_bundle_follows_the_expiry_policy(
     tenants = Tenants(tmp_path / "kit", {"t": ["*"]})
     trust = tenants.write_trust(tmp_path / "trust.json")
     env = {"WASMGATE_TRUST__EXPIRY": policy}  # the env var reaches trust.expiry
-    daemon = daemon_factory(config=_config(trust), env=env, name="d")
+    daemon = daemon_factory(config=daemon_config(trust), env=env, name="d")
     keep = tenants.build("t", "keep", 1, model=False)
     assert put_bundle(daemon, keep.read_bytes())[0] == 201
     _expiring(daemon, tenants, 10)
-    assert _echo(daemon, "brief") == (200, b"v1:hi")
+    assert echo(daemon, "brief") == (200, b"v1:hi")
 
     action, code = ("serving", 200) if policy == "warn" else ("stopped", 404)
-    wait_until(lambda: "brief" in _status(daemon)["expired"], 60, "brief reported expired")
+    wait_until(lambda: "brief" in bundle_status(daemon)["expired"], 60, "brief reported expired")
     for restart in (False, True):
         if restart:
             daemon.stop()
             daemon.start()
-        assert _status(daemon)["expired"]["brief"]["action"] == action
-        assert "expired at" in _status(daemon)["expired"]["brief"]["message"]
-        assert _echo(daemon, "brief")[0] == code
-        assert _echo(daemon, "keep") == (200, b"v1:hi")
+        assert bundle_status(daemon)["expired"]["brief"]["action"] == action
+        assert "expired at" in bundle_status(daemon)["expired"]["brief"]["message"]
+        assert echo(daemon, "brief")[0] == code
+        assert echo(daemon, "keep") == (200, b"v1:hi")
         with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
             metrics = r.read().decode()
         assert f'wasmgate_bundle_expired{{action="{action}",bundle="brief"}} 1.0' in metrics
