@@ -20,7 +20,7 @@ import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
-from tests.reliability.conftest import put_bundle, wait_until
+from tests.reliability.conftest import TOKEN, put_bundle, wait_until
 from tests.runtime.trustkit import (
     GATEWAY,
     Tenants,
@@ -67,20 +67,38 @@ def test_signer_cannot_claim_another_tenants_names(
     assert model["versions"] == ["1"]
 
 
-def _revoke_and_check(daemon: Daemon, tenants: Tenants, trust: Path, digest: str) -> None:
-    """Revoke tenant ``bad``'s key and bundle ``good2`` by digest (trust v2), SIGHUP."""
+def _revoke_and_check(daemon: Daemon, tenants: Tenants, trust: Path, digests: list[str]) -> None:
+    """Revoke tenant ``bad``'s key and ``digests`` (trust v2), SIGHUP."""
     tenants.revoked_keys.append(tenants.key_id("bad"))
-    tenants.revoked_bundles.append(digest)
+    tenants.revoked_bundles.extend(digests)
     tenants.write_trust(trust, version=2)
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: echo(daemon, "bad")[0] == 404, 30, "bad unloaded after SIGHUP")
     wait_until(lambda: echo(daemon, "good2")[0] == 404, 30, "good2 unloaded after SIGHUP")
+    wait_until(lambda: "staged" not in _good(daemon), 30, "good's candidate aborted")
+
+
+def _good(daemon: Daemon) -> dict[str, Any]:
+    (entry,) = [b for b in bundle_status(daemon)["serving"] if b["name"] == "good"]
+    return dict(entry)
+
+
+def _stage(daemon: Daemon, bundle: Path, percent: int) -> str:
+    """Upload ``bundle`` as a staged candidate; its manifest digest."""
+    req = urllib.request.Request(
+        f"{daemon.url}/v1/bundles?stage={percent}", data=bundle.read_bytes(), method="PUT"
+    )
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        digest: str = json.loads(r.read())["installed"]["digest"]
+        return digest
 
 
 def _only_good_serves(daemon: Daemon) -> None:
     assert serving(daemon) == {"good": 1}
-    assert echo(daemon, "good") == (200, b"v1:hi")
+    assert "staged" not in _good(daemon)
+    assert {echo(daemon, "good") for _ in range(8)} == {(200, b"v1:hi")}
     assert echo(daemon, "bad")[0] == 404
     assert echo(daemon, "good2")[0] == 404
     failures = {f["name"]: f["message"] for f in bundle_status(daemon)["failures"]}
@@ -100,8 +118,10 @@ def test_revocation_holds_across_sighup_restart_and_sigkill(
         assert status == 201, body
         digests[name] = json.loads(body)["installed"]["digest"]
     assert serving(daemon) == {"good": 1, "good2": 1, "bad": 1}
+    candidate = _stage(daemon, tenants.build("good", "good", 2, model=False), 50)
+    assert _good(daemon)["staged"]["version"] == 2
 
-    _revoke_and_check(daemon, tenants, trust, digests["good2"])
+    _revoke_and_check(daemon, tenants, trust, [digests["good2"], candidate])
     _only_good_serves(daemon)
 
     daemon.stop()  # a clean restart: the store still lists them as installed
