@@ -328,6 +328,34 @@ def test_backend_failure_is_runtime_error(proxy: Adapter) -> None:
     assert any("backend on fire" in line for line in logs)
 
 
+class DeadlineProbe:
+    """Records the deadline ``compute`` hands to the model."""
+
+    name = "boom"
+    inputs = Exploding.inputs
+    outputs = Exploding.outputs
+
+    def __init__(self) -> None:
+        self.deadlines: list[float | None] = []
+
+    def infer(
+        self, inputs: Sequence[npt.NDArray[Any]], *, deadline: float | None = None
+    ) -> list[npt.NDArray[Any]]:
+        self.deadlines.append(deadline)
+        return [inputs[0]]
+
+
+def test_compute_passes_the_request_deadline_to_the_model(proxy: Adapter) -> None:
+    probe = DeadlineProbe()
+    script = one_input("boom", F32, affine_in())
+    before = time.monotonic()
+    res = proxy.run(script.payload(), {}, OneModel(probe), GuestLimits(deadline_s=5.0))
+    assert script.result(res.output).errnos == [OK] * 4
+    (deadline,) = probe.deadlines
+    assert deadline is not None
+    assert before + 4 < deadline <= time.monotonic() + 5
+
+
 def test_legacy_wat_guest_runs_unmodified(
     engine: Any, wat_guest: Any, declared: DeclaredModels
 ) -> None:

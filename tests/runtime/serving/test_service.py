@@ -359,3 +359,19 @@ async def test_an_unstoppable_run_keeps_its_slot_until_it_ends(
         await _until_free(st, "slow", 300)
         answer = await st.service.infer_model(ModelRequest("slow", x))
         np.testing.assert_array_equal(answer.outputs["y"], x["x"])
+
+
+async def test_a_guest_waiting_on_a_batched_slow_model_is_stopped_at_its_deadline(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    # The probe guest's "M" computes model "double" through wasi-nn; here "double" is the
+    # hour-long model behind a Batcher. The guest's deadline reaches the batch's ORT run.
+    slow = kit.root / "slow-guest.onnx"
+    slow.write_bytes(slow_model(1_000_000))
+    bundle = kit.build("probe", 1, model_file=slow, sections=SLOW)
+    async with open_stack(tmp_path, kit, start=(bundle,)) as st:
+        with pytest.raises(DeadlineExceeded):
+            await st.service.run_adapter(req(b"M", deadline=time.monotonic() + 0.3))
+        await _until_free(st, "probe", 60)
+        assert _gauge(st, 'wasmgate_runs_cancelled_total{model="double"}') == 1
+        assert (await st.service.run_adapter(req(b"P"))).body == b"v1:"  # still serving
