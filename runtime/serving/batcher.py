@@ -185,6 +185,7 @@ class Batcher:
                 if left is not None and left <= 0:
                     break
                 self._cond.wait(left)
+            self._abandon()
         self._dispatcher.detach(self)
         if self._own:
             self._dispatcher.close(timeout)
@@ -267,6 +268,14 @@ class Batcher:
             offset += item.rows
 
     # -- internals -------------------------------------------------------------------------
+
+    def _abandon(self) -> None:
+        """Fail what is still queued after close() gave up waiting (lock held): once
+        detached nothing would ever run it, and its callers must not wait for nothing."""
+        for item in self._pending:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(NotReady(f"model {self.name} closed before it ran"))
+        self._pending.clear()
 
     def _withdraw(self, future: Future[list[Array]]) -> None:
         """Take a caller's request out of the queue (it stopped waiting)."""

@@ -296,3 +296,16 @@ def test_many_batchers_share_one_bounded_dispatcher() -> None:
         for b in batchers:
             b.close()
     assert threading.active_count() == before
+
+
+def test_close_that_gives_up_fails_what_is_still_queued() -> None:
+    gated = GatedModel(_model())
+    b = Batcher(gated, 1, 0)
+    blocker = b.submit([_rows(1)])
+    assert gated.entered.wait(5)
+    stranded = b.submit([_rows(1)])
+    b.close(timeout=0.1)  # the model never lets go within it
+    with pytest.raises(NotReady, match="closed before it ran"):
+        stranded.result(5)
+    gated.gate.set()
+    assert blocker.result(5)[0].shape == (1, 8)
