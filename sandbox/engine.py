@@ -9,10 +9,11 @@ Invariants:
   0 times a second instead of 1/tick_s. Epoch deadlines are set relative to the epoch when
   a run starts, so a pause between runs changes no deadline (precision stays one tick).
   ``close()`` stops and joins it.
-- ``Module.deserialize`` runs native code, so it is only ever called on files this
-  class wrote into its private cache directory (mode 0700, owned by us, never group/world
-  writable); the file name is the sha256 of the wasm *as hashed here* plus a fingerprint of
-  the engine settings and the wasmtime version. Bundle bytes are never deserialized.
+- ``Module.deserialize`` runs native code, so it is only ever called on entries this
+  daemon wrote into its private cache directory (0700) and that carry its MAC over the
+  wasm's sha256 *as hashed here* and the fingerprint of the engine settings and wasmtime
+  version (`wasmgate.signing.derived`); an edited entry is refused, logged and recompiled.
+  Bundle bytes are never deserialized.
 - A module is compiled from validated wasm binaries only (WAT text and components refused),
   in a child process under a time and memory budget when ``Ceilings.compile_timeout_s`` is
   set (`wasmgate.sandbox.compiler`); its serialized output goes through the same cache.
@@ -23,10 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import platform
-import stat
-import tempfile
 import threading
 from collections.abc import Collection, Iterator
 from dataclasses import replace
@@ -42,6 +40,8 @@ from wasmgate.sandbox.adapter import Adapter
 from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.limits import MIB, Ceilings
+from wasmgate.signing.derived import DerivedCache
+from wasmgate.signing.errors import SigningError
 
 __all__ = ["SandboxEngine"]
 
@@ -59,7 +59,10 @@ class SandboxEngine:
         _wasmtime_private.check_wasmtime()
         self.ceilings = ceilings or Ceilings()
         self.cache_dir = Path(cache_dir)
-        _private_dir(self.cache_dir)
+        try:
+            self._cache = DerivedCache(self.cache_dir)
+        except SigningError as e:
+            raise SandboxError(f"module cache: {e}") from e
         # Fixed for the engine's life: later ceilings (a reload) never change how modules
         # compile, so the child compiler and the cache keep matching this engine.
         self._engine_settings = settings = self._settings()
@@ -132,25 +135,27 @@ class SandboxEngine:
         digest = hashlib.sha256(wasm).hexdigest()
         if sha256 is not None and sha256.lower() != digest:
             raise AdapterLoadError(f"{name}: sha256 mismatch (expected {sha256}, got {digest})")
-        path = self._cache_path(digest)
-        if path.exists():
+        entry = self._cache_path(digest).name
+        # In memory, not deserialize_file: that mmaps the file, and a file changed in place
+        # later would corrupt live code (SIGBUS). The cache returns only what this daemon
+        # compiled from these verified bytes with this engine (its MAC, signing/derived.py).
+        cached = self._cache.load(entry, digest, self.fingerprint)
+        if cached is not None:
             try:
-                # Read into memory rather than deserialize_file: that mmaps the file, and a
-                # file changed in place later would corrupt live code (SIGBUS).
-                return wasmtime.Module.deserialize(self.engine, path.read_bytes())
-            except (wasmtime.WasmtimeError, OSError):
-                path.unlink(missing_ok=True)  # stale or corrupt: recompile below
+                return wasmtime.Module.deserialize(self.engine, cached)
+            except wasmtime.WasmtimeError:
+                pass  # our own entry, but from another wasmtime build: recompile below
         c = self.ceilings
         if c.compile_timeout_s is not None:
             budget = CompileBudget(c.compile_timeout_s, c.compile_memory_bytes)
             blob = compile_in_child(wasm, self._engine_settings, budget, name)
-            self._store(path, blob)
+            self._cache.store(entry, digest, self.fingerprint, blob)
             return wasmtime.Module.deserialize(self.engine, blob)  # our own child's output
         try:
             module = wasmtime.Module(self.engine, wasm)
         except wasmtime.WasmtimeError as e:
             raise AdapterLoadError(f"{name}: invalid wasm module: {_first_line(e)}") from e
-        self._store(path, module.serialize())
+        self._cache.store(entry, digest, self.fingerprint, module.serialize())
         return module
 
     def apply_ceilings(self, new: Ceilings) -> None:
@@ -177,15 +182,6 @@ class SandboxEngine:
                 entry.unlink(missing_ok=True)
                 removed += 1
         return removed
-
-    def _store(self, path: Path, blob: bytearray | bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            Path(tmp).replace(path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)  # a cache write failure only costs a recompile
 
     def close(self) -> None:
         """Stop the ticker thread (idempotent). Running guests then hit their deadline checks."""
@@ -216,15 +212,6 @@ def _check_binary(wasm: bytes, max_bytes: int, name: str) -> None:
             f"{name}: not a core wasm module (version bytes {wasm[4:8].hex()}; "
             "components are not supported)"
         )
-
-
-def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise SandboxError(f"module cache {path} is not owned by this user")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IRWXO):
-        path.chmod(0o700)
 
 
 def _first_line(e: Exception) -> str:

@@ -28,6 +28,8 @@ from wasmgate.runtime.backends.base import (
     check_declared,
 )
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
+from wasmgate.signing.derived import DerivedCache
+from wasmgate.signing.errors import SigningError
 
 log = logging.getLogger(__name__)
 
@@ -128,18 +130,20 @@ class OnnxBackend(InferenceBackend):
         notes: list[str],
     ) -> ort.InferenceSession:
         settings, extra = _ep_context(data, options, providers, notes)
-        cache = _cache_paths(data, providers, options, bf16=bf16)
-        if cache is not None and _cache_valid(cache):
-            cached = cache.read_bytes()
-            notes.append(f"optimized graph loaded from cache {cache.name[:16]}")
+        found = _optimized_cache(data, providers, options, notes, bf16=bf16)
+        if found is None:
+            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
+        cache, key, source = found
+        name = f"{key}.onnx"
+        cached = cache.load(name, source, key)  # None unless this daemon derived it from data
+        if cached is not None:
+            notes.append(f"optimized graph loaded from cache {key[:16]}")
             # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
             offline = settings.model_copy(update={"graph_optimization_level": "disable"})
             return _session(
                 cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
             )
-        if cache is None:
-            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        tmp = cache.folder / f".{key}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
             session = _session(
                 data, spec, settings, providers, bf16=bf16, optimized=tmp, extra=extra
@@ -149,8 +153,8 @@ class OnnxBackend(InferenceBackend):
             notes.append(f"optimized-model cache disabled for this model: {e}")
             return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
         if tmp.exists():
-            _commit_cache(tmp, cache)
-            notes.append(f"optimized graph saved to cache {cache.name[:16]}")
+            _save_optimized(cache, name, source, key, tmp)
+            notes.append(f"optimized graph saved to cache {key[:16]}")
         return session
 
 
@@ -256,13 +260,15 @@ def _report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRunti
         raise BackendError(f"{model.name}: accelerator required but the session runs on CPU only")
 
 
-def _cache_paths(
+def _optimized_cache(
     data: bytes,
     providers: list[tuple[str, dict[str, str]]],
     options: LoadOptions,
+    notes: list[str],
     *,
     bf16: bool,
-) -> Path | None:
+) -> tuple[DerivedCache, str, str] | None:
+    """(cache, key of the options, sha256 of the verified model) when the profile caches."""
     settings = options.profile.onnxruntime
     if not settings.optimized_model_cache or options.cache_dir is None:
         return None
@@ -270,24 +276,19 @@ def _cache_paths(
     config = sorted(settings.session_config.items())
     extra = f"{host.machine}:{sorted(host.cpu_flags)}:{bf16}:{config}"
     key = sup.cache_key(data, [p for p, _ in providers], settings, extra)
-    folder = options.cache_dir / "ort-optimized"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{key}.onnx"
-
-
-def _cache_valid(path: Path) -> bool:
-    """A cache entry counts only with a matching digest sidecar (guards torn writes)."""
-    sidecar = path.with_suffix(".sha256")
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() == sidecar.read_text().strip()
-    except OSError:
-        return False
+        cache = DerivedCache(options.cache_dir / "ort-optimized")
+    except SigningError as e:
+        notes.append(f"optimized-model cache off: {e}")
+        return None
+    return cache, key, hashlib.sha256(data).hexdigest()
 
 
-def _commit_cache(tmp: Path, final: Path) -> None:
+def _save_optimized(cache: DerivedCache, name: str, source: str, key: str, tmp: Path) -> None:
+    """Bind the graph ORT wrote to ``tmp`` to its source and options (a MAC), then drop tmp."""
     try:
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-        tmp.replace(final)
-        final.with_suffix(".sha256").write_text(digest)
+        cache.store(name, source, key, tmp.read_bytes())
     except OSError as e:
-        log.warning("could not save optimized graph %s: %s", final, e)
+        log.warning("could not save optimized graph %s: %s", name, e)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from wasmgate.sandbox import (
     SandboxEngine,
     SandboxError,
 )
+from wasmgate.signing.derived import MAGIC
 
 OUT = struct.Struct("<4fI32s")
 
@@ -133,7 +134,9 @@ def test_precompiled_cache_is_private_and_reused(
         eng.compile(wasm)  # loaded from the artifact
         artifact.write_bytes(b"garbage")  # corrupt: recompiled, not trusted
         eng.compile(wasm)
-        assert artifact.read_bytes()[:4] == b"\x7fELF"
+        entry = artifact.read_bytes()
+        assert entry[: len(MAGIC)] == MAGIC  # then the MAC, then wasmtime's ELF image
+        assert entry[len(MAGIC) + 32 :][:4] == b"\x7fELF"
     with SandboxEngine(cache, Ceilings(fuel_enabled=True)) as eng:
         eng.compile(wasm)  # other settings: another key
     assert len(list(cache.glob("*.cwasm"))) == 2
