@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from wasmgate.runtime.bundles.registry import is_rollback
 from wasmgate.runtime.errors import BundleRejected
+from wasmgate.runtime.ops.tasks import background
 
 log = logging.getLogger("wasmgate.watcher")
 
@@ -148,12 +149,5 @@ class DirWatcher:
             await asyncio.sleep(self._interval)
             await self.poll_once()
 
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        task = asyncio.create_task(self.run(), name="bundle-dir-watcher")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return background(self.run(), "bundle-dir-watcher")

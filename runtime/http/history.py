@@ -11,7 +11,6 @@ per app (``app[HISTORY]``, started and stopped by its cleanup context): nothing 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +21,7 @@ from aiohttp import web
 
 from wasmgate.runtime.http.keys import METRICS
 from wasmgate.runtime.ops.metrics import UNKNOWN_NAME, Metrics
+from wasmgate.runtime.ops.tasks import background
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,5 @@ async def history_ctx(app: web.Application) -> AsyncIterator[None]:
             await asyncio.sleep(history.interval_s)
             history.sample()
 
-    task = asyncio.create_task(tick(), name="status-history")
-    try:
+    async with background(tick(), "status-history"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
