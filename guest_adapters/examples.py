@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 from wasmgate.guest_adapters.build import build_adapter, package_root
 from wasmgate.guest_adapters.errors import AdapterSourceError
 
-__all__ = ["example_dir", "example_names", "models_dir", "stage_example"]
+__all__ = ["example_dir", "example_names", "models_dir", "reachable_names", "stage_example"]
 
 
 def models_dir() -> Path:
@@ -35,6 +36,17 @@ def example_dir(name: str) -> Path:
 
 def _has_source(path: Path) -> bool:
     return (path / "adapter.c").is_file() or (path / "adapter.zig").is_file()
+
+
+def reachable_names(bundle_toml: Path) -> list[str]:
+    """The bundle's name and its models' names: what a signing key must be trusted for
+    (every name the bundle can be reached by, adapter and V2 model alike)."""
+    try:
+        doc = tomllib.loads(bundle_toml.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise AdapterSourceError(f"{bundle_toml}: {e}") from e
+    models = [m["name"] for m in doc.get("models", []) if isinstance(m, dict) and "name" in m]
+    return [str(n) for n in dict.fromkeys([doc.get("name", ""), *models]) if n]
 
 
 def example_names() -> list[str]:

@@ -23,7 +23,12 @@ from pathlib import Path
 import nacl.signing
 
 from wasmgate import __version__
-from wasmgate.guest_adapters.examples import example_names, stage_example
+from wasmgate.guest_adapters.examples import (
+    example_dir,
+    example_names,
+    reachable_names,
+    stage_example,
+)
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing.build import build_bundle
 from wasmgate.signing.keys import generate_key, key_id_of, read_private_key, write_private_key
@@ -77,7 +82,9 @@ def prepare_demo(data_dir: Path, *, names: tuple[str, ...] | None = None) -> Dem
         if _sign_if_stale(src, name, key, key_id, bundle_dir):
             rebuilt.append(name)
     trust_file = root / "trust.json"
-    _write_trust(trust_file, key, chosen)
+    # The key must cover every name a bundle is reachable by: the examples and their models.
+    reachable = sorted({n for c in chosen for n in reachable_names(example_dir(c) / "bundle.toml")})
+    _write_trust(trust_file, key, tuple(reachable))
     log.warning("DEMO MODE: trusting demo key %s for %s", key_id[:16], ", ".join(chosen))
     return DemoSetup(
         root=root,

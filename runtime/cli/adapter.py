@@ -16,7 +16,12 @@ from pathlib import Path
 
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
-from wasmgate.guest_adapters.examples import example_dir, example_names, models_dir
+from wasmgate.guest_adapters.examples import (
+    example_dir,
+    example_names,
+    models_dir,
+    reachable_names,
+)
 from wasmgate.runtime.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -132,6 +137,9 @@ def _new(args: argparse.Namespace) -> int:
     print(f"{dest}: adapter {name!r} from example {args.example!r}. Next:")
     print(f"  wasmgate adapter build {dest} --out {dest}/adapter.wasm")
     print(f"  wasmgate adapter test {dest}")
+    # A signing key must be trusted for every name the bundle can be reached by.
+    names = " ".join(f"--names {n}" for n in reachable_names(toml))
+    print(f"  wasmgate trust add KEY.pub {names}")
     return EXIT_OK
 
 

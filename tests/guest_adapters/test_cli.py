@@ -132,6 +132,8 @@ def test_new_from_an_example_builds_and_runs(tmp_path: Path) -> None:
     dest = tmp_path / "my-digits"
     done = wasmgate("adapter", "new", dest, "--from", "digits")
     assert done.returncode == 0, done.stderr
+    # the trust the bundle needs: its own name and its model's
+    assert b"trust add KEY.pub --names my-digits --names digits-mlp" in done.stdout
     toml = (dest / "bundle.toml").read_text()
     assert 'name = "my-digits"' in toml
     assert "../../models" not in toml
