@@ -40,7 +40,13 @@ from wasmgate.sandbox.models import ModelHandle, ModelProvider
 from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc, RawMemory
 from wasmgate.sandbox.traps import translate
 from wasmgate.sandbox.wasi import WASI_FUNCTIONS, define_restricted_wasi, restricted_wasi_config
-from wasmgate.sandbox.wasi_nn import NN_FUNCTIONS, NN_MODULE, NnSession, define_wasi_nn
+from wasmgate.sandbox.wasi_nn import (
+    HOST_NN_FUNCTIONS,
+    NN_FUNCTIONS,
+    NN_MODULE,
+    NnSession,
+    define_wasi_nn,
+)
 
 if TYPE_CHECKING:
     from wasmgate.sandbox.engine import SandboxEngine
@@ -57,7 +63,7 @@ _EXPORTS = {
 _KNOWN = {
     "wasi_snapshot_preview1": WASI_FUNCTIONS,
     NN_MODULE: frozenset(NN_FUNCTIONS),
-    HOST_MODULE: frozenset(HOST_FUNCTIONS),
+    HOST_MODULE: frozenset(HOST_FUNCTIONS) | frozenset(HOST_NN_FUNCTIONS),
 }
 
 

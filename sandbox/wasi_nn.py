@@ -35,11 +35,25 @@ import numpy as np
 import numpy.typing as npt
 import wasmtime
 
+from wasmgate.sandbox.host_api import HOST_MODULE
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
-from wasmgate.sandbox.models import ModelHandle, ModelProvider, numpy_dtype, shape_matches
+from wasmgate.sandbox.models import (
+    ModelHandle,
+    ModelProvider,
+    TensorSpec,
+    numpy_dtype,
+    shape_matches,
+)
 from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
 
-__all__ = ["NN_FUNCTIONS", "NN_MODULE", "NnErrno", "NnSession", "define_wasi_nn"]
+__all__ = [
+    "HOST_NN_FUNCTIONS",
+    "NN_FUNCTIONS",
+    "NN_MODULE",
+    "NnErrno",
+    "NnSession",
+    "define_wasi_nn",
+]
 
 NN_MODULE = "wasi_ephemeral_nn"
 
@@ -65,6 +79,7 @@ _CURRENT_TYPES = {0: "FP16", 1: "FP32", 2: "FP64", 3: "UINT8", 4: "INT32", 5: "I
 _LEGACY_TYPES = {0: "FP16", 1: "FP32", 2: "UINT8", 3: "INT32"}
 _TENSOR = struct.Struct("<IIB3xII")
 _MAX_RANK = 16
+_F32 = 1  # wasi-nn tensor type FP32 (both numberings)
 _E = NnErrno
 
 
@@ -164,23 +179,20 @@ class NnSession:
         specs = ec.graph.inputs
         if not 0 <= index < len(specs):
             raise NnError(_E.INVALID_ARGUMENT, f"input index {index} out of range")
-        dims_ptr, rank, ty, data_ptr, data_len = _TENSOR.unpack(mem.read(tensor_ptr, 20))
-        if rank > _MAX_RANK:
-            raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {_MAX_RANK}")
-        dims = struct.unpack(f"<{rank}I", mem.read(dims_ptr, 4 * rank))
-        spec = specs[index]
-        dtype = _check_type(ty, spec.datatype)
-        _check_shape(dims, spec.shape)
-        if math.prod(dims) * dtype.itemsize != data_len:
-            need = math.prod(dims) * dtype.itemsize
-            raise NnError(_E.INVALID_ARGUMENT, f"data is {data_len} bytes, dims need {need}")
+        fields = _TENSOR.unpack(mem.read(tensor_ptr, 20))
+        dims, dtype = _checked(mem, specs[index], fields)
         old = ec.inputs.pop(index, None)
         self._release(ec.outputs)
         ec.outputs = None
         self._release([] if old is None else [old])
-        self._charge(data_len, "input")
-        raw = mem.read(data_ptr, data_len)
-        ec.inputs[index] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims)
+        ec.inputs[index] = self._copy_in(mem, dims, dtype, fields[3], fields[4])
+
+    def _copy_in(
+        self, mem: GuestMemory, dims: tuple[int, ...], dtype: np.dtype[Any], ptr: int, size: int
+    ) -> npt.NDArray[Any]:
+        self._charge(size, "input")
+        raw = mem.read(ptr, size)
+        return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims)
 
     def compute(self, ctx: int) -> None:
         """``compute``: ``ModelHandle.infer`` with the request's deadline (time: ``infer_s``)."""
@@ -188,20 +200,57 @@ class NnSession:
         missing = [i for i in range(len(ec.graph.inputs)) if i not in ec.inputs]
         if missing:
             raise NnError(_E.INVALID_ARGUMENT, f"inputs {missing} were not set")
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise NnError(_E.BUSY, "request deadline already passed")
-        start = time.perf_counter()
         inputs = [ec.inputs[i] for i in range(len(ec.graph.inputs))]
         self._release(ec.outputs)
         ec.outputs = None
+        ec.outputs = self._infer(ec.graph, inputs)
+
+    def _infer(self, graph: ModelHandle, inputs: list[npt.NDArray[Any]]) -> list[Any]:
+        """One run with the request's deadline; its outputs charged to the host budget."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise NnError(_E.BUSY, "request deadline already passed")
+        start = time.perf_counter()
         try:  # the guest's deadline goes with the run: it stops (or never starts) past it
-            outputs = ec.graph.infer(inputs, deadline=self.deadline)
+            outputs = graph.infer(inputs, deadline=self.deadline)
         except Exception as e:
             raise NnError(_E.RUNTIME_ERROR, f"inference failed: {e}") from e
         finally:
             self.infer_s += time.perf_counter() - start
         self._charge(sum(a.nbytes for a in outputs), "output")  # dropped if over the budget
-        ec.outputs = outputs
+        return outputs
+
+    def infer_f32(  # noqa: PLR0917 - wasm ABI argument order
+        self,
+        mem: GuestMemory,
+        graph: int,
+        dims_ptr: int,
+        rank: int,
+        data_ptr: int,
+        data_len: int,
+        buf: int,
+        cap: int,
+        out: int,
+    ) -> int:
+        """``wasmgate.nn_infer_f32`` (the SDK's ``wg_nn_infer_f32``): one FP32 input 0 in,
+        output 0's bytes out, in one host crossing instead of four. The same checks, host
+        budget, deadline and errnos as ``init_execution_context`` + ``set_input`` +
+        ``compute`` + ``get_output`` on a context used once; no handle is left behind."""
+        model = self._graph(graph)
+        mem.check(out, 4)
+        if len(model.inputs) != 1:
+            raise NnError(_E.INVALID_ARGUMENT, f"nn_infer_f32 needs one input, model has "
+                          f"{len(model.inputs)}")  # fmt: skip
+        fields = (dims_ptr, rank, _F32, data_ptr, data_len)
+        dims, dtype = _checked(mem, model.inputs[0], fields)
+        x = self._copy_in(mem, dims, dtype, data_ptr, data_len)
+        try:
+            outputs = self._infer(model, [x])
+        finally:
+            self._release([x])
+        try:
+            return self._copy_out(mem, outputs[0], buf, cap, out)
+        finally:
+            self._release(outputs)
 
     def get_output(  # noqa: PLR0917 - wasm ABI argument order
         self, mem: GuestMemory, ctx: int, index: int, buf: int, cap: int, out: int
@@ -213,7 +262,11 @@ class NnSession:
             raise NnError(_E.INVALID_ARGUMENT, "get_output before compute")
         if not 0 <= index < len(ec.outputs):
             raise NnError(_E.INVALID_ARGUMENT, f"output index {index} out of range")
-        arr = ec.outputs[index]
+        return self._copy_out(mem, ec.outputs[index], buf, cap, out)
+
+    def _copy_out(
+        self, mem: GuestMemory, arr: npt.NDArray[Any], buf: int, cap: int, out: int
+    ) -> int:
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         if arr.nbytes > cap & 0xFFFF_FFFF:
@@ -274,6 +327,22 @@ class NnSession:
         return self._contexts[ctx]
 
 
+def _checked(
+    mem: GuestMemory, spec: TensorSpec, fields: tuple[int, int, int, int, int]
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """Check a tensor (dims pointer, rank, type, data pointer, length) against ``spec``."""
+    dims_ptr, rank, ty, _data_ptr, data_len = fields
+    if rank > _MAX_RANK:
+        raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {_MAX_RANK}")
+    dims = struct.unpack(f"<{rank}I", mem.read(dims_ptr, 4 * rank))
+    dtype = _check_type(ty, spec.datatype)
+    _check_shape(dims, spec.shape)
+    if math.prod(dims) * dtype.itemsize != data_len:
+        need = math.prod(dims) * dtype.itemsize
+        raise NnError(_E.INVALID_ARGUMENT, f"data is {data_len} bytes, dims need {need}")
+    return dims, dtype
+
+
 def _encoding(enc: int) -> str:
     if enc in ENCODINGS:
         return ENCODINGS[enc]
@@ -310,16 +379,29 @@ NN_FUNCTIONS: dict[str, int] = {
     "unload": 1,
     "finalize_execution_context": 1,
 }
-_NEEDS_MEMORY = {"load", "load_by_name", "init_execution_context", "set_input", "get_output"}
+_NEEDS_MEMORY = {
+    "load",
+    "load_by_name",
+    "init_execution_context",
+    "set_input",
+    "get_output",
+    "infer_f32",
+}
+HOST_NN_FUNCTIONS: dict[str, tuple[str, int]] = {"nn_infer_f32": ("infer_f32", 8)}
+"""The fused calls in the ``wasmgate`` module: import name -> (session method, arity)."""
 
 
 def define_wasi_nn(
     linker: wasmtime.Linker, keeper: CallbackKeeper, current: Callable[[], NnSession]
 ) -> None:
-    """Define the 8 ``wasi_ephemeral_nn`` functions; ``current()`` gives the caller's session."""
+    """Define the 8 ``wasi_ephemeral_nn`` functions and the fused ``wasmgate.nn_*`` ones;
+    ``current()`` gives the caller's session."""
     for name, arity in NN_FUNCTIONS.items():
         call = _host(name, current)
         define_raw(linker, keeper, NN_MODULE, name, (arity, 1), call, error=_E.RUNTIME_ERROR)
+    for name, (method, arity) in HOST_NN_FUNCTIONS.items():
+        call = _host(method, current)
+        define_raw(linker, keeper, HOST_MODULE, name, (arity, 1), call, error=_E.RUNTIME_ERROR)
 
 
 def _host(name: str, current: Callable[[], NnSession]) -> Call:

@@ -33,6 +33,9 @@
  *                                          keys: adapter content_type transport topic client
  *                                          param.<name> (the manifest's [params])
  *   emit_event(ptr, len) -> i32            publish to events/<adapter> (MQTT) if a bridge has one
+ *   nn_infer_f32(graph, dims*, rank, in*, in_len, out*, out_cap, written*) -> wasi-nn errno
+ *                                          FP32 input 0 in, output 0's bytes out, one host
+ *                                          call (wg_nn_infer_f32); optional import
  * Plus "wasi_ephemeral_nn" (models declared in bundle.toml, loaded by name) and a restricted
  * "wasi_snapshot_preview1" (no files, no env, no network; stdout/stderr go to the log).
  *
@@ -602,20 +605,22 @@ static WG_UNUSED int wg_nn_load(const char *name, wasi_nn_graph *graph) {
     return (int)wasi_nn_load_by_name(name, (uint32_t)strlen(name), graph);
 }
 
+/* The fused host call behind wg_nn_infer_f32 (one crossing instead of four). */
+WG_IMPORT("nn_infer_f32")
+int32_t wg__nn_infer_f32(wasi_nn_graph graph, const uint32_t *dims, uint32_t rank,
+                         const void *in, uint32_t in_len, void *out, uint32_t out_cap,
+                         uint32_t *written);
+
 /* One single-input, single-output FP32 inference: input 0 with shape dims[rank],
- * output 0 into out[out_cap] (*out_n gets the element count). Returns the wasi-nn errno. */
+ * output 0 into out[out_cap] (*out_n gets the element count). Returns the wasi-nn errno
+ * (too_large with *out_n = the elements needed when out_cap is too small). One host call
+ * (wasmgate.nn_infer_f32, wasmgate >= 0.2); the raw wasi-nn calls below do the same in four. */
 static WG_UNUSED int wg_nn_infer_f32(wasi_nn_graph graph, const uint32_t *dims, uint32_t rank,
                                      const float *in, size_t in_n, float *out, size_t out_cap,
                                      size_t *out_n) {
-    wasi_nn_context ctx;
-    int e = (int)wasi_nn_init_execution_context(graph, &ctx);
-    if (e) return e;
-    wasi_nn_tensor t = {dims, rank, WASI_NN_TYPE_F32, (const uint8_t *)in,
-                        (uint32_t)(in_n * sizeof(float))};
-    if ((e = (int)wasi_nn_set_input(ctx, 0, &t))) return e;
-    if ((e = (int)wasi_nn_compute(ctx))) return e;
     uint32_t written = 0;
-    e = (int)wasi_nn_get_output(ctx, 0, (uint8_t *)out, (uint32_t)(out_cap * sizeof(float)), &written);
+    int e = (int)wg__nn_infer_f32(graph, dims, rank, in, (uint32_t)(in_n * sizeof(float)), out,
+                                  (uint32_t)(out_cap * sizeof(float)), &written);
     *out_n = written / sizeof(float);
     return e;
 }

@@ -101,6 +101,7 @@ FN = {
     "get_output": 5,
     "unload": 6,
     "finalize_execution_context": 7,
+    "nn_infer_f32": 8,
 }
 
 

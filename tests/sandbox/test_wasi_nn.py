@@ -460,3 +460,76 @@ def test_host_bytes_pinned_by_contexts_are_bounded() -> None:
     assert session.host_bytes == 2 * nbytes  # input + output of context 0
     session.set_input(mem, 3, 0, 48)
     assert session.host_bytes == 3 * nbytes
+
+
+def fused(s: Script, shape: Sequence[int], raw: bytes, cap: int = 16, **kw: Any) -> tuple[Ptr, Ptr]:
+    """``wasmgate.nn_infer_f32`` on graph 0 (loaded by name first); (buffer, written)."""
+    g = s.out()
+    s.call("load_by_name", s.blob(b"affine"), 6, g)
+    buf, written = s.out(16), s.out()
+    args: dict[str, int | Ptr] = {
+        "graph": 0,
+        "dims": s.blob(struct.pack(f"<{len(shape)}I", *shape)),
+        "rank": len(shape),
+        "data": s.blob(raw),
+        "len": len(raw),
+        "buf": buf,
+        "cap": cap,
+        "written": written,
+    }
+    args.update(kw)
+    s.call("nn_infer_f32", *args.values())
+    return buf, written
+
+
+def test_fused_inference_is_the_four_calls_in_one(proxy: Adapter, declared: DeclaredModels) -> None:
+    s = Script()
+    buf, written = fused(s, [1, 4], affine_in().tobytes())
+    r, _ = run(proxy, declared, s)
+    assert r.errnos == [OK, OK]
+    assert r.u32(written) == 16
+    assert np.frombuffer(r.raw(buf, 16), "<f4").tolist() == (affine_in() * 2 + 1).ravel().tolist()
+
+
+@pytest.mark.parametrize(
+    ("dims", "kw", "errno", "why"),
+    [
+        ([1, 5], {}, INVALID_ARGUMENT, "do not fit model shape"),
+        ([1, 4], {"len": 12}, INVALID_ARGUMENT, "dims need 16"),
+        ([1, 4], {"rank": 17}, INVALID_ARGUMENT, "rank 17 above 16"),
+        ([1, 4], {"graph": 7}, INVALID_ARGUMENT, "no graph with handle 7"),
+        ([1, 4], {"data": FAR}, INVALID_ARGUMENT, "bad pointer"),
+        ([1, 4], {"dims": FAR}, INVALID_ARGUMENT, "bad pointer"),
+        ([1, 4], {"buf": FAR}, INVALID_ARGUMENT, "bad pointer"),
+        ([1, 4], {"written": FAR}, INVALID_ARGUMENT, "bad pointer"),
+        ([1, 4], {"cap": 8}, TOO_LARGE, "output needs 16"),
+    ],
+)
+def test_fused_inference_refuses_what_the_four_calls_refuse(  # noqa: PLR0917 - parametrized
+    proxy: Adapter,
+    declared: DeclaredModels,
+    dims: list[int],
+    kw: dict[str, Any],
+    errno: int,
+    why: str,
+) -> None:
+    s = Script()
+    buf, written = fused(s, dims, affine_in().tobytes(), **kw)
+    r, logs = run(proxy, declared, s)
+    assert r.errnos == [OK, errno]
+    assert any(why in line for line in logs), logs
+    if errno == TOO_LARGE:
+        assert r.u32(written) == 16
+        assert r.raw(buf, 8) == b"\0" * 8  # nothing partial written
+
+
+def test_fused_inference_of_a_failing_backend_is_runtime_error(proxy: Adapter) -> None:
+    s = Script()
+    g, written = s.out(), s.out()
+    s.call("load_by_name", s.blob(b"boom"), 4, g)
+    raw = affine_in().tobytes()
+    s.call("nn_infer_f32", 0, s.blob(struct.pack("<2I", 1, 4)), 2, s.blob(raw), len(raw),
+           s.out(16), 16, written)  # fmt: skip
+    r, logs = run(proxy, OneModel(Exploding()), s)
+    assert r.errnos == [OK, RUNTIME_ERROR]
+    assert any("backend on fire" in line for line in logs)

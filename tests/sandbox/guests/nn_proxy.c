@@ -7,7 +7,7 @@
  * kind 0 = the value itself; kind 1 = payload base + value (a pointer into the payload,
  * where the host's out-values land). Output: nops errnos (u32) then the payload as the host
  * left it. fn ids: 0 load, 1 load_by_name, 2 init_execution_context, 3 set_input,
- * 4 compute, 5 get_output, 6 unload, 7 finalize_execution_context. */
+ * 4 compute, 5 get_output, 6 unload, 7 finalize_execution_context, 8 wasmgate.nn_infer_f32. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,9 @@
 
 __attribute__((import_module("wasmgate"), import_name("set_output")))
 int32_t wg_set_output(const void *ptr, uint32_t len);
+__attribute__((import_module("wasmgate"), import_name("nn_infer_f32")))
+int32_t wg_nn_infer_f32_raw(uint32_t graph, const uint32_t *dims, uint32_t rank, const void *in,
+                            uint32_t in_len, void *out, uint32_t out_cap, uint32_t *written);
 
 #define P(i) ((void *)(uintptr_t)(a[i]))
 
@@ -35,6 +38,7 @@ static int32_t call(uint32_t fn, const uint32_t *a) {
     case 5: return wasi_nn_get_output(a[0], a[1], P(2), a[3], P(4));
     case 6: return wasi_nn_unload(a[0]);
     case 7: return wasi_nn_finalize_execution_context(a[0]);
+    case 8: return wg_nn_infer_f32_raw(a[0], P(1), a[2], P(3), a[4], P(5), a[6], P(7));
     default: return -1;
     }
 }
