@@ -14,6 +14,9 @@ causes, whether the payload may leave the gateway) is applied there, not here.
 - Bearer token, CA bundle, per-request timeout, at most ``max_concurrent`` requests in
   flight (a semaphore; waiting counts against the timeout), and a `CircuitBreaker`.
   Every failure raises `CloudUnavailable` naming the cause.
+- Redirects are never followed (a 3xx is a failure: following one would re-POST the payload
+  to wherever it points). An answer larger than ``max_answer_bytes`` is refused while it is
+  read; an answer above 256 KiB is decoded in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from wasmgate.runtime.protocol import codec as v2
 Array = npt.NDArray[Any]
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _BINARY_TYPES = frozenset({"BF16", "BYTES"})
+_READ_CHUNK = 64 * 1024
+_DECODE_INLINE_BYTES = 256 * 1024
+"""Answers above this are decoded in a worker thread, not on the event loop."""
 
 
 def encode_v2_request(
@@ -202,7 +208,10 @@ class CloudFallback:
         answer, answer_headers = await self._post(f"/v2/models/{model}/infer", body, headers)
         try:
             length = answer_headers.get(HEADER_LENGTH)
-            return decode_v2_response(answer, int(length) if length is not None else None)
+            head = int(length) if length is not None else None
+            if len(answer) <= _DECODE_INLINE_BYTES:
+                return decode_v2_response(answer, head)
+            return await asyncio.to_thread(decode_v2_response, answer, head)  # off the loop
         except (BadRequest, ValueError) as e:
             self.breaker.failure()
             raise self._fail(f"answer is not a V2 inference response: {e}") from e
@@ -244,8 +253,14 @@ class CloudFallback:
     async def _send(
         self, session: aiohttp.ClientSession, path: str, body: bytes, headers: Mapping[str, str]
     ) -> tuple[bytes, Mapping[str, str]]:
-        async with session.post(self._base + path, data=body, headers=headers) as resp:
-            data = await resp.read()
+        # Never follow a redirect: the payload would be POSTed again to wherever it points.
+        url = self._base + path
+        async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
+            if 300 <= resp.status < 400:
+                self.breaker.failure()
+                where = resp.headers.get("Location", "?")[:200]
+                raise self._fail(f"HTTP {resp.status} redirect to {where} refused (not followed)")
+            data = await self._read_capped(resp, path)
             if resp.status < 400:
                 self.breaker.success()
                 return data, resp.headers
@@ -255,6 +270,26 @@ class CloudFallback:
             else:
                 self.breaker.success()  # the endpoint is up; the request was refused
             raise self._fail(f"HTTP {resp.status} from {path}: {text}")
+
+    async def _read_capped(self, resp: aiohttp.ClientResponse, path: str) -> bytes:
+        """The body, refused once it exceeds ``cloud.max_answer_bytes`` (declared or read)."""
+        cap = self._settings.max_answer_bytes
+        declared = resp.content_length
+        size = declared if declared is not None and declared > cap else None
+        buf = bytearray()
+        if size is None:
+            async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+                buf += chunk
+                if len(buf) > cap:
+                    size = len(buf)
+                    break
+        if size is not None:
+            self.breaker.failure()
+            raise self._fail(
+                f"answer from {path} exceeds cloud.max_answer_bytes ({cap}): "
+                f"{'declared' if declared else 'read'} {size} bytes; refused"
+            )
+        return bytes(buf)
 
     def _fail(self, cause: str) -> CloudUnavailable:
         self.failures += 1

@@ -6,8 +6,9 @@ The cloud client (`wasmgate.runtime.cloud.client.CloudFallback`) is anything wit
   decides per cause: ``on_error`` (adapter error, trap, backend failure), ``on_busy``,
   ``on_deadline``, ``on_missing_model``, ``on_adapter_request`` (the guest called
   ``request_fallback``);
-- an adapter request goes to the cloud only when ``send_payload`` allows the raw device
-  payload to leave the gateway;
+- a request goes to the cloud only when ``send_payload`` allows its payload to leave the
+  gateway: the raw device payload of an adapter request, the input tensors of a direct
+  model request alike;
 - when local and cloud both fail: `FallbackFailed` naming both causes; when the guest asked
   for fallback and the cloud fails, the local answer is served (it exists, it is just weak).
 """
@@ -128,10 +129,12 @@ class FallbackRunner:
         timings: dict[str, float],
         local_error: DaemonError | None = None,
     ) -> ModelAnswer:
-        """Answer a direct model request from the cloud."""
+        """Answer a direct model request from the cloud (its input tensors are the payload)."""
         cloud = self._cloud
-        if cloud is None:
-            raise local_error or InferenceFailed(f"{req.model}: {reason}")
+        if cloud is None or not bundle.fallback.send_payload:
+            raise local_error or InferenceFailed(
+                f"{req.model}: {reason} (cloud fallback not available)"
+            )
         start = time.monotonic()
         try:
             outputs = await _within(

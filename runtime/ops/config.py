@@ -198,6 +198,10 @@ class CloudSettings(_Section):
     """Timeout for one cloud request."""
     max_concurrent: int = Field(default=16, gt=0)
     """Cloud requests in flight at once."""
+    max_answer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Largest cloud answer accepted, in bytes. A larger one (by Content-Length, or counted
+    while a chunked answer streams in) is refused before more is read, so an endpoint cannot
+    exhaust the gateway's memory. Redirects are never followed (a 3xx is a failure)."""
     breaker_failures: int = Field(default=5, gt=0)
     """Consecutive failures that open the circuit breaker."""
     breaker_reset_s: float = Field(default=30.0, gt=0)
