@@ -97,7 +97,27 @@ async def closed_loop(
     return tally
 
 
-class Flood:
+class Background:
+    """A thread that runs ``_run`` from the start of a ``with`` block until ``_stop`` is set
+    at its end."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Flood(Background):
     """`closed_loop` in a background thread (its own event loop) until the block ends."""
 
     def __init__(
@@ -108,23 +128,14 @@ class Flood:
         max_s: float,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__()
         self.tally = Tally()
-        self._stop = threading.Event()
         self._args = (url, body, clients, max_s)
         self._headers = headers
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         loop = closed_loop(*self._args, headers=self._headers, stop=self._stop, tally=self.tally)
         asyncio.run(loop)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def sample(
@@ -173,23 +184,14 @@ def measure(steady: Flood, count: int, timeout: float) -> Tally:
     return steady.tally.since(start)
 
 
-class RssSampler:
+class RssSampler(Background):
     """Peak VmRSS of a process, sampled every 20 ms in a thread."""
 
     def __init__(self, pid: int) -> None:
+        super().__init__()
         self.pid, self.peak = pid, 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, rss_mb(self.pid))
             time.sleep(0.02)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
