@@ -158,12 +158,7 @@ class MlServer:
         return (self.root / "mlserver.log").read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _terminate(self.proc, 20)
         self._log.close()
 
 
@@ -181,9 +176,14 @@ class BareServer:
         wait_for_port(self.port, timeout=60)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _terminate(self.proc, 10)
+
+
+def _terminate(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """SIGTERM, then SIGKILL when it has not exited after ``wait_s``."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
