@@ -182,9 +182,9 @@ def _run_compiler(cmd: list[str], cwd: Path, names: str, progress: Progress) -> 
                     f"compiling {names}: {elapsed:.0f} s so far (Zig's first run builds "
                     "wasi-libc once, ~30-60 s; later builds take about a second)"
                 )
+                wait = _TICK_S
             else:
                 return proc.returncode, err
-                wait = _TICK_S
 
 
 def _compile(
