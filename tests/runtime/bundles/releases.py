@@ -44,7 +44,7 @@ def call(
         f"{daemon.url}{path}", data=body, method=method, headers=dict(headers or {})
     )
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
