@@ -60,7 +60,10 @@ async def test_burst_at_10x_gets_busy_answers_bounded_rss_and_recovers(
     limits = {"max_in_flight": 2, "queue_size": 4}
     kit.build("mobilenet", models.mobilenet_fp32, limits=limits)  # type: ignore[attr-defined]
     kit.build("digits", models.digits_fp32)  # type: ignore[attr-defined]
-    daemon = daemon_factory(config=kit.config())
+    # The burst opens up to MAX_BURST connections from one address; the per-peer connection
+    # cap (tested in tests/runtime/edges) would close idle ones under the client's feet.
+    http = {"max_connections_per_peer": 2 * MAX_BURST, "max_connections": 2 * MAX_BURST}
+    daemon = daemon_factory(config=kit.config({"http": http}))
     other = f"{daemon.url}/v1/adapters/digits"
     url, body = f"{daemon.url}/v1/adapters/mobilenet", payload(X)
     pid = daemon_pid(daemon)
