@@ -4,8 +4,9 @@ Invariants:
 - One ``wasmtime.Engine`` per ``SandboxEngine``, built with epoch interruption (and fuel
   when ``Ceilings.fuel_enabled``), a bounded wasm stack and a lowered memory reservation
   (so many instances fit in the address space).
-- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s`` while a guest
-  runs (`guest_running`), and sleeps while none does: an idle daemon's ticker takes the GIL
+- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s`` of wall-clock
+  time (catching up when a wait overshot) while a guest runs (`guest_running`), and sleeps
+  while none does: an idle daemon's ticker takes the GIL
   0 times a second instead of 1/tick_s. Epoch deadlines are set relative to the epoch when
   a run starts, so a pause between runs changes no deadline (precision stays one tick).
   ``close()`` stops and joins it.
@@ -26,6 +27,7 @@ import hashlib
 import json
 import platform
 import threading
+import time
 from collections.abc import Collection, Iterator
 from dataclasses import replace
 from importlib.metadata import version
@@ -94,14 +96,23 @@ class SandboxEngine:
         return engine_config(self._engine_settings)
 
     def _tick(self) -> None:
+        tick_s = self.ceilings.tick_s
+        last = time.monotonic()
         while True:
             with self._guests_cv:
-                while self._guests == 0 and not self._stop.is_set():
-                    self._guests_cv.wait()
-            if self._stop.wait(self.ceilings.tick_s):
+                if self._guests == 0:
+                    while self._guests == 0 and not self._stop.is_set():
+                        self._guests_cv.wait()
+                    last = time.monotonic()  # an idle pause is no guest's time
+            if self._stop.wait(tick_s):
                 return
-            self.engine.increment_epoch()
-            self.ticks += 1
+            # On a loaded machine a wait overshoots: tick for the time that really passed,
+            # so a deadline of N ticks stays N x tick_s of wall-clock time.
+            due = max(1, int((time.monotonic() - last) / tick_s))
+            for _ in range(due):
+                self.engine.increment_epoch()
+            self.ticks += due
+            last += due * tick_s
 
     @contextlib.contextmanager
     def guest_running(self) -> Iterator[None]:
