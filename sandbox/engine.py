@@ -42,8 +42,6 @@ from wasmgate.sandbox.adapter import Adapter
 from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.limits import MIB, Ceilings
-from wasmgate.signing.derived import DerivedCache
-from wasmgate.signing.errors import SigningError
 
 __all__ = ["SandboxEngine"]
 
@@ -61,6 +59,11 @@ class SandboxEngine:
         _wasmtime_private.check_wasmtime()
         self.ceilings = ceilings or Ceilings()
         self.cache_dir = Path(cache_dir)
+        # Imported here: the backends import this package where PyNaCl may be missing
+        # (the arm64 probe under qemu); only an engine needs wasmgate.signing.
+        from wasmgate.signing.derived import DerivedCache  # noqa: PLC0415
+        from wasmgate.signing.errors import SigningError  # noqa: PLC0415
+
         try:
             self._cache = DerivedCache(self.cache_dir)
         except SigningError as e:

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
@@ -28,8 +29,9 @@ from wasmgate.runtime.backends.base import (
     check_declared,
 )
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
-from wasmgate.signing.derived import DerivedCache
-from wasmgate.signing.errors import SigningError
+
+if TYPE_CHECKING:
+    from wasmgate.signing.derived import DerivedCache
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +278,11 @@ def _optimized_cache(
     config = sorted(settings.session_config.items())
     extra = f"{host.machine}:{sorted(host.cpu_flags)}:{bf16}:{config}"
     key = sup.cache_key(data, [p for p, _ in providers], settings, extra)
+    # Imported here: the backends also run where only the inference stack is installed
+    # (the arm64 probe under qemu has no PyNaCl), and only a cache needs wasmgate.signing.
+    from wasmgate.signing.derived import DerivedCache  # noqa: PLC0415
+    from wasmgate.signing.errors import SigningError  # noqa: PLC0415
+
     try:
         cache = DerivedCache(options.cache_dir / "ort-optimized")
     except SigningError as e:
