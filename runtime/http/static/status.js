@@ -93,6 +93,27 @@ function card(title, body, id) {
   return node;
 }
 
+// A staged candidate's metric gates next to what has been measured so far, so an operator
+// sees why a candidate will be promoted or aborted before the window ends.
+function gateFacts(staged) {
+  const g = staged.gates;
+  if (!g) return null;
+  const m = staged.measured || {};
+  const shown = (x) => (x === null || x === undefined ? "–" : String(x));
+  const facts = {};
+  if (g.min_requests !== null) facts.requests = `${shown(m.requests)} (min ${g.min_requests})`;
+  if (g.max_error_share !== null) facts["error share"] = `${shown(m.error_share)} (max ${g.max_error_share})`;
+  if (g.max_p99_ratio !== null) facts["p99 ratio"] = `${shown(m.p99_ratio)} (max ${g.max_p99_ratio})`;
+  if (g.window_s !== null) facts.window = `${g.window_s} s`;
+  return facts;
+}
+
+// The last gate decision in one line, with the reasons it gave.
+function verdictLine(v) {
+  const why = v.reasons && v.reasons.length ? v.reasons.join("; ") : "all gates held";
+  return `gates ${v.outcome === "abort" ? "aborted" : "promoted"} v${v.version}: ${why}`;
+}
+
 function renderBundles(bundles) {
   const section = document.getElementById("bundles-section");
   const box = document.getElementById("bundles");
@@ -111,7 +132,10 @@ function renderBundles(bundles) {
       fill.style.width = `${Math.max(0, Math.min(100, pct))}%`;
       bar.append(fill);
       c.append(bar);
+      const gates = gateFacts(b.staged);
+      if (gates) c.append(value(gates));
     }
+    if (b.release) c.append(el("div", verdictLine(b.release), b.release.outcome === "abort" ? "bad" : "muted"));
     const facts = { adapter: b.adapter, models: Object.keys(b.models || {}).join(", ") };
     if (b.last_error) facts["last error"] = b.last_error.message;
     c.append(value(facts));

@@ -188,3 +188,32 @@ def test_dashboard_charts_and_no_sideways_scroll(
     chromium(tmp_path, "--virtual-time-budget=3000", f"--screenshot={shot}", url, width=width)
     # The chart lines are drawn: pixels of their colour are on the picture.
     assert count_colour(shot.read_bytes(), CHART_BLUE) > 50
+
+
+def staged_bundles() -> Mapping[str, object]:
+    """A bundle with a gated candidate (10 %) and the verdict that aborted an earlier one."""
+    measured = {"requests": 40, "errors": 20, "error_share": 0.5, "p99_ms": 9.0,
+                "current_p99_ms": 3.0, "p99_ratio": 3.0}  # fmt: skip
+    gates = {"min_requests": 20, "max_error_share": 0.1, "max_p99_ratio": 2.0, "window_s": 60.0}
+    verdict = {"name": "digits", "version": 2, "outcome": "abort", "measured": measured,
+               "reasons": ["error share 0.5 > 0.1"], "at": 0.0}  # fmt: skip
+    staged = {"version": 3, "percent": 10, "gates": gates, "measured": measured}
+    serving = [{"name": "digits", "version": 1, "adapter": "digits", "models": {},
+                "staged": staged, "release": verdict}]  # fmt: skip
+    return {"serving": serving, "failures": []}
+
+
+def test_staged_candidate_shows_its_gates_and_the_last_verdict(
+    service: OrtService, metrics: Metrics, tmp_path: Path
+) -> None:
+    app = build_app(service, metrics)
+    status.add_provider(app, "bundles", staged_bundles)
+    with LiveServer(app) as live:
+        dom = rendered_dom(tmp_path, f"http://{live.url}/")
+    assert 'data-state="loaded"' in dom, dom[-2000:]
+    card = dom.split('data-bundle="digits"', 1)[1].split("</div></div>", 1)[0]
+    assert "staged v3: 10% of requests" in card
+    assert "0.5 (max 0.1)" in card  # error share measured vs its gate
+    assert "3 (max 2)" in card  # p99 ratio
+    assert "40 (min 20)" in card
+    assert "gates aborted v2: error share 0.5 &gt; 0.1" in card
