@@ -16,6 +16,8 @@ import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 
+from wasmgate.runtime.ops.tasks import background
+
 log = logging.getLogger("wasmgate.systemd")
 
 
@@ -79,13 +81,8 @@ class Notifier:
         if self._watchdog_s is None or self._address is None:
             yield
             return
-        task = asyncio.create_task(self._ping_forever(self._watchdog_s / 2))
-        try:
+        async with background(self._ping_forever(self._watchdog_s / 2), "sd-watchdog"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _ping_forever(self, interval: float) -> None:
         while True:
