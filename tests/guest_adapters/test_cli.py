@@ -165,8 +165,10 @@ def test_bundle_build_rebuilds_an_adapter_older_than_its_source(tmp_path: Path) 
     old = hashlib.sha256((dest / "adapter.wasm").read_bytes()).hexdigest()
     src = dest / "adapter.c"
     src.write_text(src.read_text().replace("low confidence", "not sure at all"))
-    later = (dest / "adapter.wasm").stat().st_mtime_ns + 1_000_000_000
-    os.utime(src, ns=(later, later))
+    # The module is made a second older than its source (not the source newer than now:
+    # a rebuild within that second would look stale again to the next build).
+    earlier = src.stat().st_mtime_ns - 1_000_000_000
+    os.utime(dest / "adapter.wasm", ns=(earlier, earlier))
     done = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "b.wgb")
     assert done.returncode == 0, done.stderr
     assert b"adapter.wasm: rebuilt from source" in done.stdout

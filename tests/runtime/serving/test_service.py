@@ -109,8 +109,10 @@ async def test_daemon_limits_cap_the_manifest(tmp_path: Path, kit: BundleKit) ->
 async def test_deadline_while_queued(tmp_path: Path, kit: BundleKit) -> None:
     limits = {"limits": {"deadline_ms": 20_000, "max_in_flight": 1, "queue_size": 4}}
     async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=limits),)) as st:
-        slow = asyncio.create_task(st.service.run_adapter(req(b"W400")))
-        await asyncio.sleep(0.05)
+        # W2000 spins well past the queued request's deadline even on a fast machine, and
+        # 0.2 s lets the slow one take the only slot first even on a loaded one.
+        slow = asyncio.create_task(st.service.run_adapter(req(b"W2000")))
+        await asyncio.sleep(0.2)
         with pytest.raises(DeadlineExceeded, match="queued"):
             await st.service.run_adapter(req(b"P", deadline=time.monotonic() + 0.1))
         await slow
