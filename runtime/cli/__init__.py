@@ -30,6 +30,7 @@ _COMMANDS = {
     "quantize": "quantize",
     "bench": "bench",
     "doctor": "doctor",
+    "fleet": "fleet",
 }
 """Subcommand name -> module under `wasmgate.runtime.cli` (its ``register`` adds it)."""
 

@@ -16,7 +16,7 @@ from wasmgate.runtime.cli._common import SubParsers
 
 COMMANDS = [
     "serve", "keygen", "bundle", "trust", "adapter", "run-guest", "profiles", "quantize", "bench",
-    "doctor",
+    "doctor", "fleet",
 ]  # fmt: skip
 
 
