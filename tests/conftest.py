@@ -1,4 +1,4 @@
-"""Fixtures every test folder reuses: broker, guest compiler, models, daemon processes."""
+"""Fixtures every test folder reuses: broker, registry, guest compiler, models, daemons."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.registry import Registry
 from tests.fixtures.zig import compile_c
 
 
@@ -22,6 +23,17 @@ def mosquitto(tmp_path: Path) -> Iterator[Broker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    """A real OCI registry (docker-registry) on a free loopback port, stopped after the test."""
+    reg = Registry(tmp_path / "registry")
+    reg.start()
+    try:
+        yield reg
+    finally:
+        reg.stop()
 
 
 @pytest.fixture(scope="session")
