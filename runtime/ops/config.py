@@ -93,6 +93,10 @@ class MqttSettings(_Section):
     """Gateway id in topics; default the host name."""
     qos: int = Field(default=1, ge=0, le=2)
     """QoS for subscriptions and answers."""
+    events_qos: int = Field(default=1, ge=1, le=2)
+    """QoS of what adapters emit to ``events/<adapter>`` (from requests of every transport).
+    Events travel through the on-disk store and leave it only on the broker's
+    acknowledgement, so QoS 0 is not offered."""
     shared_group: str | None = None
     """Subscribe through ``$share/<group>/`` so several daemons share one request stream."""
     session_expiry_s: int = Field(default=3600, ge=0)
@@ -218,6 +222,43 @@ class CloudSettings(_Section):
     the payload as-is to ``/v1/adapters/<adapter>`` (wasmgate's raw adapter endpoint)."""
 
 
+class StreamSettings(_Section):
+    """Limits of one store stream (``[store.streams.<name>]``)."""
+
+    max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    """Bytes (payloads plus metadata) the stream keeps at most; beyond, the oldest entries
+    are dropped and counted (``wasmgate_store_dropped_total{reason="full"}``)."""
+    max_age_s: float = Field(default=7 * 86400, ge=0)
+    """Entries older than this are dropped and counted (``reason="expired"``); 0 = kept
+    until delivered or pushed out by ``max_bytes``."""
+
+
+class StoreSettings(_Section):
+    """The on-disk store-and-forward queue (SQLite in WAL mode, one file)."""
+
+    path: Path | None = None
+    """The store's SQLite file; default ``<state_dir>/store.db``."""
+    sync: Literal["normal", "full"] = "normal"
+    """``normal``: every stored entry survives a crash or SIGKILL of the daemon; an OS crash
+    or power cut may lose the last fraction of a second. ``full``: an fsync per commit, also
+    power-safe, slower on slow flash (measured in ``bench/bench_store.py``)."""
+    defaults: StreamSettings = StreamSettings()
+    """Limits of every stream not named in ``streams``."""
+    streams: dict[str, StreamSettings] = Field(default_factory=dict)
+    """Per-stream limits by name: ``answers`` (MQTT answers while the broker is away),
+    ``events`` (every adapter event on its way to MQTT), ``cloud`` (deferred cloud
+    fallbacks). An unknown name is refused at start."""
+    drain_rate: float = Field(default=200.0, gt=0)
+    """Stored entries published per second at most while draining a backlog, so a drain
+    never starves live answers of the link."""
+    drain_window: int = Field(default=32, ge=1, le=65535)
+    """Stored entries sent and not yet acknowledged by the broker at most (in-flight
+    window of the drain)."""
+
+    def limits_of(self, stream: str) -> StreamSettings:
+        return self.streams.get(stream, self.defaults)
+
+
 class TrustSettings(_Section):
     expiry: Literal["stop", "warn"] = "warn"
     """What an installed bundle does once its manifest's ``expires`` has passed (checked at
@@ -255,6 +296,8 @@ class Settings(BaseSettings):
     """Daemon-wide ceilings on every manifest's limits."""
     cloud: CloudSettings = CloudSettings()
     """Cloud fallback endpoint."""
+    store: StoreSettings = StoreSettings()
+    """Store-and-forward on disk: what waits for the broker or the cloud to come back."""
     trust: TrustSettings = TrustSettings()
     """Bundle trust policy (the trust file itself is ``paths.trust_file``)."""
     log: LogSettings = LogSettings()

@@ -1,0 +1,1 @@
+"""In the field: the durable store-and-forward queue and what drains it."""
