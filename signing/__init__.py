@@ -14,6 +14,7 @@ from wasmgate.signing.archive import ArchiveReader, Member, write_archive
 from wasmgate.signing.build import build_bundle, parse_duration
 from wasmgate.signing.envelope import (
     BUNDLE_PAYLOAD_TYPE,
+    FLEET_PAYLOAD_TYPE,
     TRUST_PAYLOAD_TYPE,
     Envelope,
     Signature,
@@ -31,6 +32,13 @@ from wasmgate.signing.errors import (
     ExpiredError,
     FileHashError,
     FileSizeError,
+    FleetDocError,
+    FleetDowngradeError,
+    FleetExpiredError,
+    FleetFormatError,
+    FleetReplayError,
+    FleetScopeError,
+    FleetSignatureError,
     FutureIssuedError,
     KeyExistsError,
     KeyFileError,
@@ -58,6 +66,15 @@ from wasmgate.signing.errors import (
     UnsafeMemberError,
     UntrustedKeyError,
     VersionConflictError,
+)
+from wasmgate.signing.fleetdoc import (
+    DesiredBundle,
+    Downgrade,
+    FleetDoc,
+    Target,
+    parse_fleet,
+    sign_fleet,
+    verify_fleet,
 )
 from wasmgate.signing.keys import (
     decode_public,
@@ -87,11 +104,12 @@ from wasmgate.signing.manifest import (
 from wasmgate.signing.state import StateDoc, StateFile
 from wasmgate.signing.store import BundleStore, InstalledBundle, StagedInstall
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.trustdoc import SignerEntry, TrustDoc, sign_trust
+from wasmgate.signing.trustdoc import FleetSection, SignerEntry, TrustDoc, sign_trust
 from wasmgate.signing.verify import BundleInfo, VerifiedBundle, inspect_bundle, verify_bundle
 
 __all__ = [
     "BUNDLE_PAYLOAD_TYPE",
+    "FLEET_PAYLOAD_TYPE",
     "TRUST_PAYLOAD_TYPE",
     "AdapterEntry",
     "ArchiveReader",
@@ -103,6 +121,8 @@ __all__ = [
     "BundleInfo",
     "BundleStore",
     "BundleTooLargeError",
+    "DesiredBundle",
+    "Downgrade",
     "DuplicateMemberError",
     "Envelope",
     "ExpiredError",
@@ -110,6 +130,15 @@ __all__ = [
     "FileEntry",
     "FileHashError",
     "FileSizeError",
+    "FleetDoc",
+    "FleetDocError",
+    "FleetDowngradeError",
+    "FleetExpiredError",
+    "FleetFormatError",
+    "FleetReplayError",
+    "FleetScopeError",
+    "FleetSection",
+    "FleetSignatureError",
     "FutureIssuedError",
     "InstalledBundle",
     "KeyExistsError",
@@ -140,6 +169,7 @@ __all__ = [
     "StateDoc",
     "StateFile",
     "StoreIOError",
+    "Target",
     "Targets",
     "TensorSig",
     "TruncatedArchiveError",
@@ -164,11 +194,14 @@ __all__ = [
     "load_public_key",
     "pae",
     "parse_duration",
+    "parse_fleet",
     "parse_manifest",
     "read_private_key",
     "sign",
+    "sign_fleet",
     "sign_trust",
     "verify_bundle",
+    "verify_fleet",
     "verify_signature",
     "write_archive",
     "write_private_key",

@@ -4,7 +4,7 @@ Invariants:
 - What is signed is ``PAE(payload_type, payload)`` =
   ``b"DSSEv1 %d %s %d %s" % (len(type), type, len(payload), payload)`` over the *exact*
   payload bytes: no JSON canonicalisation, and a bundle-manifest signature can never verify
-  as a trust-file signature (or the reverse) because the payload types differ.
+  as a trust-file or fleet-document signature (or the reverse): the payload types differ.
 - A key counts at most once towards a threshold, however often its signature appears.
 - JSON read here refuses duplicate keys, NaN/Infinity, and non-object top levels.
 """
@@ -24,6 +24,7 @@ from wasmgate.signing.keys import key_id_of
 
 BUNDLE_PAYLOAD_TYPE = "application/vnd.wasmgate.bundle-manifest+json"
 TRUST_PAYLOAD_TYPE = "application/vnd.wasmgate.trust+json"
+FLEET_PAYLOAD_TYPE = "application/vnd.wasmgate.fleet+json"
 MAX_SIGNATURES = 16
 HEX64 = r"^[0-9a-f]{64}$"
 

@@ -120,6 +120,15 @@ class RollbackError(BundleError):
     """The version is lower than the highest installed version of this name."""
 
 
+class FleetDowngradeError(RollbackError):
+    """A fleet install of a lower version that no signed ``Downgrade`` of its document permits.
+
+    A :class:`RollbackError`, so every caller that handles rollbacks handles it; the name
+    says that the fleet asked for it (only installs that carry a fleet document's
+    permissions raise it; a local install of an old file stays a plain rollback).
+    """
+
+
 class VersionConflictError(BundleError):
     """Same name and version as an installed bundle, but different content."""
 
@@ -145,6 +154,33 @@ class TrustRollbackError(TrustError):
 
 class TrustExpiredError(TrustError):
     """A root-signed trust file has expired."""
+
+
+# --- fleet documents (signed desired state, ``fleetdoc.py``) ----------------------------
+
+
+class FleetDocError(SigningError):
+    """Base of the refusals of a signed fleet document; the document changes nothing."""
+
+
+class FleetFormatError(FleetDocError):
+    """Not a fleet document: bad JSON (duplicate keys, NaN, too big or deep) or schema."""
+
+
+class FleetSignatureError(FleetDocError):
+    """Fewer than the fleet role's threshold of valid signatures by fleet keys."""
+
+
+class FleetReplayError(FleetDocError):
+    """The serial is not above the last applied one (a replayed or reordered document)."""
+
+
+class FleetExpiredError(FleetDocError):
+    """The document's ``expires`` is not after now."""
+
+
+class FleetScopeError(FleetDocError):
+    """A bundle or downgrade name lies outside the fleet role's ``names`` patterns."""
 
 
 # --- state and blobs -----------------------------------------------------------------------

@@ -35,10 +35,19 @@ def claimed_names(manifest: Manifest) -> list[tuple[str, str]]:
     return claims
 
 
+def matches(name: str, patterns: Sequence[str]) -> bool:
+    """True if ``name`` matches one of ``patterns`` (fnmatch, case-sensitive).
+
+    The one matching rule of every name scope: bundle signers here, the fleet role's
+    ``names`` in ``fleetdoc.py``.
+    """
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
 def check_scope(manifest: Manifest, key_id: str, patterns: Sequence[str]) -> None:
     """Raise :class:`KeyScopeError` naming the first claimed name no pattern matches."""
     for field, name in claimed_names(manifest):
-        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+        if not matches(name, patterns):
             raise KeyScopeError(
                 manifest.label(),
                 f"key {key_id} may sign only {list(patterns)}, not {field} {name!r}",

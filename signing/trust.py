@@ -47,7 +47,7 @@ from wasmgate.signing.keys import decode_public, encode_public, key_id_of
 from wasmgate.signing.manifest import Manifest
 from wasmgate.signing.scope import check_scope
 from wasmgate.signing.state import atomic_write
-from wasmgate.signing.trustdoc import TrustDoc, parse_doc, verify_threshold
+from wasmgate.signing.trustdoc import FleetSection, TrustDoc, parse_doc, verify_threshold
 
 PIN_FILE = "trust.pinned.json"
 MAX_TRUST_BYTES = 1024 * 1024
@@ -183,6 +183,18 @@ class TrustStore:
         if digest in self.doc.revoked.bundles:
             raise RevokedBundleError(label, f"manifest digest {digest} is revoked")
 
+    # --- the fleet role (signed desired state, ``fleetdoc.py``) ---------------------------
+
+    def fleet_role(self) -> FleetSection | None:
+        """The ``fleet`` section, honoured only in a root-signed trust file (else None)."""
+        return self.doc.fleet if self.signed else None
+
+    def fleet_keys(self) -> dict[str, nacl.signing.VerifyKey]:
+        """The unrevoked keys of the honoured fleet role by key id (empty without one)."""
+        role = self.fleet_role()
+        keys = role.keys.items() if role else ()
+        return {k: decode_public(v) for k, v in keys if k not in self.doc.revoked.keys}
+
     # --- editing (unsigned trust files only) ---------------------------------------------
 
     def _edited(self, **update: object) -> TrustStore:
@@ -208,6 +220,23 @@ class TrustStore:
         entry |= {"comment": comment} if comment else {}
         signers = self.doc.model_dump(mode="json")["signers"] | {key_id_of(public): entry}
         return self._edited(signers=signers)
+
+    def with_fleet_key(self, public: nacl.signing.VerifyKey, names: list[str]) -> TrustStore:
+        """A copy whose fleet role also holds ``public`` and also allows ``names``.
+
+        The names are the role's (one list for all its keys, like the root threshold); the
+        threshold is kept (1 for a new role). Only a trust document with a ``root`` section
+        (a draft for ``trust sign``) accepts a fleet role.
+        """
+        if self.doc.root is None:
+            raise TrustFileError(
+                "the fleet role is accepted only in a root-signed trust file: edit the trust "
+                "document that has the 'root' section, then sign it with `wasmgate trust sign`"
+            )
+        fleet = self.doc.model_dump(mode="json").get("fleet") or {"keys": {}, "names": []}
+        fleet["keys"] |= {key_id_of(public): encode_public(public)}
+        fleet["names"] += [n for n in names if n not in fleet["names"]]
+        return self._edited(fleet=fleet)
 
     def with_revoked(self, *, key_id: str | None = None, digest: str | None = None) -> TrustStore:
         """A copy with ``key_id`` and/or bundle manifest ``digest`` revoked."""

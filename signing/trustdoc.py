@@ -4,6 +4,10 @@ Invariants:
 - Unknown fields are refused; every key id equals the SHA-256 of its public key.
 - A root threshold never exceeds the number of root keys.
 - Trust signatures use the trust payload type, so they can never pass as bundle signatures.
+- The ``fleet`` role (keys that sign fleet documents, see ``fleetdoc.py``) is allowed only
+  in a document with a ``root`` section and is honoured only once that document is
+  root-signed (``TrustStore.fleet_keys``): a gateway's local, unsigned trust file can never
+  hand an attacker the power to pick what the gateway installs.
 """
 
 from __future__ import annotations
@@ -21,7 +25,12 @@ from wasmgate.signing.envelope import (
     count_valid,
     sign,
 )
-from wasmgate.signing.errors import KeyFileError, TrustFileError, TrustSignatureError
+from wasmgate.signing.errors import (
+    KeyFileError,
+    SigningError,
+    TrustFileError,
+    TrustSignatureError,
+)
 from wasmgate.signing.keys import decode_public, key_id_of
 
 TRUST_FORMAT = "wasmgate-trust/1"
@@ -53,6 +62,15 @@ class RootSection(_Strict):
     threshold: int = Field(ge=1)
 
 
+class FleetSection(_Strict):
+    """The fleet role: keys that sign fleet documents, k-of-n, and the bundle names they
+    may ask for (fnmatch patterns, the same matching as signer scopes)."""
+
+    keys: dict[KeyId, str] = Field(min_length=1, max_length=32)
+    threshold: int = Field(default=1, ge=1)
+    names: list[Pattern] = Field(min_length=1, max_length=64)
+
+
 class Revoked(_Strict):
     """Revoked signer key ids and revoked bundle manifest digests."""
 
@@ -70,6 +88,8 @@ class TrustDoc(_Strict):
     """Root-signed files only: sets the daemon's clock floor (also lower, to repair one
     pushed too far ahead) the first time this trust version is applied."""
     root: RootSection | None = None
+    fleet: FleetSection | None = None
+    """Root-signed files only: the keys that may sign fleet documents (``fleetdoc.py``)."""
     signers: dict[KeyId, SignerEntry] = Field(default_factory=dict, max_length=1024)
     revoked: Revoked = Field(default_factory=Revoked)
 
@@ -77,6 +97,7 @@ class TrustDoc(_Strict):
     def _check(self) -> Self:
         pairs = [(k, s.public) for k, s in self.signers.items()]
         pairs += list(self.root.keys.items()) if self.root else []
+        pairs += list(self.fleet.keys.items()) if self.fleet else []
         for kid, public in pairs:
             try:
                 actual = key_id_of(decode_public(public))
@@ -88,6 +109,11 @@ class TrustDoc(_Strict):
             raise ValueError("root threshold is larger than the number of root keys")
         if self.clock_floor is not None and self.root is None:
             raise ValueError("clock_floor is honoured only in a root-signed trust file")
+        if self.fleet is not None:
+            if self.root is None:
+                raise ValueError("the fleet role is accepted only in a root-signed trust file")
+            if self.fleet.threshold > len(self.fleet.keys):
+                raise ValueError("fleet threshold is larger than the number of fleet keys")
         return self
 
     def root_keys(self) -> dict[str, nacl.signing.VerifyKey]:
@@ -110,11 +136,24 @@ def parse_doc(data: bytes, source: str) -> TrustDoc:
 
 
 def verify_threshold(
-    doc_bytes: bytes, env: Envelope, keys: dict[str, nacl.signing.VerifyKey], k: int, who: str
-) -> None:
-    good = count_valid(keys, TRUST_PAYLOAD_TYPE, doc_bytes, env)
+    doc_bytes: bytes,
+    env: Envelope,
+    keys: dict[str, nacl.signing.VerifyKey],
+    k: int,
+    who: str,
+    *,
+    role: str = "root",
+    payload_type: str = TRUST_PAYLOAD_TYPE,
+    error: type[SigningError] = TrustSignatureError,
+) -> set[str]:
+    """Key ids of ``keys`` that validly signed ``doc_bytes`` under ``payload_type``; raise
+    ``error`` unless there are at least ``k`` (each key counts once)."""
+    good = count_valid(keys, payload_type, doc_bytes, env)
     if len(good) < k:
-        raise TrustSignatureError(f"{who}: {len(good)} valid root signature(s), need {k}")
+        strangers = sorted({s.key_id[:16] for s in env.signatures} - set(keys))
+        extra = f" (not {role} keys: {', '.join(strangers)})" if strangers else ""
+        raise error(f"{who}: {len(good)} valid {role} signature(s), need {k}{extra}")
+    return good
 
 
 def sign_trust(doc: TrustDoc, keys: list[nacl.signing.SigningKey]) -> bytes:

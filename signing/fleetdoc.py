@@ -1,0 +1,214 @@
+"""Fleet documents: the signed desired state of a group of gateways (or of named gateways).
+
+A fleet document says which bundles (name, version, OCI reference by digest, optional
+staged share) the targeted gateways should run, until when it is valid (``expires``), and
+its ``serial``. It travels as a signature envelope (``envelope.py``) with payload type
+:data:`~wasmgate.signing.envelope.FLEET_PAYLOAD_TYPE`, signed by keys of the ``fleet`` role
+of the root-signed trust file (``trustdoc.FleetSection``): k-of-n like the root role.
+
+Invariants (checked by :func:`verify_fleet`, in this order; each refusal is its own
+:class:`~wasmgate.signing.errors.FleetDocError` and changes nothing):
+- Size cap, then strict envelope JSON (no duplicate keys, NaN/Infinity, deep nesting).
+- Signatures first: a threshold of distinct, unrevoked fleet keys must have signed
+  ``PAE(FLEET_PAYLOAD_TYPE, payload)``; nothing in the payload is parsed before. A trust-file
+  or bundle signature can never count (other payload type), nor can a root or signer key
+  that is not also a fleet key.
+- Strict schema (unknown fields refused); then serial strictly above the last applied one
+  (replay), not expired, every bundle and downgrade name inside the role's ``names``.
+- A ``Downgrade`` is the only thing that lets a store install a lower version of a name
+  (``BundleStore.stage(..., downgrades=doc.downgrades)``); it names the exact version, and
+  that version must be the one the document asks for.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Annotated, Literal, Self
+
+import nacl.signing
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from wasmgate.signing.envelope import (
+    FLEET_PAYLOAD_TYPE,
+    Envelope,
+    EnvelopeFormatError,
+    loads_strict,
+    parse_envelope,
+    sign,
+)
+from wasmgate.signing.errors import (
+    FleetExpiredError,
+    FleetFormatError,
+    FleetReplayError,
+    FleetScopeError,
+    FleetSignatureError,
+)
+from wasmgate.signing.manifest import NAME_RE
+from wasmgate.signing.scope import matches
+from wasmgate.signing.trust import TrustStore
+from wasmgate.signing.trustdoc import verify_threshold
+
+FLEET_FORMAT: Literal["wasmgate-fleet/1"] = "wasmgate-fleet/1"
+MAX_FLEET_BYTES = 1024 * 1024
+MAX_SERIAL = 2**63 - 1
+REF_RE = (
+    r"^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:[0-9]{1,5})?"
+    r"/[a-z0-9]+([._/-]+[a-z0-9]+)*@sha256:[0-9a-f]{64}$"
+)
+"""``HOST[:PORT]/REPO@sha256:<manifest digest>``: always pinned by digest, never a tag."""
+TOPIC_LEVEL_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""A group or gateway id: one MQTT topic level, so never ``/``, ``+``, ``#`` or empty."""
+BundleName = Annotated[str, Field(pattern=NAME_RE)]
+TopicLevel = Annotated[str, Field(pattern=TOPIC_LEVEL_RE)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DesiredBundle(_Strict):
+    """One wanted bundle: exact version, where to pull it, optional staged share (1-99 %)."""
+
+    name: BundleName
+    version: int = Field(ge=0, le=2**53)
+    ref: str = Field(pattern=REF_RE, max_length=512)
+    staged_percent: int | None = Field(default=None, ge=1, le=99)
+
+
+class Downgrade(_Strict):
+    """Permission to install exactly ``version`` of ``name`` below its anti-rollback floor."""
+
+    name: BundleName
+    version: int = Field(ge=0, le=2**53)
+
+
+class Target(_Strict):
+    """Who the document is for: a gateway group or a list of gateway ids (exactly one)."""
+
+    group: TopicLevel | None = None
+    gateways: list[TopicLevel] | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.group is None) == (self.gateways is None):
+            raise ValueError("give exactly one of target.group and target.gateways")
+        if self.gateways is not None and len(set(self.gateways)) != len(self.gateways):
+            raise ValueError("target.gateways lists a gateway twice")
+        return self
+
+
+class FleetDoc(_Strict):
+    """The desired state (the payload of a signed fleet document)."""
+
+    format: Literal["wasmgate-fleet/1"] = FLEET_FORMAT
+    serial: int = Field(ge=1, le=MAX_SERIAL)
+    issued: AwareDatetime
+    expires: AwareDatetime
+    target: Target
+    bundles: list[DesiredBundle] = Field(max_length=256)
+    downgrades: list[Downgrade] = Field(default_factory=list, max_length=256)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.expires <= self.issued:
+            raise ValueError("expires is not after issued")
+        names = [b.name for b in self.bundles]
+        if len(set(names)) != len(names):
+            raise ValueError("a bundle name appears twice in bundles")
+        if len({d.name for d in self.downgrades}) != len(self.downgrades):
+            raise ValueError("a bundle name appears twice in downgrades")
+        wanted = {(b.name, b.version) for b in self.bundles}
+        for d in self.downgrades:
+            # A permission for a version the document does not ask for would sit unused
+            # until some later install matched it by accident: refuse it outright.
+            if (d.name, d.version) not in wanted:
+                raise ValueError(f"downgrade {d.name}@{d.version} is not among the bundles")
+        return self
+
+    def names(self) -> list[tuple[str, str]]:
+        """Every (field, bundle name) the document asks for, for the scope check.
+
+        Downgrades first: a downgrade's name is also a bundle's, and the error should say
+        that the stronger power (lowering a floor) was asked for outside the scope.
+        """
+        out = [(f"downgrades[{i}]", d.name) for i, d in enumerate(self.downgrades)]
+        return out + [(f"bundles[{i}]", b.name) for i, b in enumerate(self.bundles)]
+
+    def to_json(self) -> bytes:
+        """Serialise (stable field order; None fields left out)."""
+        return self.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+
+
+def sign_fleet(doc: FleetDoc, keys: list[nacl.signing.SigningKey]) -> bytes:
+    """The signed fleet document (envelope JSON) for ``doc``, signed by every key of ``keys``."""
+    payload = doc.to_json()
+    sigs = [sign(k, FLEET_PAYLOAD_TYPE, payload) for k in keys]
+    b64 = base64.b64encode(payload).decode()
+    return Envelope(payload_type=FLEET_PAYLOAD_TYPE, payload=b64, signatures=sigs).to_json()
+
+
+def _envelope(data: bytes) -> tuple[Envelope, bytes]:
+    if len(data) > MAX_FLEET_BYTES:
+        raise FleetFormatError(f"fleet document: {len(data)} bytes, cap is {MAX_FLEET_BYTES}")
+    try:
+        env = parse_envelope(data)
+        payload = env.payload_bytes()
+    except EnvelopeFormatError as e:
+        raise FleetFormatError(f"fleet document: {e}") from e
+    if env.payload_type != FLEET_PAYLOAD_TYPE:
+        raise FleetSignatureError(
+            f"fleet document: payload type {env.payload_type!r} is not {FLEET_PAYLOAD_TYPE!r}"
+        )
+    return env, payload
+
+
+def _authenticate(env: Envelope, payload: bytes, trust: TrustStore) -> set[str]:
+    role = trust.fleet_role()
+    if role is None:
+        raise FleetSignatureError(
+            "fleet document: the trust store has no fleet role (a root-signed trust file "
+            "with a 'fleet' section)"
+        )
+    return verify_threshold(
+        payload, env, trust.fleet_keys(), role.threshold, "fleet document",
+        role="fleet", payload_type=FLEET_PAYLOAD_TYPE, error=FleetSignatureError,
+    )  # fmt: skip
+
+
+def parse_fleet(payload: bytes) -> FleetDoc:
+    """Parse a fleet document payload strictly; :class:`FleetFormatError` says what is wrong."""
+    try:
+        loads_strict(payload)  # duplicate keys and NaN, which the pydantic parser lets by
+        return FleetDoc.model_validate_json(payload)
+    except EnvelopeFormatError as e:
+        raise FleetFormatError(f"fleet document: {e}") from e
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "document"
+        raise FleetFormatError(f"fleet document: {where}: {first['msg']}") from e
+
+
+def verify_fleet(
+    data: bytes, trust: TrustStore, *, last_serial: int | None, now: datetime
+) -> FleetDoc:
+    """The fleet document in ``data`` once every check of the module docstring passed.
+
+    ``last_serial`` is the serial of the last applied document (None if none yet).
+    """
+    env, payload = _envelope(data)
+    _authenticate(env, payload, trust)
+    doc = parse_fleet(payload)
+    label = f"fleet document serial {doc.serial}"
+    if last_serial is not None and doc.serial <= last_serial:
+        raise FleetReplayError(f"{label}: not above the last applied serial {last_serial}")
+    if doc.expires <= now:
+        raise FleetExpiredError(f"{label}: expired at {doc.expires.isoformat()}")
+    role = trust.fleet_role()
+    patterns = role.names if role else []
+    for field, name in doc.names():
+        if not matches(name, patterns):
+            raise FleetScopeError(
+                f"{label}: {field} {name!r} is outside the fleet role's names {patterns}"
+            )
+    return doc
