@@ -14,9 +14,32 @@ The CLI talks only to the broker and the registry, never to a daemon directly.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from datetime import timedelta
 from pathlib import Path
 
-from wasmgate.runtime.cli._common import EXIT_USAGE, CliError, SubParsers, plain_text
+from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the test extras
+
+from wasmgate.runtime.cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    SubParsers,
+    plain_text,
+    say,
+)
+from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
+from wasmgate.runtime.fleet.driver import Rollout, RolloutPlan, RolloutRefused, RolloutResult
+from wasmgate.runtime.fleet.opclient import (
+    BrokerError,
+    BrokerSettings,
+    OperatorClient,
+    parse_broker,
+)
+from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
+from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
 
 DEFAULT_PREFIX = "wasmgate/v1"
 
@@ -61,6 +84,7 @@ def _register_rollout(actions: SubParsers[argparse.ArgumentParser]) -> None:
     roll.add_argument("--wave-timeout", type=float, default=600.0, metavar="SECONDS")
     roll.add_argument("--expires", type=float, default=30 * 86400.0, metavar="SECONDS")
     roll.add_argument("--insecure", action="store_true", help="Plain-HTTP registry (loopback).")
+    add_passphrase_args(roll)
     roll.set_defaults(func=_rollout)
 
 
@@ -75,9 +99,76 @@ def _register_status(actions: SubParsers[argparse.ArgumentParser]) -> None:
     status.set_defaults(func=_status)
 
 
-def _rollout(_args: argparse.Namespace) -> int:
-    raise CliError("not implemented yet", EXIT_USAGE)
+def _client(args: argparse.Namespace) -> OperatorClient:
+    try:
+        host, port = parse_broker(args.broker)
+    except ValueError as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    tls = args.tls or args.ca is not None
+    return OperatorClient(BrokerSettings(host, port, args.username, args.password, tls, args.ca))
 
 
-def _status(_args: argparse.Namespace) -> int:
-    raise CliError("not implemented yet", EXIT_USAGE)
+def _plan(args: argparse.Namespace, new: Wanted) -> RolloutPlan:
+    try:
+        waves = parse_waves(args.waves)
+        abort = parse_size(args.abort_failed, what="--abort-failed")
+    except RolloutUsageError as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    if args.min_done < 0 or not 0 < args.wave_timeout <= 7 * 86400 or args.expires <= 0:
+        raise CliError("--min-done, --wave-timeout and --expires must be positive", EXIT_USAGE)
+    return RolloutPlan(
+        args.group, new, waves, abort, args.min_done, args.wave_timeout,
+        timedelta(seconds=args.expires),
+    )  # fmt: skip
+
+
+def resolve_bundle(ref: str, *, insecure: bool) -> Wanted:
+    """Name, version and pinned reference of the bundle artifact ``ref`` names."""
+    del ref, insecure
+    raise CliError("fleet rollout needs the registry client (wasmgate.runtime.fleet.oci)", 2)
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    keys = [load_signing_key(path, args) for path in args.key]
+    new = resolve_bundle(args.ref, insecure=args.insecure)
+    plan = _plan(args, new)
+    say(f"rolling out {new.name} v{new.version} ({new.ref}) to group {plan.group}")
+    try:
+        with _client(args) as client, tqdm(unit="gw", file=sys.stderr, disable=None) as bar:
+            rollout = Rollout(client, args.prefix, keys, progress=lambda _row: bar.update())
+            result = rollout.run(plan, on_start=bar.reset)
+    except (BrokerError, RolloutRefused) as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    print(rollout_table(result))
+    if result.aborted_at is not None:
+        say(f"aborted in wave {result.aborted_at}: the gateways that moved were sent back")
+        return EXIT_FAILURE
+    if not result.applied_everywhere:
+        say("finished, but not every gateway applied the new version")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def rollout_table(result: RolloutResult) -> str:
+    """The final table: one row per gateway."""
+    rows = [
+        [r.gateway, str(r.wave), r.state, "-" if r.version is None else f"v{r.version}",
+         (r.error or "").replace("\n", " ")[:120]]
+        for r in result.rows
+    ]  # fmt: skip
+    return render_table(["gateway", "wave", "state", "version", "error"], rows)
+
+
+def _status(args: argparse.Namespace) -> int:
+    filters = [f"{args.prefix}/+/deployment", f"{args.prefix}/+/desired"]
+    filters.append(f"{args.prefix}/fleet/+/desired")
+    try:
+        with _client(args) as client:
+            view = split_topics(args.prefix, client.collect(filters, args.wait))
+    except BrokerError as e:
+        raise CliError(str(e)) from e
+    if args.json:
+        print(json.dumps(status_json(view, args.group), indent=2))
+    else:
+        print(status_table(view, args.group))
+    return EXIT_OK

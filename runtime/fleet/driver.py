@@ -1,0 +1,294 @@
+"""The rollout as it talks to the broker: per-gateway documents, waits, abort and rollback.
+
+The rules live in `rollout.py` (pure); this module does the I/O around them:
+
+1. Read the retained reports (``<prefix>/+/deployment``) and desired documents; the group's
+   gateways are the reports that list the group. Each gateway's *previous* state is the
+   document that applies to it now (its own, else the group's), which must carry a valid
+   signature of one of the operator's keys: the CLI re-signs that bundle set on a rollback
+   and must never launder a document someone else planted on the broker.
+2. Wave by wave: publish ``<prefix>/<gw>/desired`` (target ``gateways: [gw]``) with the new
+   bundle in place of the old one, then wait until every gateway of the wave reported that
+   serial with a final state, refused it, or the wave timeout passed.
+3. Abort: every gateway that received the new document gets a newer one with its previous
+   bundle set and a downgrade permission for the rolled-back bundle; later waves are never
+   touched. Success: the group document, then the per-gateway documents are cleared (the
+   gateways fall back to the group document, which asks for the same bundles).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import nacl.signing
+
+from wasmgate.runtime.fleet.opclient import OperatorClient
+from wasmgate.runtime.fleet.rollout import (
+    Outcome,
+    Size,
+    Wanted,
+    downgrades_for,
+    next_serial,
+    plan_waves,
+    should_abort,
+    with_bundle,
+)
+from wasmgate.runtime.fleet.status import (
+    FINAL,
+    Desired,
+    FleetView,
+    Report,
+    parse_report,
+    split_topics,
+)
+from wasmgate.signing.envelope import FLEET_PAYLOAD_TYPE, count_valid, parse_envelope
+from wasmgate.signing.fleetdoc import DesiredBundle, Downgrade, FleetDoc, Target, sign_fleet
+from wasmgate.signing.keys import key_id_of
+
+_COLLECT_S = 10.0
+
+
+class RolloutRefused(Exception):
+    """The rollout cannot start (no gateway, untrusted previous state); nothing was sent."""
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What the operator asked for."""
+
+    group: str
+    new: Wanted
+    waves: Sequence[Size]
+    abort_failed: Size
+    min_done: int
+    wave_timeout: float
+    lifetime: timedelta = timedelta(days=30)
+
+
+@dataclass
+class Row:
+    """One line of the final table."""
+
+    gateway: str
+    wave: int
+    state: str = "untouched"
+    version: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class RolloutResult:
+    rows: list[Row]
+    aborted_at: int | None = None  # wave number (1-based) that tripped the abort
+    serials: list[int] = field(default_factory=list)
+
+    @property
+    def applied_everywhere(self) -> bool:
+        return self.aborted_at is None and all(r.state == "applied" for r in self.rows)
+
+
+Progress = Callable[[Row], None]
+"""Called once per gateway when it finished a wave (the CLI's progress bar)."""
+
+
+class Rollout:
+    """One ``fleet rollout`` run over an open `OperatorClient`."""
+
+    def __init__(
+        self,
+        client: OperatorClient,
+        prefix: str,
+        keys: list[nacl.signing.SigningKey],
+        progress: Progress | None = None,
+    ) -> None:
+        self._client = client
+        self._root = prefix.rstrip("/")
+        self._keys = keys
+        self._progress = progress or (lambda _row: None)
+        self._parsed: dict[str, tuple[bytes, Report | None]] = {}
+
+    def run(self, plan: RolloutPlan, on_start: Callable[[int], object] = id) -> RolloutResult:
+        """Roll ``plan`` out; ``on_start(gateway count)`` once the group is known."""
+        view = self._read(plan.group)
+        members = [r.gateway for r in view.members(plan.group)]
+        if not members:
+            raise RolloutRefused(f"no gateway reports group {plan.group!r} under {self._root}/")
+        previous = {r.gateway: self._trusted(view.desired_for(r)) for r in view.members(plan.group)}
+        waves = plan_waves(members, plan.waves)
+        on_start(len(members))
+        rows = {gw: Row(gw, i + 1) for i, wave in enumerate(waves) for gw in wave}
+        result = RolloutResult(list(rows.values()))
+        serial = self._serial(view)
+        outcomes: dict[str, Outcome] = {}
+        for number, wave in enumerate(waves, start=1):
+            self._publish(wave, serial, plan, lambda gw: with_bundle(previous[gw], plan.new))
+            outcomes |= self._await(wave, serial, plan, rows, final=True)
+            if should_abort(outcomes, plan.abort_failed, plan.min_done):
+                result.aborted_at = number
+                moved = [gw for w in waves[:number] for gw in w]
+                result.serials = [serial, self._rollback(moved, previous, plan, rows)]
+                return result
+        group_prev = self._trusted(view.group_docs.get(plan.group))
+        result.serials = [serial, self._finish(members, group_prev, plan)]
+        return result
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _read(self, group: str) -> FleetView:
+        filters = [f"{self._root}/+/deployment", f"{self._root}/+/desired"]
+        filters.append(f"{self._root}/fleet/{group}/desired")
+        return split_topics(self._root, self._client.collect(filters, _COLLECT_S))
+
+    def _trusted(self, desired: Desired | None) -> list[Wanted]:
+        """The bundle set of a retained document, once one of our keys' signatures checks."""
+        if desired is None:
+            return []
+        env = parse_envelope(desired.raw)
+        ours = {key_id_of(k.verify_key): k.verify_key for k in self._keys}
+        if not count_valid(ours, FLEET_PAYLOAD_TYPE, env.payload_bytes(), env):
+            raise RolloutRefused(
+                f"the desired document serial {desired.doc.serial} now on the broker is not "
+                "signed by any --key given: the rollout would re-sign a bundle set it cannot "
+                "vouch for (give the key that signed it, or publish a fresh document first)"
+            )
+        return [Wanted(b.name, b.version, b.ref) for b in desired.doc.bundles]
+
+    def _serial(self, view: FleetView) -> int:
+        reports = list(view.reports.values())
+        seen: list[int | None] = [r.serial for r in reports]
+        seen += [r.refused.serial for r in reports if r.refused is not None]
+        seen += [d.doc.serial for d in [*view.group_docs.values(), *view.gateway_docs.values()]]
+        return next_serial(int(time.time() * 1000), seen)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _doc(
+        self,
+        serial: int,
+        target: Target,
+        bundles: Iterable[Wanted],
+        lifetime: timedelta,
+        downgrades: Iterable[tuple[str, int]],
+    ) -> bytes:
+        now = datetime.now(UTC).replace(microsecond=0)
+        doc = FleetDoc(
+            serial=serial,
+            issued=now,
+            expires=now + lifetime,
+            target=target,
+            bundles=[DesiredBundle(name=w.name, version=w.version, ref=w.ref) for w in bundles],
+            downgrades=[Downgrade(name=n, version=v) for n, v in downgrades],
+        )
+        return sign_fleet(doc, self._keys)
+
+    def _publish(
+        self,
+        gateways: Iterable[str],
+        serial: int,
+        plan: RolloutPlan,
+        bundles: Callable[[str], list[Wanted]],
+        downgrades: Callable[[str], list[tuple[str, int]]] = lambda _: [],
+    ) -> None:
+        for gw in gateways:
+            target = Target(gateways=[gw])
+            data = self._doc(serial, target, bundles(gw), plan.lifetime, downgrades(gw))
+            self._client.publish(f"{self._root}/{gw}/desired", data)
+
+    def _rollback(
+        self,
+        moved: list[str],
+        previous: dict[str, list[Wanted]],
+        plan: RolloutPlan,
+        rows: dict[str, Row],
+    ) -> int:
+        serial = self._serial(split_topics(self._root, self._client.snapshot()))
+        self._publish(
+            moved, serial, plan, lambda gw: previous[gw],
+            lambda gw: downgrades_for(previous[gw], plan.new),
+        )  # fmt: skip
+        self._await(moved, serial, plan, rows, final=False)
+        return serial
+
+    def _finish(self, members: list[str], group_prev: list[Wanted], plan: RolloutPlan) -> int:
+        serial = self._serial(split_topics(self._root, self._client.snapshot()))
+        bundles = with_bundle(group_prev, plan.new)
+        data = self._doc(serial, Target(group=plan.group), bundles, plan.lifetime, [])
+        self._client.publish(f"{self._root}/fleet/{plan.group}/desired", data)
+        for gw in members:
+            self._client.publish(f"{self._root}/{gw}/desired", b"")
+        return serial
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def _report(self, gw: str, messages: dict[str, bytes]) -> Report | None:
+        """The gateway's latest report, parsed once per payload."""
+        payload = messages.get(f"{self._root}/{gw}/deployment", b"")
+        cached = self._parsed.get(gw)
+        if cached is None or cached[0] is not payload:
+            cached = (payload, parse_report(payload))
+            self._parsed[gw] = cached
+        return cached[1]
+
+    def _await(
+        self,
+        gateways: list[str],
+        serial: int,
+        plan: RolloutPlan,
+        rows: dict[str, Row],
+        *,
+        final: bool,
+    ) -> dict[str, Outcome]:
+        """Wait for the gateways' verdicts on ``serial``; fills ``rows`` as each finishes."""
+        pending = set(gateways)
+        outcomes: dict[str, Outcome] = {}
+
+        def settle(messages: dict[str, bytes]) -> bool:
+            for gw in list(pending):
+                report = self._report(gw, messages)
+                outcome = _verdict(report, serial, plan.new if final else None, rows[gw])
+                if outcome is not None:
+                    pending.discard(gw)
+                    outcomes[gw] = outcome
+                    _label(rows[gw], outcome, rollout=final)
+                    self._progress(rows[gw])
+            return not pending
+
+        self._client.wait_for(settle, plan.wave_timeout)
+        for gw in sorted(pending):  # a late gateway is a failed one (the rules say so)
+            outcomes[gw] = Outcome.TIMEOUT
+            rows[gw].error = rows[gw].error or f"no report for serial {serial} in time"
+            _label(rows[gw], Outcome.TIMEOUT, rollout=final)
+            self._progress(rows[gw])
+        return outcomes
+
+
+def _verdict(report: Report | None, serial: int, new: Wanted | None, row: Row) -> Outcome | None:
+    """How the gateway finished ``serial``, or None while it has not; notes version/error.
+
+    During the rollout (``new`` given) the new bundle's own outcome decides: another bundle
+    failing on that gateway is not this rollout's failure. A rollback needs the whole report.
+    """
+    if report is None:
+        return None
+    if report.refused is not None and report.refused.serial == serial:
+        row.error = report.refused.error
+        return Outcome.FAILED
+    if report.serial is None or report.serial < serial or report.state not in FINAL:
+        return None
+    bundle = report.bundles.get(new.name) if new is not None else None
+    row.version = bundle.version if bundle is not None else None
+    row.error = (bundle.error if bundle is not None else None) or report.reason
+    if new is not None and bundle is not None:
+        ok = bundle.state == "applied" and bundle.version == new.version
+        return Outcome.APPLIED if ok else Outcome.FAILED
+    return Outcome.APPLIED if report.state == "applied" else Outcome.FAILED
+
+
+def _label(row: Row, outcome: Outcome, *, rollout: bool) -> None:
+    if rollout:
+        row.state = outcome.value
+    else:
+        row.state = "rolled back" if outcome is Outcome.APPLIED else f"rollback {outcome.value}"
