@@ -23,6 +23,12 @@ Invariants:
 - Staged releases: ``commit(b, percent<100)`` records ``b`` as the name's candidate (floor
   unchanged); ``promote`` makes it the active version and raises the floor; ``abort``
   forgets it. Each is one atomic state write, so a crash leaves the old or the new state.
+- Downgrades: a version below the floor installs only with a signed fleet permission
+  (``Downgrade``, name and exact version) passed to ``stage``/``install``; it always
+  becomes the active version (never a staged candidate), the floor follows it down, and
+  the event is logged and returned (``InstalledBundle.downgraded_from``). A rebuild of the
+  state from the install records (damaged ``state.json``) raises the floor again to the
+  highest record: the fail-safe direction; the fleet then has to re-send its permission.
 - ``verify_blob_again`` re-hashes a blob so a model is checked right before it is loaded.
 """
 
@@ -33,7 +39,7 @@ import fcntl
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,11 +49,13 @@ from pathlib import Path
 from wasmgate.signing.errors import (
     BlobIntegrityError,
     BlobNotFoundError,
+    FleetDowngradeError,
     NotStagedError,
     SigningError,
     StateCorruptedError,
     StoreIOError,
 )
+from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Manifest, Release
 from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
 from wasmgate.signing.source import (
@@ -82,6 +90,8 @@ class InstalledBundle:
 
     manifest: Manifest
     digest: str
+    downgraded_from: int | None = None
+    """The floor a signed fleet downgrade lowers (or lowered) to this version; else None."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,8 @@ class BundleStore:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.Lock()
         self._staged: dict[str, VerifiedBundle] = {}
+        self._downgrades: dict[str, tuple[Downgrade, ...]] = {}
+        """The fleet permissions each staged digest was staged with (fleet installs only)."""
         self.state_recovered = False
         """True once damaged or missing state was recovered from the install records."""
         try:
@@ -192,27 +204,34 @@ class BundleStore:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-    def install(self, data: bytes | Path) -> InstalledBundle:
+    def install(
+        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
+    ) -> InstalledBundle:
         """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically.
 
         Same as :meth:`stage` then :meth:`commit`.
         """
-        bundle = self.stage(data)
+        bundle = self.stage(data, downgrades=downgrades)
         self.commit(bundle)
         return bundle
 
-    def stage(self, data: bytes | Path) -> InstalledBundle:
+    def stage(
+        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
+    ) -> InstalledBundle:
         """Verify ``data`` and store its files, without changing what is installed.
 
         For two-phase activation: load and self-test the staged bundle, then
         :meth:`commit` it (or :meth:`discard` it). Floors and the active version are
         untouched until the commit; a crash in between only leaves unreferenced blobs.
+        ``downgrades`` (a fleet install: its document's ``downgrades``, maybe empty) may
+        permit a version below the floor; without a matching one that is a
+        :class:`FleetDowngradeError` (a local install, None: :class:`RollbackError`).
         """
         with self._file_lock():
             state = self._load_state()
             staged: list[Path] = []
             try:
-                verified, blobs = self._verify_into_tmp(data, state, staged)
+                verified, blobs = self._verify_into_tmp(data, state, staged, downgrades)
                 place_blobs(blobs, self.state_dir / "blobs")
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
@@ -221,7 +240,12 @@ class BundleStore:
                     with contextlib.suppress(OSError):  # best effort; reopening cleans tmp/
                         p.unlink(missing_ok=True)
             self._staged[verified.digest] = verified
-            return InstalledBundle(verified.manifest, verified.digest)
+            if downgrades is not None:
+                self._downgrades[verified.digest] = tuple(downgrades)
+            m = verified.manifest
+            entry = state.bundles.get(m.name)
+            lowered = entry.floor if entry is not None and m.version < entry.floor else None
+            return InstalledBundle(m, verified.digest, lowered)
 
     def commit(
         self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
@@ -231,14 +255,21 @@ class BundleStore:
         With ``percent`` < 100 and a version active, it becomes the name's candidate instead
         (floor unchanged; see :meth:`promote`). The anti-rollback checks run again against
         the current state, so a higher version committed meanwhile (by any process) makes
-        this raise :class:`RollbackError`.
+        this raise :class:`RollbackError`. A permitted downgrade is never staged: it is the
+        way back from a bad version, so it replaces the active one at once.
         """
         with self._file_lock():
             verified = self._staged.get(bundle.digest)
             if verified is None:
                 raise BlobNotFoundError(f"bundle {bundle.manifest.label()}: not staged here")
             state = self._load_state()
-            check_fresh(verified.manifest, verified.digest, state, self._clock())
+            permits = self._downgrades.get(bundle.digest)
+            lowered = check_fresh(verified.manifest, verified.digest, state, self._clock(), permits)
+            if lowered is not None and percent < 100:
+                raise FleetDowngradeError(
+                    verified.manifest.label(),
+                    "a downgrade replaces the active version, never staged",
+                )
             for entry in verified.manifest.files.values():
                 if not (self.state_dir / "blobs" / entry.sha256).is_file():
                     raise BlobNotFoundError(f"blob {entry.sha256}: removed before the commit")
@@ -247,12 +278,19 @@ class BundleStore:
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
             del self._staged[bundle.digest]
+            self._downgrades.pop(bundle.digest, None)
+        if lowered is not None:
+            log.warning(
+                "downgraded bundle %s from version %d by a signed fleet permission (%s)",
+                verified.manifest.label(), lowered, verified.digest,
+            )  # fmt: skip
         log.info("installed bundle %s (%s)", verified.manifest.label(), verified.digest)
 
     def discard(self, bundle: InstalledBundle) -> None:
         """Forget a staged bundle (its blobs go at the next :meth:`gc`)."""
         with self._lock:
             self._staged.pop(bundle.digest, None)
+            self._downgrades.pop(bundle.digest, None)
 
     def gc(self) -> list[str]:
         """Delete blobs that no installed or staged bundle references; returns their names."""
@@ -270,7 +308,11 @@ class BundleStore:
             return sorted(removed)
 
     def _verify_into_tmp(
-        self, data: bytes | Path, state: StateDoc, staged: list[Path]
+        self,
+        data: bytes | Path,
+        state: StateDoc,
+        staged: list[Path],
+        downgrades: Sequence[Downgrade] | None,
     ) -> tuple[VerifiedBundle, list[StagedFile]]:
         sinks: list[StagedFile] = []
         with (
@@ -285,7 +327,7 @@ class BundleStore:
             try:
                 verified = verify_stream(
                     f, total, label, self.trust, max_bundle_bytes=self.max_bundle_bytes,
-                    state=state, now=self._clock(), sink_for=sink_for,
+                    state=state, now=self._clock(), sink_for=sink_for, downgrades=downgrades,
                 )  # fmt: skip
             finally:
                 close_all(sinks)

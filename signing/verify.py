@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +41,7 @@ from wasmgate.signing.errors import (
     ExpiredError,
     FileHashError,
     FileSizeError,
+    FleetDowngradeError,
     FutureIssuedError,
     MalformedArchiveError,
     ManifestError,
@@ -51,6 +52,7 @@ from wasmgate.signing.errors import (
     UntrustedKeyError,
     VersionConflictError,
 )
+from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Manifest, parse_manifest
 from wasmgate.signing.source import map_source, open_source
 from wasmgate.signing.state import StateDoc
@@ -162,19 +164,38 @@ def check_time(manifest: Manifest, state: StateDoc | None, now: datetime) -> Non
         raise ExpiredError(label, f"expired at {manifest.expires.isoformat()} (now {now})")
 
 
-def check_fresh(manifest: Manifest, digest: str, state: StateDoc | None, now: datetime) -> None:
-    """:func:`check_time`, then version against the per-name floor."""
+def check_fresh(
+    manifest: Manifest,
+    digest: str,
+    state: StateDoc | None,
+    now: datetime,
+    downgrades: Sequence[Downgrade] | None = None,
+) -> int | None:
+    """:func:`check_time`, then version against the per-name floor.
+
+    ``downgrades`` are the signed permissions of the fleet document behind this install
+    (None for a local install). Returns the floor that installing would lower (only when a
+    permission names exactly this name and version), else None. A lower version without
+    one raises :class:`RollbackError`, or :class:`FleetDowngradeError` for a fleet install.
+    """
     label = manifest.label()
     check_time(manifest, state, now)
     entry = state.bundles.get(manifest.name) if state else None
     if entry is None:
-        return
+        return None
     if manifest.version < entry.floor:
-        raise RollbackError(label, f"version {manifest.version} < installed {entry.floor}")
+        why = f"version {manifest.version} < installed {entry.floor}"
+        if downgrades is None:
+            raise RollbackError(label, why)
+        wanted = Downgrade(name=manifest.name, version=manifest.version)
+        if wanted not in downgrades:
+            raise FleetDowngradeError(label, f"{why}, and no signed downgrade permits it")
+        return entry.floor
     if manifest.version == entry.floor and digest != entry.floor_digest:
         raise VersionConflictError(
             label, f"version {manifest.version} is installed with different content"
         )
+    return None
 
 
 def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFactory | None) -> None:
@@ -224,15 +245,19 @@ def verify_stream(
     state: StateDoc | None = None,
     now: datetime | None = None,
     sink_for: SinkFactory | None = None,
+    downgrades: Sequence[Downgrade] | None = None,
 ) -> VerifiedBundle:
-    """Verify one archive from ``f``; every file's bytes go to ``sink_for(name)`` if given."""
+    """Verify one archive from ``f``; every file's bytes go to ``sink_for(name)`` if given.
+
+    ``downgrades``: the fleet document's signed permissions (see :func:`check_fresh`).
+    """
     reader = ArchiveReader(f, total, label, max_bundle_bytes)
     manifest_bytes = _read_named(reader, label, "manifest.json", MAX_MANIFEST_BYTES)
     sig_bytes = _read_named(reader, label, "manifest.sig", MAX_SIGNATURE_BYTES)
     manifest, key_id, digest = authenticate(manifest_bytes, sig_bytes, trust, label)
     if manifest.total_size() > max_bundle_bytes:
         raise BundleTooLargeError(manifest.label(), "listed files exceed the bundle size cap")
-    check_fresh(manifest, digest, state, now or datetime.now(UTC))
+    check_fresh(manifest, digest, state, now or datetime.now(UTC), downgrades)
     _stream_files(reader, manifest, sink_for)
     return VerifiedBundle(manifest, digest, key_id, manifest_bytes, sig_bytes)
 
