@@ -16,7 +16,8 @@ DOCS = [
 ]
 # Written for users first; docs/architecture.md is the contributors' (its own owner).
 STANDALONE = [REPO / "README.md", REPO / "guest_adapters" / "README.md"] + [
-    REPO / "docs" / n for n in ("operator.md", "mqtt-topics.md", "mqtt.md", "deploy.md", "http.md")
+    REPO / "docs" / n
+    for n in ("operator.md", "mqtt-topics.md", "mqtt.md", "deploy.md", "http.md", "fleet.md")
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
@@ -41,6 +42,7 @@ def test_readme_names_the_operator_docs() -> None:
     for name in (
         "docs/operator.md",
         "docs/mqtt-topics.md",
+        "docs/fleet.md",
         "docs/architecture.md",
         "wasmgate doctor",
     ):
