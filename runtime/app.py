@@ -3,8 +3,9 @@
 Every long-lived resource is created, stored under a typed `AppKey` and closed by one
 aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 
-1. worker pool (guests and un-batched models), the shared batch dispatcher, the watchdog
-   that stops backend runs at their deadline, sandbox engine, device profile, backends;
+1. adapter state (SQLite in the state dir, closed last), worker pool (guests and
+   un-batched models), the shared batch dispatcher, the watchdog that stops backend runs
+   at their deadline, sandbox engine, device profile, backends;
 2. the cloud fallback client, when ``cloud.url`` is set;
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
@@ -25,6 +26,8 @@ from aiohttp import web
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.bundles.expiry import expiry_watch
+from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
+from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
@@ -120,7 +123,9 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     # The pool closes first: a guest still running needs the epoch ticker to reach its
     # deadline, and the ticker stops with the engine.
     batch_workers = settings.limits.batch_workers or (os.cpu_count() or 1)
+    state_dir = settings.paths.resolved("state_dir")
     with (
+        StateDb(state_dir / STATE_FILE) as state,
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
         Watchdog(on_fire=m.observe_cancelled) as watchdog,
         BatchDispatcher(batch_workers) as dispatcher,
@@ -134,6 +139,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             batch_hook=lambda model: lambda rows, _n, _s: m.observe_batch(model, rows),
             dispatcher=dispatcher,
             watchdog=watchdog,
+            state=state,
         )
         app[POOL], app[DEPS] = pool, deps
         try:

@@ -33,11 +33,18 @@ from wasmgate.sandbox.errors import (
     GuestTrap,
     SandboxError,
 )
-from wasmgate.sandbox.host_api import HOST_FUNCTIONS, HOST_MODULE, RequestState, define_host_api
+from wasmgate.sandbox.host_api import (
+    HOST_FUNCTIONS,
+    HOST_MODULE,
+    HOST_STATE_FUNCTIONS,
+    RequestState,
+    define_host_api,
+)
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestPointerError
 from wasmgate.sandbox.models import ModelHandle, ModelProvider
 from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc, RawMemory
+from wasmgate.sandbox.state import AdapterState
 from wasmgate.sandbox.traps import translate
 from wasmgate.sandbox.wasi import WASI_FUNCTIONS, define_restricted_wasi, restricted_wasi_config
 from wasmgate.sandbox.wasi_nn import (
@@ -63,7 +70,9 @@ _EXPORTS = {
 _KNOWN = {
     "wasi_snapshot_preview1": WASI_FUNCTIONS,
     NN_MODULE: frozenset(NN_FUNCTIONS),
-    HOST_MODULE: frozenset(HOST_FUNCTIONS) | frozenset(HOST_NN_FUNCTIONS),
+    HOST_MODULE: frozenset(HOST_FUNCTIONS)
+    | frozenset(HOST_NN_FUNCTIONS)
+    | frozenset(HOST_STATE_FUNCTIONS),
 }
 
 
@@ -135,17 +144,24 @@ class Adapter:
         return Adapter(self._engine, self._module, name=self.name, mode=mode)
 
     def run(
-        self, payload: bytes, meta: Mapping[str, str], models: ModelProvider, limits: GuestLimits
+        self,
+        payload: bytes,
+        meta: Mapping[str, str],
+        models: ModelProvider,
+        limits: GuestLimits,
+        *,
+        state: AdapterState | None = None,
     ) -> GuestResult:
         """Run one request; blocking, thread-safe. Raises ``GuestTrap`` (and subclasses).
 
         The limits are first capped by the engine's ceilings. A fresh instance is used
-        unless the adapter is ``pooled``. Errors carry the logs captured so far.
+        unless the adapter is ``pooled``. Errors carry the logs captured so far. ``state``
+        is what the ``state_*`` imports reach (None: the adapter was granted none).
         """
         lim = limits.capped(self._engine.ceilings)
         if lim.fuel is not None and not self._engine.ceilings.fuel_enabled:
             raise SandboxError("a fuel limit was requested but the engine has fuel disabled")
-        req = RequestState(meta, lim)
+        req = RequestState(meta, lim, state=state)
         start = time.perf_counter()
         inst: _Instance | None = None
         try:

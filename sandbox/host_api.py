@@ -8,6 +8,8 @@ Invariants:
   ``set_output`` returns 1 and is remembered, so a guest that ends on a refused output
   fails with ``GuestOutputTooLarge``.
 - Metadata is read-only and comes only from the mapping the caller passed to ``run``.
+- ``state_*`` (the optional "state" import set, ``wasmgate.sandbox.state``) reach only the
+  ``AdapterState`` the caller passed to ``run`` (None: not granted).
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ import wasmtime
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
 from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
+from wasmgate.sandbox.state import AdapterState, state_delete, state_get, state_set
 
-__all__ = ["HOST_FUNCTIONS", "HOST_MODULE", "RequestState", "define_host_api"]
+__all__ = [
+    "HOST_FUNCTIONS",
+    "HOST_MODULE",
+    "HOST_STATE_FUNCTIONS",
+    "RequestState",
+    "define_host_api",
+]
 
 HOST_MODULE = "wasmgate"
 _LEVELS = ("debug", "info", "warn", "error")
@@ -47,6 +56,7 @@ class RequestState:
     violation: str | None = None
     slept_past_deadline: bool = False
     pending: dict[str, bytes] = field(default_factory=dict)  # partial stdout/stderr lines
+    state: AdapterState | None = None
 
     def __post_init__(self) -> None:
         """Start the wall-clock deadline now unless one was given."""
@@ -147,13 +157,19 @@ HOST_FUNCTIONS: dict[str, tuple[int, bool, _Impl]] = {
     "meta": (5, True, _meta),
     "emit_event": (2, True, _emit_event),
 }
+HOST_STATE_FUNCTIONS: dict[str, tuple[int, bool, _Impl]] = {
+    "state_get": (5, True, lambda req, mem, *a: state_get(req.state, req.log, mem, *a)),
+    "state_set": (5, True, lambda req, mem, *a: state_set(req.state, req.log, mem, *a)),
+    "state_delete": (2, True, lambda req, mem, *a: state_delete(req.state, req.log, mem, *a)),
+}
+"""The optional "state" import set (``wasmgate.sandbox.state.STATE_API_VERSION``)."""
 
 
 def define_host_api(
     linker: wasmtime.Linker, keeper: CallbackKeeper, current: Callable[[], RequestState]
 ) -> None:
     """Define the ``wasmgate`` functions; ``current()`` gives the calling thread's request."""
-    for name, (arity, returns, impl) in HOST_FUNCTIONS.items():
+    for name, (arity, returns, impl) in (HOST_FUNCTIONS | HOST_STATE_FUNCTIONS).items():
         sig = (arity, 1 if returns else 0)
         define_raw(linker, keeper, HOST_MODULE, name, sig, _host(name, returns, impl, current))
 

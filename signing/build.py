@@ -40,6 +40,10 @@ the key id, then signs. Every key except the file paths maps 1:1 to the manifest
     [params]                         # str | int | float | bool, read by the guest
     confidence_threshold = 0.6
 
+    [state]                          # the adapter's key-value store (absent: none)
+    max_bytes = 65536                # keys + values
+    max_keys = 1024
+
     [selftest]
     payload_b64 = "..."
     expect_status = 0

@@ -161,6 +161,15 @@ class Fallback(_Strict):
     send_payload: bool = False
 
 
+class StateGrant(_Strict):
+    """``[state]``: the adapter may keep a key-value store (absent = no state granted).
+
+    ``max_bytes`` counts keys plus values of every live entry; ``max_keys`` the entries."""
+
+    max_bytes: int = Field(ge=1, le=64 * 1024 * 1024)
+    max_keys: int = Field(ge=1, le=100_000)
+
+
 class SelfTest(_Strict):
     """A payload run once after loading; ``expect_status`` is the guest status expected."""
 
@@ -189,6 +198,8 @@ class Manifest(_Strict):
     selftest: SelfTest | None = None
     release: Release | None = None
     """None (not written) when the bundle declares no gates, so older daemons still parse it."""
+    state: StateGrant | None = None
+    """None (not written): the adapter's ``state_*`` calls answer "not granted"."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:

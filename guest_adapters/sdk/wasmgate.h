@@ -36,11 +36,18 @@
  *   nn_infer_f32(graph, dims*, rank, in*, in_len, out*, out_cap, written*) -> wasi-nn errno
  *                                          FP32 input 0 in, output 0's bytes out, one host
  *                                          call (wg_nn_infer_f32); optional import
+ *   state_get(key*, key_len, buf*, cap, written*) -> i32    import set "state" v1 (optional,
+ *   state_set(key*, key_len, val*, val_len, ttl_ms) -> i32  wasmgate >= 0.2): the adapter's
+ *   state_delete(key*, key_len) -> i32                      key-value store, persisted across
+ *                                          requests and restarts, granted by [state] max_bytes,
+ *                                          max_keys in bundle.toml; ttl_ms 0 = no expiry.
+ *                                          Returns WG_STATE_* (below); written = value size
  * Plus "wasi_ephemeral_nn" (models declared in bundle.toml, loaded by name) and a restricted
  * "wasi_snapshot_preview1" (no files, no env, no network; stdout/stderr go to the log).
  *
  * Every instance is fresh per request: globals start zeroed each time, nothing leaks
- * between requests, and memory is released when the request ends.
+ * between requests, and memory is released when the request ends. What must outlive a
+ * request goes into the state store (state_*).
  * ---------------------------------------------------------------------------------------
  *
  * Helper layer (all functions are `static`, prefixed wg_, bounded, no recursion):
@@ -51,6 +58,8 @@
  *               wg_writer_reply
  *   math        wg_softmax / wg_argmax / wg_quantize_i8|u8 / wg_dequantize_i8|u8
  *   models      wg_nn_load / wg_nn_infer_f32 / wg_nn_strerror (+ raw wasi-nn below)
+ *   state       wg_state_get / wg_state_set / wg_state_delete / wg_state_get_floats /
+ *               wg_state_set_floats / wg_moving_average / wg_state_strerror
  */
 #ifndef WASMGATE_H
 #define WASMGATE_H
@@ -589,6 +598,106 @@ static WG_UNUSED float wg_dequantize_i8(int8_t q, float scale, int32_t zero_poin
 }
 static WG_UNUSED float wg_dequantize_u8(uint8_t q, float scale, int32_t zero_point) {
     return (float)((int32_t)q - zero_point) * scale;
+}
+
+/* ---- adapter state (import set "state" v1) -------------------------------------------- */
+
+/* What the state_* calls return. */
+#define WG_STATE_OK 0
+#define WG_STATE_NOT_FOUND 1
+#define WG_STATE_BUFFER_TOO_SMALL 2 /* *len / written = the size needed */
+#define WG_STATE_NOT_GRANTED 3      /* bundle.toml has no [state] table */
+#define WG_STATE_KEY_TOO_LONG 4     /* keys are 1..WG_STATE_MAX_KEY bytes */
+#define WG_STATE_VALUE_TOO_BIG 5    /* the value (alone or with what is stored) > max_bytes */
+#define WG_STATE_TOO_MANY_KEYS 6    /* a new key beyond max_keys */
+#define WG_STATE_FAILED 7           /* the daemon's store failed (disk full): nothing written */
+#define WG_STATE_MAX_KEY 256
+
+WG_IMPORT("state_get")
+int32_t wg__state_get(const char *key, int32_t key_len, void *buf, int32_t cap, int32_t *written);
+WG_IMPORT("state_set")
+int32_t wg__state_set(const char *key, int32_t key_len, const void *val, int32_t val_len,
+                      uint32_t ttl_ms);
+WG_IMPORT("state_delete") int32_t wg__state_delete(const char *key, int32_t key_len);
+
+static WG_UNUSED const char *wg_state_strerror(int e) {
+    static const char *names[] = {"ok", "not found", "buffer too small", "state not granted",
+                                  "key too long", "value too big", "too many keys",
+                                  "state store failed"};
+    return e >= 0 && e < 8 ? names[e] : "unknown state error";
+}
+
+/* Read `key` into buf[cap]; *len gets the value's size (also when buf is too small).
+ * Returns WG_STATE_*. The key is a NUL-terminated string. */
+static WG_UNUSED int wg_state_get(const char *key, void *buf, size_t cap, size_t *len) {
+    int32_t written = 0;
+    int32_t c = cap > INT32_MAX ? INT32_MAX : (int32_t)cap;
+    int e = (int)wg__state_get(key, (int32_t)wg__strlen(key, WG_STATE_MAX_KEY + 1), buf, c,
+                               &written);
+    *len = written > 0 ? (size_t)written : 0;
+    return e;
+}
+
+/* Store len bytes under `key`, atomically; ttl_ms 0 keeps it until deleted. WG_STATE_*. */
+static WG_UNUSED int wg_state_set(const char *key, const void *data, size_t len,
+                                  uint32_t ttl_ms) {
+    if (len > INT32_MAX) return WG_STATE_VALUE_TOO_BIG;
+    return (int)wg__state_set(key, (int32_t)wg__strlen(key, WG_STATE_MAX_KEY + 1), data,
+                              (int32_t)len, ttl_ms);
+}
+
+static WG_UNUSED int wg_state_delete(const char *key) {
+    return (int)wg__state_delete(key, (int32_t)wg__strlen(key, WG_STATE_MAX_KEY + 1));
+}
+
+/* An array of floats kept under `key` (raw little-endian f32). *count gets how many were
+ * stored (0 when the key is absent: that is WG_STATE_OK too). */
+static WG_UNUSED int wg_state_get_floats(const char *key, float *out, size_t cap, size_t *count) {
+    size_t len = 0;
+    int e = wg_state_get(key, out, cap * sizeof(float), &len);
+    *count = 0;
+    if (e == WG_STATE_NOT_FOUND) return WG_STATE_OK;
+    if (e != WG_STATE_OK) return e;
+    *count = len / sizeof(float);
+    return WG_STATE_OK;
+}
+
+static WG_UNUSED int wg_state_set_floats(const char *key, const float *v, size_t n,
+                                         uint32_t ttl_ms) {
+    return wg_state_set(key, v, n * sizeof(float), ttl_ms);
+}
+
+#define WG_MOVING_AVERAGE_MAX 256
+
+/* Append `value` to the last `window` readings kept under `key` (oldest dropped) and give
+ * their mean in *mean and how many there are in *count. Without state (not granted, or the
+ * store refuses) the mean is of `value` alone, *count is 1, and the WG_STATE_* code is
+ * returned so the caller can log it; the answer stays usable either way. */
+static WG_UNUSED int wg_moving_average(const char *key, float value, size_t window, float *mean,
+                                       size_t *count) {
+    static float ring[WG_MOVING_AVERAGE_MAX + 1];
+    size_t n = 0;
+    if (window == 0) window = 1;
+    if (window > WG_MOVING_AVERAGE_MAX) window = WG_MOVING_AVERAGE_MAX;
+    int e = wg_state_get_floats(key, ring, WG_MOVING_AVERAGE_MAX, &n);
+    if (e == WG_STATE_BUFFER_TOO_SMALL) e = WG_STATE_OK; /* not ours: start the window again */
+    if (e != WG_STATE_OK) n = 0;
+    if (n >= window) {
+        memmove(ring, ring + (n - window + 1), (window - 1) * sizeof(float));
+        n = window - 1;
+    }
+    ring[n++] = value;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += ring[i];
+    int w = e == WG_STATE_OK ? wg_state_set_floats(key, ring, n, 0) : e;
+    if (w != WG_STATE_OK) {
+        *mean = value;
+        *count = 1;
+        return w;
+    }
+    *mean = (float)(sum / (double)n);
+    *count = n;
+    return WG_STATE_OK;
 }
 
 /* ---- models (wasi-nn) ----------------------------------------------------------------- */

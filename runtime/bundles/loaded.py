@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
+from wasmgate.sandbox.state import AdapterState
 
 log = logging.getLogger("wasmgate.bundles")
 
@@ -39,7 +40,13 @@ class RunnableAdapter(Protocol):
     """A compiled adapter (`wasmgate.sandbox.Adapter`): blocking, one fresh instance per run."""
 
     def run(
-        self, payload: bytes, meta: Mapping[str, str], models: ModelProvider, limits: Any
+        self,
+        payload: bytes,
+        meta: Mapping[str, str],
+        models: ModelProvider,
+        limits: Any,
+        *,
+        state: AdapterState | None = None,
     ) -> GuestOutcome: ...
 
 
@@ -155,6 +162,8 @@ class LoadedBundle:
     mqtt_name: str | None = None
     """The adapter's name on the MQTT topic tree (``routes.mqtt``); None without adapter."""
     outcomes: Outcomes = field(default_factory=Outcomes)
+    state: AdapterState | None = None
+    """The adapter's key-value namespace when the manifest grants ``[state]``."""
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False

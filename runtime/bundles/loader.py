@@ -24,6 +24,7 @@ from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.bundles.kv import StateDb, TenantState
 from wasmgate.runtime.bundles.loaded import (
     AdmissionLimits,
     FallbackPolicy,
@@ -64,6 +65,8 @@ class LoaderDeps:
     """The daemon's shared batch threads (None: each batcher gets its own)."""
     watchdog: Watchdog | None = None
     """Stops backend runs at their deadline (None: runs are never stopped)."""
+    state: StateDb | None = None
+    """Adapter state (``[state]`` grants); None: every grant is ignored (not granted)."""
 
     def backend(self, fmt: str) -> InferenceBackend:
         if fmt not in self.backends:
@@ -216,7 +219,17 @@ def _assemble(
         installed_at=time.time(),
         adapter_sha256=sha,
         expires=manifest.expires.timestamp(),
+        state=_state(deps, manifest) if adapter is not None else None,
     )
+
+
+def _state(deps: LoaderDeps, manifest: Manifest) -> TenantState | None:
+    grant = manifest.state
+    if grant is None or deps.state is None:
+        return None
+    # The namespace is the bundle's signed name: a new version keeps its state, and the
+    # trust store decides who may sign that name.
+    return deps.state.tenant(manifest.name, grant.max_bytes, grant.max_keys)
 
 
 def _guest_limits(manifest: Manifest, ceilings: Ceilings, left: float | None) -> GuestLimits:
@@ -253,8 +266,16 @@ def _selftest(bundle: LoadedBundle, manifest: Manifest) -> None:
         "content_type": "",
         "transport": "selftest",
     }
+    # A scratch state: the selftest sees a granted store like a request does, but never
+    # reads or changes the keys the adapter keeps for real.
+    grant = manifest.state
     try:
-        result = bundle.adapter.run(payload, meta, bundle.provider, bundle.guest_limits(None))
+        with StateDb(None) as scratch:
+            state = (
+                scratch.tenant(manifest.name, grant.max_bytes, grant.max_keys) if grant else None
+            )
+            limits = bundle.guest_limits(None)
+            result = bundle.adapter.run(payload, meta, bundle.provider, limits, state=state)
     except SandboxError as e:
         raise BundleRejected(f"{manifest.label()}: selftest failed: {e}") from e
     if result.status != test.expect_status:

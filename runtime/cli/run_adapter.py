@@ -4,6 +4,8 @@ What the daemon would do for one request, minus signing, batching and transports
 adapter runs in a fresh ``wasmgate.sandbox`` instance under the bundle's limits, models come
 from files through the daemon's backends and device profile (``--profile``, else detected;
 a full-integer TFLite model keeps the daemon's float interface), ``param.*`` from bundle.toml.
+With a ``[state]`` table the adapter gets a scratch in-memory state store under that grant,
+shared by the payloads of one run (in their order) and gone afterwards.
 The answer goes to stdout; status, fallback requests, events and guest logs to stderr.
 
 Samples meant to fail say so in ``samples/expect.toml`` (``"malformed.json" = 1``: the
@@ -25,6 +27,7 @@ from typing import Any
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterSourceError
 from wasmgate.runtime.backends import LoadOptions
+from wasmgate.runtime.bundles.kv import StateDb, TenantState
 from wasmgate.runtime.cli._common import say
 from wasmgate.runtime.cli._models import PreloadedModels, load_model, profile_named
 from wasmgate.runtime.errors import BackendError
@@ -53,6 +56,7 @@ class TestRun:
     limits: GuestLimits = field(default_factory=GuestLimits)
     payloads: list[Payload] = field(default_factory=list)
     profile: str | None = None
+    state: tuple[int, int] | None = None  # [state] max_bytes, max_keys
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TestRun:
@@ -68,6 +72,7 @@ class TestRun:
         for key, value in bundle.get("params", {}).items():
             run.meta[f"param.{key}"] = _param(value)
         run.limits = _limits(bundle.get("limits", {}))
+        run.state = _state(bundle.get("state"))
         for item in args.model:
             name, path = _pair(item, "--model")
             run.models[name] = Path(path)
@@ -91,12 +96,14 @@ class TestRun:
         with (
             tempfile.TemporaryDirectory(prefix="wasmgate-test-") as tmp,
             SandboxEngine(Path(tmp) / "modules") as engine,
+            StateDb(None) as scratch,
         ):
+            state = scratch.tenant("adapter", *self.state) if self.state else None
             try:
                 adapter = engine.compile(self.wasm, name="adapter")
             except SandboxError as e:
                 raise AdapterSourceError(f"the sandbox refuses this adapter: {e}") from e
-            return [self._one(adapter, p, provider) for p in self.payloads]
+            return [self._one(adapter, p, provider, state) for p in self.payloads]
 
     def _load_models(self, options: LoadOptions) -> dict[str, ModelHandle]:
         handles: dict[str, ModelHandle] = {}
@@ -110,12 +117,14 @@ class TestRun:
                 raise AdapterSourceError(f"model {name}: cannot load {path}: {e}") from e
         return handles
 
-    def _one(self, adapter: Any, p: Payload, provider: PreloadedModels) -> int:
+    def _one(
+        self, adapter: Any, p: Payload, provider: PreloadedModels, state: TenantState | None
+    ) -> int:
         meta = {"adapter": "test", "transport": "local", "content_type": p.content_type or ""}
         meta |= self.meta
         many = len(self.payloads) > 1
         try:
-            res = adapter.run(p.data, meta, provider, self.limits)
+            res = adapter.run(p.data, meta, provider, self.limits, state=state)
         except SandboxError as e:
             print(f"{p.label}: sandbox refused the run: {e}", file=sys.stderr)
             return 2
@@ -164,6 +173,16 @@ def _limits(raw: Mapping[str, Any]) -> GuestLimits:
     if isinstance(raw.get("max_output_bytes"), int):
         kwargs["max_output_bytes"] = raw["max_output_bytes"]
     return GuestLimits(**kwargs)
+
+
+def _state(raw: object) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    values = [raw.get(k) if isinstance(raw, dict) else None for k in ("max_bytes", "max_keys")]
+    sizes = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if len(sizes) != len(values):
+        raise AdapterSourceError("bundle.toml [state] wants max_bytes and max_keys (> 0)")
+    return sizes[0], sizes[1]
 
 
 def _param(value: object) -> str:

@@ -82,7 +82,8 @@ async def execute_adapter(
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
     left = _remaining(deadline)
     limits = bundle.guest_limits(left)
-    work = pool.submit(adapter.run, req.payload, guest_meta(bundle, req), bundle.provider, limits)
+    meta = guest_meta(bundle, req)
+    work = pool.submit(adapter.run, req.payload, meta, bundle.provider, limits, state=bundle.state)
     with _local_failures(req.adapter):
         try:
             result: GuestOutcome = await _wait(work, left + _GRACE_S, hold)

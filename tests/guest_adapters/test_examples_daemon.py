@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,10 +88,9 @@ def wait_replies(req: Requester, count: int, timeout: float = 15.0) -> list[Repl
     raise TimeoutError(f"{len(req.snapshot())} of {count} MQTT replies after {timeout}s")
 
 
-def start_demo_daemon(
-    factory: Callable[..., Daemon], setup: DemoSetup, broker: Broker, cloud: FakeCloud
-) -> Daemon:
-    config = {
+def demo_config(setup: DemoSetup) -> dict[str, Any]:
+    """The config of a daemon serving the demo bundles (add mqtt, cloud, ... to it)."""
+    return {
         "paths": {
             "bundle_dir": setup.bundle_dir,
             "trust_file": setup.trust_file,
@@ -98,6 +98,13 @@ def start_demo_daemon(
             "cache_dir": setup.cache_dir,
         },
         "profile": host_profile_name(),
+    }
+
+
+def start_demo_daemon(
+    factory: Callable[..., Daemon], setup: DemoSetup, broker: Broker, cloud: FakeCloud
+) -> Daemon:
+    config = demo_config(setup) | {
         "mqtt": {"host": broker.host, "port": broker.port, "gateway_id": "gw1"},
         "cloud": {"url": cloud.url, "protocol": "raw"},
     }

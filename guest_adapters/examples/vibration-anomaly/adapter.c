@@ -2,9 +2,13 @@
  * vibration-anomaly — score one pump vibration window with the "anomaly" model (MLP 8-16-1).
  *
  * Payload: {"device": "pump-7", "ts": 1764410000.0, "accel": [64 numbers, g @ 1 kHz], "temp": 51.2}
- * Answer:  {"device": "pump-7", "ts": ..., "anomaly": true|false, "score": 0..1}
+ * Answer:  {"device": "pump-7", "ts": ..., "anomaly": true|false, "score": 0..1,
+ *           "mean_score": 0..1, "readings": n}
  * An anomaly (score >= param.threshold, default 0.5) is also published with emit_event,
- * which the MQTT bridge sends to events/<adapter>.
+ * which the MQTT bridge sends to events/<adapter>. mean_score is the moving average of the
+ * device's last param.average_window scores (default 8), kept in the adapter's state store
+ * ([state] in bundle.toml) under "avg/<device>", so it survives requests and restarts;
+ * without state it is this window's score alone (readings 1).
  *
  * The features must match the model's training exactly (guest_adapters/models/README.md,
  * window_features in gen_mlp_models.py): on the mean-removed window x,
@@ -18,6 +22,7 @@
 #define N_FEATURES 8
 #define DEVICE_MAX 64
 #define DEFAULT_THRESHOLD 0.5
+#define DEFAULT_AVERAGE_WINDOW 8
 
 static const int BANDS[3][2] = {{1, 4}, {5, 12}, {13, 32}};
 
@@ -110,6 +115,20 @@ static int handle(const uint8_t *payload, size_t len) {
     }
     int anomaly = score >= threshold;
 
+    double window = DEFAULT_AVERAGE_WINDOW;
+    if (wg_param_double("average_window", DEFAULT_AVERAGE_WINDOW, &window) != 0 || window < 1)
+        window = DEFAULT_AVERAGE_WINDOW;
+    char key[16 + DEVICE_MAX];
+    snprintf(key, sizeof key, "avg/%s", w.device);
+    float mean = score;
+    size_t readings = 1;
+    int se = wg_moving_average(key, score, (size_t)window, &mean, &readings);
+    if (se != WG_STATE_OK && se != WG_STATE_NOT_GRANTED) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "moving average not kept: %s", wg_state_strerror(se));
+        wg_log(WG_WARN, msg);
+    }
+
     char out[256];
     wg_writer wr;
     wg_writer_init(&wr, out, sizeof out);
@@ -118,6 +137,8 @@ static int handle(const uint8_t *payload, size_t len) {
     if (w.has_ts) wg_json_key_num(&wr, "ts", w.ts);
     wg_json_key_bool(&wr, "anomaly", anomaly);
     wg_json_key_float(&wr, "score", score);
+    wg_json_key_float(&wr, "mean_score", mean);
+    wg_json_key_int(&wr, "readings", (long long)readings);
     wg_json_end(&wr);
     if (wr.overflow) return wg_fail(WG_ADAPTER_ERROR, "answer too large");
     if (anomaly && wg_emit(wr.data, wr.len) != 0) wg_log(WG_WARN, "anomaly event was not published");
