@@ -45,7 +45,14 @@ from wasmgate.runtime.fleet.status import (
     split_topics,
 )
 from wasmgate.signing.envelope import FLEET_PAYLOAD_TYPE, count_valid, parse_envelope
-from wasmgate.signing.fleetdoc import DesiredBundle, Downgrade, FleetDoc, Target, sign_fleet
+from wasmgate.signing.fleetdoc import (
+    MAX_SERIAL,
+    DesiredBundle,
+    Downgrade,
+    FleetDoc,
+    Target,
+    sign_fleet,
+)
 from wasmgate.signing.keys import key_id_of
 
 _COLLECT_S = 10.0
@@ -116,7 +123,9 @@ class Rollout:
         members = [r.gateway for r in view.members(plan.group)]
         if not members:
             raise RolloutRefused(f"no gateway reports group {plan.group!r} under {self._root}/")
+        # every previous state is checked before anything is sent: a refusal changes nothing
         previous = {r.gateway: self._trusted(view.desired_for(r)) for r in view.members(plan.group)}
+        group_prev = self._trusted(view.group_docs.get(plan.group))
         waves = plan_waves(members, plan.waves)
         on_start(len(members))
         rows = {gw: Row(gw, i + 1) for i, wave in enumerate(waves) for gw in wave}
@@ -131,7 +140,6 @@ class Rollout:
                 moved = [gw for w in waves[:number] for gw in w]
                 result.serials = [serial, self._rollback(moved, previous, plan, rows)]
                 return result
-        group_prev = self._trusted(view.group_docs.get(plan.group))
         result.serials = [serial, self._finish(members, group_prev, plan)]
         return result
 
@@ -161,7 +169,12 @@ class Rollout:
         seen: list[int | None] = [r.serial for r in reports]
         seen += [r.refused.serial for r in reports if r.refused is not None]
         seen += [d.doc.serial for d in [*view.group_docs.values(), *view.gateway_docs.values()]]
-        return next_serial(int(time.time() * 1000), seen)
+        serial = next_serial(int(time.time() * 1000), seen)
+        if serial > MAX_SERIAL:  # a report claimed the last serial there is: say so, send nothing
+            raise RolloutRefused(
+                f"a report or document claims serial {serial - 1}: no serial above"
+            )
+        return serial
 
     # -- writing ------------------------------------------------------------------------
 

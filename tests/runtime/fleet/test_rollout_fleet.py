@@ -6,6 +6,8 @@ anti-rollback floor), so "rolled back" means the gateway accepted a signed downg
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.fixtures.fleetsim import Failing, SimGateway
@@ -114,5 +116,17 @@ def test_a_previous_state_signed_by_another_key_is_refused_and_nothing_sent(flee
     sim = fleet.start(3)
     fleet.kit.fleet.append(fleet.kit.fleet.pop(0).__class__.generate())  # not the signer
     with pytest.raises(RolloutRefused, match="not signed by any --key"):
+        fleet.rollout(2)
+    assert all(_untouched(gw) for gw in sim.gateways.values())
+
+
+def test_a_report_claiming_the_last_serial_is_refused_and_nothing_sent(fleet: Fleet) -> None:
+    sim = fleet.start(3)
+    rogue = {"format": "wasmgate-deployment/1", "gateway": "gw-rogue", "groups": [GROUP]}
+    with OperatorClient(fleet.settings()) as client:
+        client.publish(
+            f"{PREFIX}/gw-rogue/deployment", json.dumps(rogue | {"serial": 2**63 - 1}).encode()
+        )
+    with pytest.raises(RolloutRefused, match="no serial above"):
         fleet.rollout(2)
     assert all(_untouched(gw) for gw in sim.gateways.values())

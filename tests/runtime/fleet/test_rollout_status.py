@@ -1,14 +1,19 @@
-"""``wasmgate fleet status``: the table and ``--json`` from retained reports, drift, junk."""
+"""The ``wasmgate fleet`` command line: ``status`` (table, ``--json``, drift, junk reports) and
+``rollout`` (exit codes, the final table) against simulated gateways."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.runtime.fleet.conftest import GROUP, PREFIX, Fleet
+from tests.runtime.fleet.conftest import GROUP, PREFIX, Fleet, ref
+from wasmgate.runtime.cli import fleet as fleet_cli
 from wasmgate.runtime.cli import main
 from wasmgate.runtime.fleet.opclient import OperatorClient
+from wasmgate.runtime.fleet.rollout import Wanted
+from wasmgate.signing.keys import write_private_key
 
 
 def _fails_v1_on_gw002(gw: str, _name: str, version: int) -> str | None:
@@ -68,3 +73,49 @@ def test_status_with_no_broker_fails_clearly(capsys: pytest.CaptureFixture[str])
     assert main(["fleet", "status", "--broker", f"127.0.0.1:{free_port()}"]) == 1
     assert "broker 127.0.0.1" in capsys.readouterr().err
     assert main(["fleet", "status", "--broker", "nocolon"]) == 2
+
+
+def _rollout_cli(fleet: Fleet, key: Path, *extra: str) -> int:
+    broker = f"{fleet.broker.host}:{fleet.broker.port}"
+    argv = ["fleet", "rollout", "--broker", broker, "--group", GROUP, "--key", str(key)]
+    return main([*argv, *extra, "127.0.0.1:5000/wasmgate/digits:2"])
+
+
+@pytest.fixture
+def cli_key(tmp_path: Path, fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fleet key as a file, and the registry lookup answered without a registry."""
+    path = tmp_path / "fleet.key"
+    write_private_key(path, fleet.kit.fleet[0], None)
+    monkeypatch.setattr(
+        fleet_cli, "resolve_bundle", lambda _ref, **_kw: Wanted("digits", 2, ref(2))
+    )
+    return path
+
+
+def test_rollout_cli_exit_codes_and_final_table(
+    fleet: Fleet, cli_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.start(12, failing=lambda gw, _n, v: "boom" if gw == "gw-005" and v == 2 else None)
+    assert _rollout_cli(fleet, cli_key, "--waves", "1,50%", "--abort-failed", "50%") == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["gateway", "wave", "state", "version", "error"]
+    rows = {line.split()[0]: line.split() for line in out[1:]}
+    assert len(rows) == 12
+    assert rows["gw-000"][1:4] == ["1", "applied", "v2"]
+    assert rows["gw-005"][1:] == ["2", "failed", "v1", "boom"]  # under the threshold: goes on
+    assert rows["gw-011"][1:4] == ["3", "applied", "v2"]
+
+
+def test_rollout_cli_aborts_with_1_and_refuses_with_2(
+    fleet: Fleet, cli_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.start(4, failing=lambda _gw, _n, v: "boom" if v == 2 else None)
+    assert _rollout_cli(fleet, cli_key, "--waves", "x") == 2
+    assert "wave 'x'" in capsys.readouterr().err
+    assert _rollout_cli(fleet, cli_key, "--group", "nobody") == 2
+    assert "no gateway reports group 'nobody'" in capsys.readouterr().err
+    assert _rollout_cli(fleet, cli_key, "--abort-failed", "0%") == 1
+    captured = capsys.readouterr()
+    assert "aborted in wave 1" in captured.err
+    states = [line.split()[2] for line in captured.out.splitlines()[1:]]
+    assert states == ["rolled", "untouched", "untouched", "untouched"]
