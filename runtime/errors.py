@@ -68,3 +68,8 @@ class BundleRejected(DaemonError):
 class CloudUnavailable(DaemonError):
     """The cloud fallback endpoint gave no usable answer (timeout, refused, HTTP error,
     malformed answer, circuit breaker open); the message names the cause."""
+
+
+class DocumentRefused(DaemonError):
+    """A fleet document was refused (signature, role, scope, expiry, replay, downgrade);
+    nothing changed and the message names the check that failed."""

@@ -26,7 +26,7 @@ log = logging.getLogger("wasmgate.watcher")
 
 Installer = Callable[[Path], Awaitable[object]]
 TrustReload = Callable[[], Awaitable[object]]
-_Key = tuple[int, int]  # (size, mtime_ns)
+FileKey = tuple[int, int]  # (size, mtime_ns)
 
 
 def bundle_files(directory: Path) -> list[Path]:
@@ -36,7 +36,8 @@ def bundle_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.wgb") if p.is_file())
 
 
-def _key(path: Path) -> _Key | None:
+def file_key(path: Path) -> FileKey | None:
+    """(size, mtime_ns) of ``path``, None when it cannot be stat'ed: a change detector."""
     try:
         st = path.stat()
     except OSError:
@@ -61,13 +62,13 @@ class DirWatcher:
         self._dir = directory
         self._install = install
         self._interval = interval
-        self._seen: dict[Path, _Key] = {}
-        self._pending: dict[Path, _Key] = {}
+        self._seen: dict[Path, FileKey] = {}
+        self._pending: dict[Path, FileKey] = {}
         self._refused: set[Path] = set()
         self._trust_file = trust_file
         self._on_trust_change = on_trust_change
-        self._trust_key = _key(trust_file) if trust_file is not None else None
-        self._trust_pending: _Key | None = None
+        self._trust_key = file_key(trust_file) if trust_file is not None else None
+        self._trust_pending: FileKey | None = None
 
     @property
     def refused(self) -> list[Path]:
@@ -78,14 +79,14 @@ class DirWatcher:
         """Files handled at start-up: do not install them again until they change (or, for
         the ``refused`` ones, until the trust changes)."""
         for path in paths:
-            key = _key(path)
+            key = file_key(path)
             if key is not None:
                 self._seen[path] = key
         self._refused.update(refused)
 
     async def poll_once(self) -> None:
         await self._poll_trust()
-        current = {p: k for p in bundle_files(self._dir) if (k := _key(p)) is not None}
+        current = {p: k for p in bundle_files(self._dir) if (k := file_key(p)) is not None}
         for path in [p for p in self._seen if p not in current]:
             del self._seen[path]
             self._refused.discard(path)
@@ -102,7 +103,7 @@ class DirWatcher:
     async def _poll_trust(self) -> None:
         if self._trust_file is None or self._on_trust_change is None:
             return
-        key = _key(self._trust_file)
+        key = file_key(self._trust_file)
         if key == self._trust_key:
             self._trust_pending = None
             return
@@ -118,13 +119,13 @@ class DirWatcher:
     def trust_seen(self) -> None:
         """The trust file was (re)loaded by someone else (SIGHUP): no second reload."""
         if self._trust_file is not None:
-            self._trust_key, self._trust_pending = _key(self._trust_file), None
+            self._trust_key, self._trust_pending = file_key(self._trust_file), None
 
     async def rescan(self, *, retry_refused: bool = False) -> None:
         """Install every new or changed file now, without waiting for it to settle (SIGHUP);
         with ``retry_refused`` also the unchanged files refused before (the trust changed)."""
         for path in bundle_files(self._dir):
-            key = _key(path)
+            key = file_key(path)
             retry = retry_refused and path in self._refused
             if key is None or (self._seen.get(path) == key and not retry):
                 continue

@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
+
+from paho.mqtt.client import topic_matches_sub
 
 from wasmgate.runtime import errors
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
@@ -81,6 +83,18 @@ class BridgeState:
 
 
 @dataclass(frozen=True)
+class Channel:
+    """Topics another owner reads over the bridge's connection (the fleet's retained
+    desired documents): subscribed at every connect, never through ``$share`` (each daemon
+    needs them all), retained messages included, acked on receipt. ``on_connect`` runs
+    after every (re)connect (the fleet republishes its report)."""
+
+    filters: tuple[str, ...]
+    on_message: Callable[[Incoming], None]
+    on_connect: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
 class _Reply:
     topic: str | None
     correlation: bytes | None
@@ -106,6 +120,7 @@ class MqttBridge:
         *,
         drain_s: float = 5.0,
         metrics: Metrics | None = None,
+        channels: Sequence[Channel] = (),
     ) -> None:
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
@@ -113,6 +128,7 @@ class MqttBridge:
         self._service = service
         self._drain_s = drain_s
         self._metrics = metrics
+        self._channels = tuple(channels)
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
@@ -174,13 +190,22 @@ class MqttBridge:
     def _on_connect(self, session_present: bool) -> None:
         log.info("mqtt connected (session present: %s)", session_present)
         self._mqtt.subscribe(self.topics.subscriptions(), self._settings.qos)
+        for channel in self._channels:
+            self._mqtt.subscribe(list(channel.filters), self._settings.qos)
         _detach(self._mqtt.publish(Outgoing(self.topics.status, b"online", qos=1, retain=True)))
         if self._metadata is not None:
             self._metadata.publish()
+        for channel in self._channels:
+            channel.on_connect()
 
     def _on_message(self, msg: Incoming) -> None:
         if self._closing:
             return  # not acked: the broker redelivers it to us (or a group peer) later
+        for channel in self._channels:
+            if any(topic_matches_sub(f, msg.topic) for f in channel.filters):
+                channel.on_message(msg)
+                self._ack(msg)
+                return
         task = asyncio.get_running_loop().create_task(self._handle(msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -216,6 +216,10 @@ class MqttClient:
         await self._connected.wait()
 
     @property
+    def connected(self) -> bool:
+        return self.state.connected
+
+    @property
     def supervising(self) -> bool:
         """True while the reconnecting supervisor runs (it only ends at `stop`)."""
         return self._task is not None and not self._task.done()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,7 +29,7 @@ class Route:
 
 
 def gateway_id(settings: MqttSettings) -> str:
-    return settings.gateway_id or socket.gethostname()
+    return settings.resolved_gateway_id()
 
 
 class Topics:

@@ -9,9 +9,10 @@ Unknown keys are errors, in the file and in the environment alike.
 from __future__ import annotations
 
 import os
+import socket
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -122,6 +123,10 @@ class MqttSettings(_Section):
     receive_maximum: int = Field(default=64, ge=1, le=65535)
     """MQTT 5 Receive Maximum: unacknowledged requests the broker may hand us at once.
     Requests are acked only once answered, so this bounds the bridge's in-flight work."""
+
+    def resolved_gateway_id(self) -> str:
+        """``gateway_id``, or the host name when unset (the topics and fleet reports)."""
+        return self.gateway_id or socket.gethostname()
 
 
 class PathSettings(_Section):
@@ -268,6 +273,29 @@ class TrustSettings(_Section):
     Installing an expired bundle is always refused."""
 
 
+_GROUP = r"^[A-Za-z0-9._-]{1,64}$"
+"""A group name is one MQTT topic level without wildcards (``fleet/<group>/desired``)."""
+
+
+class FleetSettings(_Section):
+    """Membership in a fleet: signed desired-state documents (MQTT, ``PUT /v1/desired``, a
+    file) say which bundles this gateway runs; see docs/mqtt-topics.md."""
+
+    groups: tuple[Annotated[str, Field(pattern=_GROUP)], ...] = ()
+    """Groups this gateway belongs to: it follows ``<topic_prefix>/fleet/<group>/desired``
+    for each (its own ``<topic_prefix>/<gateway_id>/desired`` wins over all of them)."""
+    desired_file: Path | None = None
+    """A signed fleet document on disk, for air-gapped sites: applied at start, when it
+    changes (polled every second) and on SIGHUP."""
+    retry_initial_s: float = Field(default=1.0, gt=0, le=3600)
+    """First wait before pulling again a bundle the registry did not deliver (unreachable);
+    it doubles per failed try up to ``retry_max_s``."""
+    retry_max_s: float = Field(default=60.0, gt=0, le=3600)
+    """Longest wait between two tries of a pending bundle (the registry was unreachable)."""
+    max_document_bytes: int = Field(default=256 * 1024, gt=0)
+    """Largest fleet document accepted (MQTT payload, ``PUT /v1/desired`` body, file)."""
+
+
 class LogSettings(_Section):
     format: Literal["plain", "json"] = "plain"
     """Log line format on stderr."""
@@ -302,6 +330,8 @@ class Settings(BaseSettings):
     """Bundle trust policy (the trust file itself is ``paths.trust_file``)."""
     log: LogSettings = LogSettings()
     """Logging."""
+    fleet: FleetSettings = FleetSettings()
+    """Fleet membership (groups, the air-gapped desired-state file, retries)."""
     profile: str | None = None
     """Device profile name or path to a profile TOML; None = detect the hardware."""
     drain_s: float = Field(default=10.0, ge=0)

@@ -24,6 +24,7 @@ from wasmgate.runtime.errors import (
     ConfigError,
     DaemonError,
     DeadlineExceeded,
+    DocumentRefused,
     FallbackFailed,
     Forbidden,
     InferenceFailed,
@@ -61,6 +62,8 @@ TABLE: Mapping[type[DaemonError], ErrorStatus] = MappingProxyType(
         # A signed bundle that could not be installed: the upload was well-formed, its
         # content was refused (verification, load, selftest) and the old version serves on.
         BundleRejected: ErrorStatus(422, "bundle_rejected"),
+        # A fleet document that failed verification: nothing changed.
+        DocumentRefused: ErrorStatus(422, "document_refused"),
         Busy: ErrorStatus(429, "busy"),
         # Failures while answering: the message names the adapter or model and the cause.
         InferenceFailed: ErrorStatus(500, "inference_failed"),

@@ -56,8 +56,13 @@ def post(url: str, body: bytes, timeout: float = 30.0) -> tuple[int, dict[str, s
 
 
 def put_bundle(daemon: Daemon, data: bytes) -> tuple[int, bytes]:
+    return put(daemon, "/v1/bundles", data)
+
+
+def put(daemon: Daemon, path: str, data: bytes) -> tuple[int, bytes]:
+    """(status, body) of a management ``PUT`` with the token; HTTP errors are answers too."""
     req = urllib.request.Request(
-        f"{daemon.url}/v1/bundles",
+        f"{daemon.url}{path}",
         data=data,
         method="PUT",
         headers={"Authorization": f"Bearer {TOKEN}"},

@@ -2,18 +2,22 @@
 
 `Fleet` is the operator's side of a test: it publishes the signed starting group document
 (``digits`` v1), starts `FleetSim` gateways that converge on it, and runs rollouts through
-the real driver over a real MQTT connection.
+the real driver over a real MQTT connection. ``shelf`` is a stand-in registry of kit-built
+bundles for the in-process reconciler tests (``reconcilekit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures.fleetsim import Failing, FleetSim, _never
 from tests.fixtures.mosquitto import Broker
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.fleet.reconcilekit import Shelf
 from tests.signing.fleetkit import FleetKit
 from wasmgate.runtime.fleet.driver import Rollout, RolloutPlan, RolloutResult
 from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
@@ -88,3 +92,8 @@ def fleet(mosquitto: Broker) -> Iterator[Fleet]:
     yield f
     if f.sim is not None:
         f.sim.stop()
+
+
+@pytest.fixture
+def shelf(tmp_path: Path) -> Shelf:
+    return Shelf(BundleKit(tmp_path / "kit"))

@@ -1,0 +1,158 @@
+"""Where fleet documents come from: retained MQTT topics and the air-gapped desired file.
+
+- MQTT: ``<prefix>/<gateway>/desired`` and ``<prefix>/fleet/<group>/desired`` per configured
+  group, read through the bridge's connection (`MqttBridge` channels; never through
+  ``$share``: every gateway needs every document). The broker replays the retained documents
+  at every (re)connect, so a gateway that was offline converges when it comes back. An
+  empty retained payload clears that source. The gateway's own document, when held, is the
+  one offered; otherwise the group document claiming the highest serial.
+- The file (``fleet.desired_file``): polled every second like the bundle directory (offered
+  once its size and mtime settled for one poll) and re-read on SIGHUP.
+- ``PUT /v1/desired`` offers directly (``runtime/http/manage.py``).
+
+All of them call `Reconciler.offer`, which decides; the same bytes are offered once (a
+replayed retained document after a reconnect is no news), until `reread` (SIGHUP: the trust
+may have changed, so a document refused before may pass now).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from wasmgate.runtime.bundles.watcher import FileKey, file_key
+from wasmgate.runtime.errors import DocumentRefused
+from wasmgate.runtime.fleet.state import peek_serial
+from wasmgate.runtime.mqtt.messages import Incoming
+from wasmgate.runtime.ops.tasks import background
+
+log = logging.getLogger("wasmgate.fleet")
+
+_POLL_S = 1.0
+Offer = Callable[[bytes, str], Awaitable[bool]]
+"""`Reconciler.offer`: (document, source) -> accepted; raises `DocumentRefused`."""
+
+
+def desired_topics(prefix: str, gateway: str, groups: tuple[str, ...]) -> tuple[str, ...]:
+    """The gateway's own topic first (its retained document arrives before the groups')."""
+    root = prefix.rstrip("/")
+    return (f"{root}/{gateway}/desired", *(f"{root}/fleet/{g}/desired" for g in groups))
+
+
+class Delivery:
+    """Holds the latest document of each source and offers the one that applies."""
+
+    def __init__(
+        self,
+        offer: Offer,
+        topics: tuple[str, ...],
+        desired_file: Path | None,
+        max_bytes: int,
+    ) -> None:
+        self._offer_to = offer
+        self.topics = topics
+        """Gateway topic first, then one per group (MQTT filters, no wildcards)."""
+        self._file = desired_file
+        self._max = max_bytes
+        self._held: dict[str, bytes] = {}
+        self._offered: dict[str, bytes] = {}
+        self._kick = asyncio.Event()
+        self._file_key: FileKey | None = None
+        self._file_pending: FileKey | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        await self._poll_file(settle=False)  # the file applies at start, before MQTT
+        async with background(self._run(), "fleet-delivery"):
+            yield
+
+    # -- MQTT ---------------------------------------------------------------------------
+
+    def on_message(self, msg: Incoming) -> None:
+        """A retained (or live) document on one of `topics` (called on the loop)."""
+        if msg.topic not in self.topics:
+            return
+        if len(msg.payload) > self._max:
+            log.warning(
+                "fleet document on %s ignored: %d bytes exceed fleet.max_document_bytes",
+                msg.topic,
+                len(msg.payload),
+            )
+            return
+        if msg.payload:
+            self._held[msg.topic] = msg.payload
+        else:
+            self._held.pop(msg.topic, None)  # cleared by the operator
+        self._kick.set()
+
+    def chosen(self) -> tuple[str, bytes] | None:
+        """(topic, document) that applies: the gateway's own, else the highest group serial."""
+        own = self._held.get(self.topics[0])
+        if own is not None:
+            return self.topics[0], own
+        groups = [(t, d) for t, d in self._held.items() if t != self.topics[0]]
+        if not groups:
+            return None
+        return max(groups, key=lambda item: peek_serial(item[1]) or -1)
+
+    async def _run(self) -> None:
+        while True:
+            poll = _POLL_S if self._file is not None else None  # idle: no wake-ups
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), poll)
+            self._kick.clear()
+            choice = self.chosen()
+            if choice is not None:
+                await self._offer(f"mqtt {choice[0]}", choice[1])
+            await self._poll_file(settle=True)
+
+    async def _offer(self, source: str, data: bytes) -> None:
+        key = "file" if source == "file" else "mqtt"
+        if self._offered.get(key) == data:
+            return
+        self._offered[key] = data
+        try:
+            await self._offer_to(data, source)
+        except DocumentRefused:
+            pass  # kept by the reconciler for the report; the log has a line
+        except Exception:
+            log.exception("fleet document from %s could not be handled", source)
+
+    # -- the desired file ---------------------------------------------------------------
+
+    async def _poll_file(self, *, settle: bool) -> None:
+        if self._file is None:
+            return
+        key = file_key(self._file)
+        if key is None or key == self._file_key:
+            self._file_pending = None
+            return
+        if settle and self._file_pending != key:
+            self._file_pending = key  # still being written: wait one poll
+            return
+        self._file_key, self._file_pending = key, None
+        data = await asyncio.to_thread(self._read_file, self._file)
+        if data is not None:
+            await self._offer("file", data)
+
+    def _read_file(self, path: Path) -> bytes | None:
+        try:
+            with path.open("rb") as f:
+                data = f.read(self._max + 1)
+        except OSError as e:
+            log.warning("fleet.desired_file %s: cannot read: %s", path, e)
+            return None
+        if len(data) > self._max:
+            log.warning("fleet.desired_file %s: larger than fleet.max_document_bytes", path)
+            return None
+        return data
+
+    async def reread(self) -> None:
+        """SIGHUP: offer the file and the chosen MQTT document again, even if unchanged."""
+        self._offered.clear()
+        self._file_key = None
+        await self._poll_file(settle=False)
+        self._kick.set()

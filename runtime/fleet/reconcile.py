@@ -1,0 +1,276 @@
+"""The reconcile owner: one verified fleet document at a time, applied bundle by bundle.
+
+Every source (MQTT, ``PUT /v1/desired``, the desired file) calls `Reconciler.offer`. A
+document is verified against the persisted serial (``verify``: signature, role, scope,
+expiry, replay) and against what serves (a lower version needs the document's downgrade
+permission); a refused one changes nothing and is kept as ``refused`` for the report.
+An accepted one is persisted first (`FleetStateFile`), then applied by the one worker task:
+
+- per bundle, independently: already serving → ``applied`` (a staged candidate of the
+  wanted version is promoted when the document no longer stages it); else pull, then the
+  registry's stage → selftest → commit path, staged at ``staged_percent`` when given. A
+  failure leaves the previous version serving (``failed``; not retried for this document).
+  An unreachable registry (`PullDeferred`) leaves the bundle ``pending``: the pass is
+  retried with a doubling backoff until it converges or a newer document arrives.
+- bundles the fleet installed (``owned``) and no longer wants are removed; the others are
+  the operator's and only reported (``local``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Self
+
+from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.errors import BundleRejected, DocumentRefused, NotFound
+from wasmgate.runtime.fleet.state import (
+    FleetRecord,
+    FleetStateFile,
+    Plan,
+    Want,
+    encode_envelope,
+    peek_serial,
+)
+from wasmgate.signing.errors import FleetDowngradeError, SigningError
+
+log = logging.getLogger("wasmgate.fleet")
+
+State = Literal["pending", "applying", "applied", "failed"]
+BundleState = Literal["applied", "pending", "failed", "removed", "local", "applying"]
+Verify = Callable[[bytes, int | None], Plan]
+"""(document bytes, last accepted serial) -> its plan; raises `SigningError` when refused."""
+Pull = Callable[[str], Awaitable[bytes | Path]]
+"""ref -> the bundle; raises `PullDeferred` when the registry cannot be reached."""
+
+
+class PullDeferred(Exception):
+    """The bundle could not be fetched now (registry unreachable): try again later."""
+
+
+@dataclass
+class BundleOutcome:
+    version: int
+    digest: str | None
+    state: BundleState
+    error: str | None = None
+    staged_percent: int | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    serial: int | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_s: float
+    max_s: float
+
+
+def describe_error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class Reconciler:
+    """Owns the fleet state file and the apply task (``async with``)."""
+
+    def __init__(
+        self, registry: Registry, state_dir: Path, verify: Verify, pull: Pull, backoff: Backoff
+    ) -> None:
+        self._registry = registry
+        self._file = FleetStateFile(state_dir)
+        self._verify = verify
+        self._pull = pull
+        self._backoff = backoff
+        self.record: FleetRecord = self._file.load()
+        self.state: State | None = None
+        self.reason: str | None = None
+        self.refused: Refusal | None = None
+        self.bundles: dict[str, BundleOutcome] = {}
+        self.on_change: list[Callable[[], None]] = []
+        self.on_refusal: list[Callable[[Refusal], None]] = []
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._serial: int | None = None
+        """The serial whose bundle outcomes ``bundles`` holds."""
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._run(), name="fleet-reconcile")
+        if self.record.plan is not None:
+            self._wake.set()  # resume what a restart (or SIGKILL) interrupted
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- documents in -------------------------------------------------------------------
+
+    async def offer(self, data: bytes, source: str) -> bool:
+        """Verify and accept ``data``; False when it is the document already accepted.
+
+        Raises `DocumentRefused` (the reason is also kept for the report)."""
+        async with self._lock:
+            if data == self.record.envelope_bytes():
+                return False
+            try:
+                plan = await asyncio.to_thread(self._verify, data, self.record.serial)
+                self._check_downgrades(plan)
+            except SigningError as e:
+                self._refuse(data, source, e)
+                raise DocumentRefused(describe_error(e)) from e
+            record = self.record.model_copy(
+                update={"serial": plan.serial, "plan": plan, "envelope": encode_envelope(data)}
+            )
+            await asyncio.to_thread(self._file.save, record)
+            self.record = record
+            log.info("fleet document %d accepted (%s)", plan.serial, source)
+        self._set("applying", None)  # at once: a reader never sees the old outcome as new
+        self._wake.set()
+        return True
+
+    def _check_downgrades(self, plan: Plan) -> None:
+        """A version below the serving one needs the document's explicit permission."""
+        slots = self._registry.table.slots()
+        for want in plan.bundles:
+            slot = slots.get(want.name)
+            if slot is None or want.version >= slot.current.version:
+                continue
+            if plan.downgrades.get(want.name) != want.version:
+                raise FleetDowngradeError(
+                    want.name,
+                    f"version {want.version} is below the serving {slot.current.version} and "
+                    "the document grants no downgrade to it",
+                )
+
+    def _refuse(self, data: bytes, source: str, e: SigningError) -> None:
+        self.refused = Refusal(peek_serial(data), describe_error(e))
+        log.warning("fleet document refused (%s): %s", source, self.refused.error)
+        for hook in self.on_refusal:
+            hook(self.refused)
+        self._changed()
+
+    # -- apply --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = self._backoff.initial_s
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            plan = self.record.plan
+            if plan is None:
+                continue
+            await self._apply(plan)
+            if self.state != "pending":
+                delay = self._backoff.initial_s
+                continue
+            with contextlib.suppress(TimeoutError):  # a new document cuts the wait short
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._wake.set()
+            delay = min(delay * 2, self._backoff.max_s)
+
+    async def _apply(self, plan: Plan) -> None:
+        if self._serial != plan.serial:  # a new document: every bundle is looked at again
+            self.bundles = {w.name: _outcome(w, "applying") for w in plan.bundles}
+            self._serial = plan.serial
+        self._set("applying", None)
+        for want in plan.bundles:
+            if self.record.plan is not plan:
+                return  # a newer document: the loop starts over with it
+            if self.bundles[want.name].state in ("pending", "applying"):
+                self.bundles[want.name] = await self._apply_one(plan, want)
+                self._changed()
+        await self._remove_unwanted(plan)
+        self._finish()
+
+    async def _apply_one(self, plan: Plan, want: Want) -> BundleOutcome:
+        if await self._satisfied(want):
+            return _outcome(want, "applied")
+        try:
+            data = await self._pull(want.ref)
+        except PullDeferred as e:
+            return _outcome(want, "pending", f"registry unreachable: {e}")
+        except Exception as e:  # a refused artifact (digest, size), a bad ref, ...
+            log.warning("fleet: pulling %s failed: %s", want.ref, e)
+            return _outcome(want, "failed", describe_error(e))
+        takeover = want.name in self._registry.table.slots()
+        if not takeover:
+            await self._own(want.name, owned=True)  # before: a crash right after must not orphan it
+        try:
+            await self._registry.install(data, source=f"fleet {plan.serial}", percent=want.percent)
+        except BundleRejected as e:
+            return _outcome(want, "failed", str(e))
+        await self._own(want.name, owned=True)
+        return _outcome(want, "applied")
+
+    async def _satisfied(self, want: Want) -> bool:
+        """Whether ``want`` already serves as asked (promoting or aborting a candidate)."""
+        slot = self._registry.table.slots().get(want.name)
+        if slot is None:
+            return False
+        candidate = slot.candidate
+        if candidate is not None and candidate.version == want.version:
+            if want.percent == 100:
+                await self._registry.promote(want.name, "fleet")
+            return True
+        if slot.current.version != want.version:
+            return False
+        if candidate is not None:  # the document wants the serving version alone
+            await self._registry.abort(want.name, "fleet", "not in the fleet document")
+        return True
+
+    async def _remove_unwanted(self, plan: Plan) -> None:
+        wanted = {w.name for w in plan.bundles}
+        for name in [n for n in self.record.owned if n not in wanted]:
+            version = None
+            with contextlib.suppress(NotFound):
+                version = (await self._registry.remove(name)).version
+                log.info("fleet: removed %s (no longer wanted)", name)
+            await self._own(name, owned=False)
+            self.bundles[name] = BundleOutcome(version or 0, None, "removed")
+            self._changed()
+
+    async def _own(self, name: str, *, owned: bool) -> None:
+        async with self._lock:
+            names = set(self.record.owned)
+            if (name in names) == owned:
+                return
+            names = names | {name} if owned else names - {name}
+            record = self.record.model_copy(update={"owned": tuple(sorted(names))})
+            await asyncio.to_thread(self._file.save, record)
+            self.record = record
+
+    def _finish(self) -> None:
+        states = [self.bundles[n] for n in self.bundles if self.bundles[n].state != "removed"]
+        pending = [b for b in states if b.state == "pending"]
+        failed = [b for b in states if b.state == "failed"]
+        if pending:
+            self._set("pending", pending[0].error)
+        elif failed:
+            self._set("failed", failed[0].error)
+        else:
+            self._set("applied", None)
+
+    def _set(self, state: State, reason: str | None) -> None:
+        self.state, self.reason = state, reason
+        self._changed()
+
+    def _changed(self) -> None:
+        for hook in self.on_change:
+            try:
+                hook()
+            except Exception:
+                log.exception("fleet change hook failed")
+
+
+def _outcome(want: Want, state: BundleState, error: str | None = None) -> BundleOutcome:
+    return BundleOutcome(want.version, want.digest, state, error, want.staged_percent)

@@ -1,0 +1,139 @@
+"""Delivery: retained documents through the real bridge and mosquitto, and the desired file.
+
+The reconciler is not under test here: ``offer`` records what it is handed (and refuses
+what a test marks as bad), so these tests pin which document applies and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+from tests.fixtures.mosquitto import Broker
+from tests.runtime.fleet.reconcilekit import document
+from tests.runtime.mqtt.conftest import bridge_settings
+from tests.runtime.mqtt.service import FakeService
+from wasmgate.runtime.errors import DocumentRefused
+from wasmgate.runtime.fleet.delivery import Delivery, desired_topics
+from wasmgate.runtime.mqtt import Channel, MqttBridge
+
+OWN, G1, G2 = desired_topics("wasmgate/v1", "gw1", ("g1", "g2"))
+MAX = 4096
+
+
+def doc(serial: int, tag: str = "") -> bytes:
+    return document(serial, tag=tag)  # ``tag``: distinct bytes for one serial
+
+
+class Offers:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, bytes]] = []
+        self.refuse: set[bytes] = set()
+        self.changed = asyncio.Event()
+
+    async def offer(self, data: bytes, source: str) -> bool:
+        self.got.append((source, data))
+        self.changed.set()
+        if data in self.refuse:
+            raise DocumentRefused("FleetReplayError: test")
+        return True
+
+    async def next(self, count: int) -> None:
+        async with asyncio.timeout(20):
+            while len(self.got) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+def publish(broker: Broker, topic: str, payload: bytes) -> None:
+    """A retained publish by the operator (a separate client)."""
+    client = paho.Client(CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+@asynccontextmanager
+async def member(
+    broker: Broker, offers: Offers, desired: Path | None = None
+) -> AsyncIterator[Delivery]:
+    delivery = Delivery(offers.offer, (OWN, G1, G2), desired, MAX)
+    channel = Channel(delivery.topics, delivery.on_message)
+    async with delivery.running():
+        bridge = MqttBridge(bridge_settings(broker.port), FakeService(), channels=[channel])
+        async with bridge:
+            async with asyncio.timeout(10):
+                await bridge.wait_connected()
+            yield delivery
+
+
+async def test_retained_group_documents_then_the_gateway_one_wins(mosquitto: Broker) -> None:
+    publish(mosquitto, G1, doc(5))
+    publish(mosquitto, G2, doc(7))
+    offers = Offers()
+    async with member(mosquitto, offers) as delivery:
+        await offers.next(1)
+        await asyncio.sleep(0.3)  # both retained documents are in
+        assert delivery.chosen() == (G2, doc(7))  # the highest group serial
+        publish(mosquitto, OWN, doc(3, "own"))
+        await offers.next(len(offers.got) + 1)
+        assert offers.got[-1] == (f"mqtt {OWN}", doc(3, "own"))  # wins, whatever its serial
+        publish(mosquitto, G1, doc(9))  # a newer group document does not override it
+        await asyncio.sleep(0.5)
+        assert offers.got[-1][1] == doc(3, "own")
+        publish(mosquitto, OWN, b"")  # cleared: the groups apply again
+        await offers.next(len(offers.got) + 1)
+        assert offers.got[-1] == (f"mqtt {G1}", doc(9))
+
+
+async def test_a_reconnect_replays_retained_documents_but_they_are_offered_once(
+    mosquitto: Broker,
+) -> None:
+    offers = Offers()
+    publish(mosquitto, OWN, doc(4))
+    async with member(mosquitto, offers):
+        await offers.next(1)
+        mosquitto.stop()
+        mosquitto.start()
+        await asyncio.sleep(2)  # reconnected and re-subscribed: the retained one came again
+    assert offers.got == [(f"mqtt {OWN}", doc(4))]
+
+
+async def test_oversize_documents_are_ignored_and_the_bridge_keeps_going(
+    mosquitto: Broker,
+) -> None:
+    offers = Offers()
+    async with member(mosquitto, offers) as delivery:
+        publish(mosquitto, OWN, b"{" + b" " * MAX + b"}")
+        publish(mosquitto, G1, doc(2))
+        await offers.next(1)
+        assert offers.got == [(f"mqtt {G1}", doc(2))]
+        assert delivery.chosen() == (G1, doc(2))
+
+
+async def test_the_desired_file_applies_at_start_on_change_and_on_reread(
+    tmp_path: Path, mosquitto: Broker
+) -> None:
+    desired = tmp_path / "desired.json"
+    desired.write_bytes(doc(1))
+    offers = Offers()
+    offers.refuse.add(doc(1))
+    async with member(mosquitto, offers, desired) as delivery:
+        assert offers.got == [("file", doc(1))]  # before the first poll: at start
+        desired.write_bytes(doc(2, "second"))
+        os.utime(desired, ns=(1, 1))
+        await offers.next(2)
+        assert offers.got[-1] == ("file", doc(2, "second"))
+        await delivery.reread()  # SIGHUP: offered again although unchanged
+        assert offers.got[-1] == ("file", doc(2, "second"))
+        assert len(offers.got) == 3

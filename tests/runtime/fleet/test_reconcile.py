@@ -1,0 +1,152 @@
+"""Reconciler over a real registry and store: per-bundle outcomes, retries, refusals, state.
+
+Verification and transport are stand-ins (``reconcilekit``); ``test_daemon_*`` runs the real
+ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.fleet.reconcilekit import (
+    Shelf,
+    document,
+    done,
+    reconciler,
+    serving,
+    settled,
+    want,
+)
+from tests.runtime.stack import open_stack
+from wasmgate.runtime.errors import DocumentRefused
+from wasmgate.runtime.fleet.state import FleetStateFile
+from wasmgate.runtime.serving.api import AdapterRequest
+
+
+async def test_installs_removes_and_leaves_local_bundles_alone(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    kit = shelf.kit
+    local = kit.build("mine", 1, model=False, sections={"routes": {"http": "mine"}})
+    async with open_stack(tmp_path, kit, start=(local,)) as st, reconciler(st, shelf) as rec:
+        probe = shelf.put("probe", 1)
+        other = shelf.put("other", 1, model=False, sections={"routes": {"http": "echo"}})
+        assert await rec.offer(document(1, probe, other), "test")
+        await settled(rec, done)
+        assert rec.state == "applied"
+        assert serving(st) == {"mine": 1, "probe": 1, "other": 1}
+        assert set(rec.record.owned) == {"probe", "other"}
+        await rec.offer(document(2, probe), "test")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))
+        assert serving(st) == {"mine": 1, "probe": 1}  # other removed, mine untouched
+        assert rec.bundles["other"].state == "removed"
+        assert rec.record.owned == ("probe",)
+        await rec.offer(document(3), "test")  # the fleet wants nothing: only its own goes
+        await settled(rec, lambda r: r.record.serial == 3 and done(r))
+        assert serving(st) == {"mine": 1}
+
+
+async def test_a_failed_bundle_keeps_its_old_version_and_others_still_apply(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    kit = shelf.kit
+    async with open_stack(tmp_path, kit) as st, reconciler(st, shelf) as rec:
+        await rec.offer(document(1, shelf.put("probe", 1)), "test")
+        await settled(rec, done)
+        bad = shelf.put("probe", 2, selftest=b"E")  # the guest answers status 2
+        other = shelf.put("other", 1, model=False, sections={"routes": {"http": "echo"}})
+        await rec.offer(document(2, bad, other), "test")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))
+        assert rec.state == "failed"
+        assert rec.bundles["probe"].state == "failed"
+        assert "selftest" in (rec.bundles["probe"].error or "")
+        assert rec.bundles["other"].state == "applied"
+        answer = await st.service.run_adapter(AdapterRequest("probe", b"M"))
+        assert answer.version == 1
+
+
+async def test_registry_down_is_pending_with_reason_then_converges(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    kit = shelf.kit
+    async with open_stack(tmp_path, kit) as st, reconciler(st, shelf) as rec:
+        shelf.down = True
+        await rec.offer(document(1, shelf.put("probe", 1)), "test")
+        await settled(rec, lambda _: len(shelf.pulls) >= 3)  # retried, not given up
+        assert (rec.state, rec.reason) == ("pending", "registry unreachable: connection refused")
+        assert rec.bundles["probe"].state == "pending"
+        assert serving(st) == {}
+        shelf.down = False
+        await settled(rec, done)
+        assert rec.state == "applied"
+        assert serving(st) == {"probe": 1}
+
+
+async def test_refused_documents_change_nothing(tmp_path: Path, shelf: Shelf) -> None:
+    kit = shelf.kit
+    async with open_stack(tmp_path, kit) as st, reconciler(st, shelf) as rec:
+        first = document(5, shelf.put("probe", 2))
+        await rec.offer(first, "test")
+        await settled(rec, done)
+        before = rec.record
+        assert not await rec.offer(first, "mqtt")  # the same bytes again: no news, no refusal
+        assert [rec.refused] == [None]
+        older = document(4, shelf.put("probe", 1))
+        expired = document(6, shelf.put("other", 1), expired=True)
+        lower = document(7, want("probe", 1))  # below the serving 2, no downgrade granted
+        cases = [(older, "FleetReplayError"), (expired, "FleetExpiredError")]
+        cases.append((lower, "FleetDowngradeError"))
+        for doc, error in cases:
+            with pytest.raises(DocumentRefused, match=error):
+                await rec.offer(doc, "test")
+            assert rec.refused is not None
+            assert rec.refused.error.startswith(error)
+            assert rec.record == before
+            assert FleetStateFile(st.state_dir).load() == before
+        assert serving(st) == {"probe": 2}
+        assert rec.state == "applied"
+
+
+async def test_staged_percent_stages_then_a_later_document_promotes(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    kit = shelf.kit
+    async with open_stack(tmp_path, kit) as st, reconciler(st, shelf) as rec:
+        v1, v2 = shelf.put("probe", 1), shelf.put("probe", 2)
+        await rec.offer(document(1, v1), "test")
+        await settled(rec, done)
+        await rec.offer(document(2, {**v2, "staged_percent": 30}), "test")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))
+        slot = st.registry.table.slot("probe")
+        assert (slot.current.version, slot.candidate and slot.candidate.version) == (1, 2)
+        assert slot.percent == 30
+        assert rec.bundles["probe"].staged_percent == 30
+        await rec.offer(document(3, v2), "test")
+        await settled(rec, lambda r: r.record.serial == 3 and done(r))
+        slot = st.registry.table.slot("probe")
+        assert (slot.current.version, slot.candidate) == (2, None)
+
+
+async def test_state_survives_a_restart_and_the_interrupted_plan_resumes(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    kit = shelf.kit
+    state = tmp_path / "state"
+    async with open_stack(tmp_path, kit, state_dir=state) as st, reconciler(st, shelf) as rec:
+        shelf.down = True  # accepted, then "killed" before anything could be pulled
+        await rec.offer(document(9, shelf.put("probe", 1)), "test")
+        await settled(rec, lambda r: r.state == "pending")
+    shelf.down = False
+    async with open_stack(tmp_path, kit, state_dir=state) as st, reconciler(st, shelf) as rec:
+        assert rec.record.serial == 9
+        await settled(rec, done)  # resumed without the document being sent again
+        assert serving(st) == {"probe": 1}
+        with pytest.raises(DocumentRefused, match="FleetReplayError"):
+            await rec.offer(document(8, shelf.put("other", 1)), "test")
+    async with open_stack(tmp_path, kit, state_dir=state) as st, reconciler(st, shelf) as rec:
+        assert rec.record.owned == ("probe",)
+        await rec.offer(document(10), "test")
+        await settled(rec, lambda r: r.record.serial == 10 and done(r))
+        assert serving(st) == {}  # the fleet still knew it had installed probe
