@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import time
@@ -39,6 +40,7 @@ from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError, NotFound
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import ExpiredError, RollbackError, SigningError
+from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.store import InstalledBundle, StagedInstall
 from wasmgate.signing.trust import TrustStore
@@ -53,7 +55,9 @@ with a warning (a fresh install of an expired bundle is always refused)."""
 class Store(BlobSource, Protocol):
     """The part of `wasmgate.signing.BundleStore` the registry uses."""
 
-    def stage(self, data: bytes | Path) -> InstalledBundle: ...
+    def stage(
+        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
+    ) -> InstalledBundle: ...
     def commit(
         self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
     ) -> None: ...
@@ -206,8 +210,12 @@ class Registry:
         percent: int = 100,
         gates: Release | None = None,
         origin: Path | None = None,
+        downgrades: Sequence[Downgrade] | None = None,
     ) -> LoadedBundle:
         """Stage, load, selftest, commit and switch; `BundleRejected` says why not.
+
+        ``downgrades``: a fleet install passes its signed document's permissions (maybe
+        none): only a matching one lets a version below the floor in (`BundleStore.stage`).
 
         ``percent`` < 100 stages it next to the serving version (a first version always
         serves fully), under the manifest's ``[release]`` gates tightened by ``gates``.
@@ -216,7 +224,9 @@ class Registry:
         """
         async with self._lock:
             try:
-                item = await asyncio.to_thread(self._store.stage, data)
+                item = await asyncio.to_thread(
+                    functools.partial(self._store.stage, data, downgrades=downgrades)
+                )
             except SigningError as e:
                 rollback = isinstance(e, RollbackError)
                 msg = f"{e} (rollback)" if rollback else str(e)

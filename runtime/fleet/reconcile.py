@@ -37,6 +37,7 @@ from wasmgate.runtime.fleet.state import (
     peek_serial,
 )
 from wasmgate.signing.errors import FleetDowngradeError, SigningError
+from wasmgate.signing.fleetdoc import Downgrade
 
 log = logging.getLogger("wasmgate.fleet")
 
@@ -206,7 +207,12 @@ class Reconciler:
         if not takeover:
             await self._own(want.name, owned=True)  # before: a crash right after must not orphan it
         try:
-            await self._registry.install(data, source=f"fleet {plan.serial}", percent=want.percent)
+            await self._registry.install(
+                data,
+                source=f"fleet {plan.serial}",
+                percent=want.percent,
+                downgrades=[Downgrade(name=n, version=v) for n, v in plan.downgrades.items()],
+            )
         except BundleRejected as e:
             return _outcome(want, "failed", str(e))
         await self._own(want.name, owned=True)

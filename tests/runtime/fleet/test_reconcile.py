@@ -150,3 +150,14 @@ async def test_state_survives_a_restart_and_the_interrupted_plan_resumes(
         await rec.offer(document(10), "test")
         await settled(rec, lambda r: r.record.serial == 10 and done(r))
         assert serving(st) == {}  # the fleet still knew it had installed probe
+
+
+async def test_a_granted_downgrade_installs_the_lower_version(tmp_path: Path, shelf: Shelf) -> None:
+    async with open_stack(tmp_path, shelf.kit) as st, reconciler(st, shelf) as rec:
+        v1, v2 = shelf.put("probe", 1), shelf.put("probe", 2)
+        await rec.offer(document(1, v2), "test")
+        await settled(rec, done)
+        await rec.offer(document(2, v1, downgrades={"probe": 1}), "test")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))
+        assert (rec.state, serving(st)) == ("applied", {"probe": 1})
+        assert st.store.floors() == {"probe": 1}  # the floor went down with it, signed
