@@ -119,7 +119,7 @@ class Rollout:
 
     def run(self, plan: RolloutPlan, on_start: Callable[[int], object] = id) -> RolloutResult:
         """Roll ``plan`` out; ``on_start(gateway count)`` once the group is known."""
-        view = self._read(plan.group)
+        view = self._read()
         members = [r.gateway for r in view.members(plan.group)]
         if not members:
             raise RolloutRefused(f"no gateway reports group {plan.group!r} under {self._root}/")
@@ -145,9 +145,10 @@ class Rollout:
 
     # -- reading ------------------------------------------------------------------------
 
-    def _read(self, group: str) -> FleetView:
+    def _read(self) -> FleetView:
+        # every group's document: a member of two groups runs the newer of the two
         filters = [f"{self._root}/+/deployment", f"{self._root}/+/desired"]
-        filters.append(f"{self._root}/fleet/{group}/desired")
+        filters.append(f"{self._root}/fleet/+/desired")
         return split_topics(self._root, self._client.collect(filters, _COLLECT_S))
 
     def _trusted(self, desired: Desired | None) -> list[Wanted]:
