@@ -1,4 +1,4 @@
-"""`wasmgate bundle`: build, verify and inspect signed bundles.
+"""`wasmgate bundle`: build, verify, inspect, push and pull signed bundles.
 
 - ``build DIR --key KEY [--version N] [--expires 90d] --out F.wgb``: DIR holds
   ``bundle.toml`` (format: ``wasmgate.signing.build``) and the files it names. When DIR has
@@ -7,6 +7,7 @@
 - ``verify F [--trust FILE_OR_DIR] [--state-dir DIR]``: the full verification the daemon
   does (with ``--state-dir``, also the anti-rollback check); exit 1 with the reason.
 - ``inspect F [--json]``: the manifest as stated in the bundle, *without* verification.
+- ``push``/``pull``: bundles as OCI artifacts in a registry (``bundle_oci.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from wasmgate.guest_adapters.build import refresh_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
+from wasmgate.runtime.cli import bundle_oci
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers, say
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
 from wasmgate.runtime.ops.config import Settings
@@ -41,8 +43,8 @@ MAX_BUNDLE_BYTES = 2 * 1024**3
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "bundle",
-        help="Build, verify and inspect signed bundles.",
-        description="Build, verify and inspect signed bundles.",
+        help="Build, verify, inspect, push and pull signed bundles.",
+        description="Build, verify, inspect, push and pull signed bundles.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     build = actions.add_parser("build", help="Build and sign a bundle from DIR/bundle.toml.")
@@ -64,6 +66,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     inspect.add_argument("file", type=Path, metavar="F", help="Bundle file (.wgb).")
     inspect.add_argument("--json", action="store_true", help="Print JSON.")
     inspect.set_defaults(func=_inspect)
+    bundle_oci.register(actions)
 
 
 def add_trust_arg(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from wasmgate.runtime.cli._checks import (
 )
 from wasmgate.runtime.cli._common import SubParsers, plain_text
 from wasmgate.runtime.cli._models import load_model
+from wasmgate.runtime.cli._registry_probe import probe_registry
 from wasmgate.runtime.errors import BackendError, ConfigError
 from wasmgate.runtime.ops.config import Settings, load_settings
 
@@ -62,7 +63,7 @@ def run_checks(config: Path | None) -> list[Finding]:
     findings += check_bundles(settings, trust)
     findings += _check_profile(settings)
     findings.append(probe_broker(settings.mqtt))
-    findings.append(Finding("registry", "skip", "not configured (no bundle registry setting)"))
+    findings.append(probe_registry(settings.registry))
     findings.append(check_clock(settings))
     findings.append(check_unit())
     return findings

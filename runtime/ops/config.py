@@ -264,6 +264,37 @@ class StoreSettings(_Section):
         return self.streams.get(stream, self.defaults)
 
 
+class RegistrySettings(_Section):
+    """OCI registry that bundles are pulled from by digest (fleet) and that ``wasmgate bundle
+    push|pull`` use. The registry is only transport: a pulled bundle is installed through the
+    same signature and anti-rollback checks as any other."""
+
+    host: str | None = None
+    """``HOST[:PORT]`` of the registry that ``username``/``password`` belong to (other
+    hosts never see them) and that ``wasmgate doctor`` checks; None = every registry."""
+    insecure: bool = False
+    """Plain HTTP instead of HTTPS. Only for a registry on loopback or in a lab."""
+    username: str | None = None
+    """User name for the registry (HTTP basic, or to obtain a bearer token)."""
+    password: str | None = None
+    """Password or access token for ``username``."""
+    ca: Path | None = None
+    """CA bundle (PEM) that verifies the registry's certificate; None = system CAs."""
+    max_bundle_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    """Largest bundle layer pulled: checked against the manifest's declared size before a
+    byte is downloaded, and while streaming (a registry cannot send more than declared)."""
+    retries: int = Field(default=5, ge=0, le=100)
+    """Further tries of a pull after the registry is unreachable (connection, timeout, 5xx,
+    429), with exponential backoff; then the pull fails as unavailable (and is retried by
+    the next reconcile). A refused artifact (digest, size, type) is never retried."""
+    backoff_s: float = Field(default=1.0, gt=0, le=3600)
+    """Wait before the first retry; doubled at each further one (with jitter)."""
+    backoff_max_s: float = Field(default=60.0, gt=0, le=3600)
+    """Ceiling on one wait between retries."""
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """Connect/read timeout of one HTTP request to the registry."""
+
+
 class TrustSettings(_Section):
     expiry: Literal["stop", "warn"] = "warn"
     """What an installed bundle does once its manifest's ``expires`` has passed (checked at
@@ -326,6 +357,8 @@ class Settings(BaseSettings):
     """Cloud fallback endpoint."""
     store: StoreSettings = StoreSettings()
     """Store-and-forward on disk: what waits for the broker or the cloud to come back."""
+    registry: RegistrySettings = RegistrySettings()
+    """OCI registry for bundle pulls and ``wasmgate bundle push|pull``."""
     trust: TrustSettings = TrustSettings()
     """Bundle trust policy (the trust file itself is ``paths.trust_file``)."""
     log: LogSettings = LogSettings()
