@@ -189,6 +189,12 @@ def parse_fleet(payload: bytes) -> FleetDoc:
         raise FleetFormatError(f"fleet document: {where}: {first['msg']}") from e
 
 
+def peek_fleet(data: bytes) -> FleetDoc:
+    """The document inside a signed fleet file, signatures NOT checked (for display and the
+    operator's own checks; a gateway always uses :func:`verify_fleet`)."""
+    return parse_fleet(_envelope(data)[1])
+
+
 def verify_fleet(
     data: bytes, trust: TrustStore, *, last_serial: int | None, now: datetime
 ) -> FleetDoc:

@@ -7,6 +7,7 @@
   Exit 0 when applied everywhere, 1 when aborted, 2 on usage errors or a refused start.
 - ``status --broker HOST:PORT [--group G] [--json]``: gateways x bundles from the retained
   deployment reports, with the time of each report and drift from the group's document.
+- ``desired sign|publish``: hand-made signed desired states (``fleet_desired.py``).
 
 The CLI talks only to the broker and the registry, never to a daemon directly.
 """
@@ -14,6 +15,7 @@ The CLI talks only to the broker and the registry, never to a daemon directly.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from datetime import timedelta
@@ -54,6 +56,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_rollout(actions)
     _register_status(actions)
+    # imported here: fleet_desired uses this module's broker helpers (no import cycle)
+    importlib.import_module("wasmgate.runtime.cli.fleet_desired").register(actions)
 
 
 def add_broker_args(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +103,8 @@ def _register_status(actions: SubParsers[argparse.ArgumentParser]) -> None:
     status.set_defaults(func=_status)
 
 
-def _client(args: argparse.Namespace) -> OperatorClient:
+def broker_client(args: argparse.Namespace) -> OperatorClient:
+    """The operator's broker connection from the `add_broker_args` flags."""
     try:
         host, port = parse_broker(args.broker)
     except ValueError as e:
@@ -134,7 +139,7 @@ def _rollout(args: argparse.Namespace) -> int:
     plan = _plan(args, new)
     say(f"rolling out {new.name} v{new.version} ({new.ref}) to group {plan.group}")
     try:
-        with _client(args) as client, tqdm(unit="gw", file=sys.stderr, disable=None) as bar:
+        with broker_client(args) as client, tqdm(unit="gw", file=sys.stderr, disable=None) as bar:
             rollout = Rollout(client, args.prefix, keys, progress=lambda _row: bar.update())
             result = rollout.run(plan, on_start=bar.reset)
     except (BrokerError, RolloutRefused) as e:
@@ -163,7 +168,7 @@ def _status(args: argparse.Namespace) -> int:
     filters = [f"{args.prefix}/+/deployment", f"{args.prefix}/+/desired"]
     filters.append(f"{args.prefix}/fleet/+/desired")
     try:
-        with _client(args) as client:
+        with broker_client(args) as client:
             view = split_topics(args.prefix, client.collect(filters, args.wait))
     except BrokerError as e:
         raise CliError(str(e)) from e

@@ -1,7 +1,9 @@
 """`wasmgate trust`: manage the trust store (which keys may sign which bundle names).
 
 - ``add PUBKEY --names 'pattern*' [--max-limit memory_mb=64 ...]``: PUBKEY is a ``.pub``
-  file, a key file, or the base64 public key.
+  file, a key file, or the base64 public key. ``--role fleet`` adds it to the ``fleet`` role
+  instead (keys that sign fleet documents, for the role's ``--names``); only a trust document
+  with a ``root`` section takes one, and gateways honour it once that is root-signed.
 - ``list [--json]``; ``revoke KEY_ID`` or ``revoke --bundle DIGEST``.
 - ``sign DOC --key ROOTKEY [--key ...] --out FILE``: sign a trust document that has a
   ``root`` section (k-of-n root keys) for distribution to gateways.
@@ -50,6 +52,12 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="Ceiling on a manifest limit (repeatable), e.g. memory_mb=64.",
     )
     add.add_argument("--comment", default="", help="Free text shown by `trust list`.")
+    add.add_argument(
+        "--role",
+        choices=("signer", "fleet"),
+        default="signer",
+        help="signer: signs bundles (default); fleet: signs fleet documents.",
+    )
     add_trust_arg(add)
     add.set_defaults(func=_add)
     lst = actions.add_parser("list", help="List trusted keys and revocations.")
@@ -95,14 +103,20 @@ def _limits(items: list[str]) -> dict[str, int]:
 
 def _add(args: argparse.Namespace) -> int:
     path = trust_path(args)
+    if args.role == "fleet" and (args.max_limit or args.comment):
+        raise CliError("--max-limit and --comment are for signer keys, not --role fleet", 2)
     try:
         public = load_public_key(args.pubkey)
-        limits = _limits(args.max_limit)
-        store = _load(path).with_signer(public, args.names, limits, args.comment)
+        if args.role == "fleet":
+            store = _load(path).with_fleet_key(public, args.names)
+        else:
+            limits = _limits(args.max_limit)
+            store = _load(path).with_signer(public, args.names, limits, args.comment)
     except SigningError as e:
         raise CliError(str(e)) from e
     _save(store, path)
-    print(f"trusted key {key_id_of(public)} for {', '.join(args.names)} in {path}")
+    role = " as a fleet key" if args.role == "fleet" else ""
+    print(f"trusted key {key_id_of(public)}{role} for {', '.join(args.names)} in {path}")
     return EXIT_OK
 
 
@@ -113,19 +127,31 @@ def _list(args: argparse.Namespace) -> int:
         print(doc.to_json().decode(), end="")
         return EXIT_OK
     root = f", root {doc.root.threshold} of {len(doc.root.keys)}" if doc.root else ""
-    print(f"{path}: version {doc.version}{root}, {len(doc.signers)} signer(s)")
-    for kid, s in sorted(doc.signers.items()):
+    fleet = f", fleet {doc.fleet.threshold} of {len(doc.fleet.keys)}" if doc.fleet else ""
+    print(f"{path}: version {doc.version}{root}{fleet}, {len(doc.signers)} signer(s)")
+    for kid, role, names, extra in _roles(doc):
         state = "REVOKED" if kid in doc.revoked.keys else "trusted"
-        limits = " ".join(f"{k}<={v}" for k, v in s.max_limits.items())
-        extra = f"  [{limits}]" if limits else ""
-        note = f"  # {s.comment}" if s.comment else ""
-        print(f"  {kid}  {state:<7}  {', '.join(s.names)}{extra}{note}")
+        print(f"  {kid}  {role:<6}  {state:<7}  {names}{extra}")
     for kid in doc.revoked.keys:
-        if kid not in doc.signers:
+        if kid not in doc.signers and (doc.fleet is None or kid not in doc.fleet.keys):
             print(f"  {kid}  REVOKED  (not a signer)")
     for digest in doc.revoked.bundles:
         print(f"  bundle {digest}  REVOKED")
     return EXIT_OK
+
+
+def _roles(doc: TrustDoc) -> list[tuple[str, str, str, str]]:
+    """(key id, role, names, extra) of every key: root, fleet, then the bundle signers."""
+    root_keys = sorted(doc.root.keys) if doc.root else []
+    rows = [(kid, "root", "(signs the trust file)", "") for kid in root_keys]
+    if doc.fleet is not None:
+        fleet_names = ", ".join(doc.fleet.names)
+        rows += [(kid, "fleet", fleet_names, "") for kid in sorted(doc.fleet.keys)]
+    for kid, s in sorted(doc.signers.items()):
+        limits = " ".join(f"{k}<={v}" for k, v in s.max_limits.items())
+        extra = (f"  [{limits}]" if limits else "") + (f"  # {s.comment}" if s.comment else "")
+        rows.append((kid, "signer", ", ".join(s.names), extra))
+    return rows
 
 
 def _revoke(args: argparse.Namespace) -> int:

@@ -140,7 +140,7 @@ def test_trust_list_and_revoke_bundle(
     capsys.readouterr()
     assert main(["trust", "list", "--trust", str(trust)]) == 0
     out = capsys.readouterr().out
-    assert f"{key_id}  trusted  digits*" in out
+    assert f"{key_id}  signer  trusted  digits*" in out
     assert f"bundle {digest}  REVOKED" in out
     assert main(["trust", "list", "--json", "--trust", str(trust)]) == 0
     assert json.loads(capsys.readouterr().out)["revoked"]["bundles"] == [digest]
