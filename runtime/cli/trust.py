@@ -5,8 +5,8 @@
   instead (keys that sign fleet documents, for the role's ``--names``); only a trust document
   with a ``root`` section takes one, and gateways honour it once that is root-signed.
 - ``list [--json]``; ``revoke KEY_ID`` or ``revoke --bundle DIGEST``.
-- ``sign DOC --key ROOTKEY [--key ...] --out FILE``: sign a trust document that has a
-  ``root`` section (k-of-n root keys) for distribution to gateways.
+- ``sign DOC --key ROOTKEY [--key ...] --out FILE [--version N]``: sign a trust document
+  that has a ``root`` section (k-of-n root keys) for distribution to gateways.
 
 ``--trust FILE_OR_DIR`` picks the file (default: ``paths.trust_file`` from the config).
 Root-signed trust files are not edited in place: edit the document and re-sign it.
@@ -73,6 +73,12 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     sig.add_argument("doc", type=Path, metavar="DOC", help="Trust document (JSON) with root.")
     sig.add_argument("--key", type=Path, action="append", required=True, help="Root key.")
     sig.add_argument("--out", type=Path, required=True, help="Signed trust file to write.")
+    sig.add_argument(
+        "--version",
+        type=int,
+        default=None,
+        help="Sign as this version: a gateway accepts exactly its pinned version + 1.",
+    )
     add_passphrase_args(sig)
     sig.set_defaults(func=_sign)
 
@@ -182,6 +188,11 @@ def _sign(args: argparse.Namespace) -> int:
         raise CliError(f"{args.doc}: not a valid trust document: {e}") from e
     if doc.root is None:
         raise CliError(f"{args.doc}: a signed trust file needs a 'root' section")
+    if args.version is not None:
+        # each `trust add` bumps a draft's version; the rotation rule wants exactly pinned+1
+        if args.version < 1:
+            raise CliError(f"--version {args.version}: must be at least 1", 2)
+        doc = doc.model_copy(update={"version": args.version})
     keys = [load_signing_key(k, args) for k in args.key]
     data = sign_trust(doc, keys)
     try:

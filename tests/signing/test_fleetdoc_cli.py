@@ -63,10 +63,11 @@ def test_trust_add_fleet_role_then_sign(
     assert set(fleet["keys"]) == {key_id_of(k.verify_key) for k in fk.fleet}
     write_private_key(tmp_path / "root.key", fk.root)
     out = tmp_path / "trust.json"
-    assert (
-        main(["trust", "sign", str(doc), "--key", str(tmp_path / "root.key"), "--out", str(out)])
-        == 0
-    )
+    sign = ["trust", "sign", str(doc), "--key", str(tmp_path / "root.key"), "--out", str(out)]
+    assert json.loads(doc.read_text())["version"] == 3  # each edit bumped the draft
+    assert main([*sign, "--version", "0"]) == 2
+    assert main([*sign, "--version", "2"]) == 0
+    assert TrustStore.load(out).doc.version == 2
     capsys.readouterr()
     assert main(["trust", "list", "--trust", str(out)]) == 0
     listing = capsys.readouterr().out
