@@ -9,7 +9,8 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 2. the cloud fallback client, when ``cloud.url`` is set;
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
-4. the MQTT bridge, when ``mqtt.host`` is set.
+4. the gRPC listener, when ``grpc.port`` is set (grpc is imported only then);
+5. the MQTT bridge, when ``mqtt.host`` is set.
 No module-level singletons: two apps in one process share nothing.
 """
 
@@ -82,6 +83,8 @@ def build_app(
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_service_ctx)
+    if settings.grpc.port is not None:
+        app.cleanup_ctx.append(_grpc_ctx)
     if settings.mqtt.host is not None:
         app.cleanup_ctx.append(_mqtt_ctx)
     return app
@@ -304,6 +307,14 @@ def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> No
         m.forget_model(gone)
     published.clear()
     published.update(serving)
+
+
+async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
+    from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
+
+    async with GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS]) as listener:
+        status.add_provider(app, "grpc", listener.status)
+        yield
 
 
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:

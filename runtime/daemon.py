@@ -39,7 +39,7 @@ from wasmgate.signing.errors import SigningError
 
 log = logging.getLogger("wasmgate.daemon")
 
-_RESTART_ONLY = ("mqtt", "paths", "cloud", "profile")
+_RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile")
 _HTTP_LIVE = ("management_token",)
 
 

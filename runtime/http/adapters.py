@@ -28,9 +28,9 @@ from wasmgate.runtime.http.common import (
     pinned_version,
     read_body,
 )
-from wasmgate.runtime.http.keys import SERVICE
+from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.protocol import codec as v2
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo
+from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelInfo, ServiceAPI
 from wasmgate.sandbox.models import InputMismatch, validate
 
 Array = v2.Array
@@ -42,7 +42,7 @@ def request_meta(request: web.Request) -> dict[str, str]:
 
 async def raw_adapter(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    observation = Observation(request, "adapter", name)
+    observation = Observation(request.app.get(METRICS), "adapter", name)
     try:
         payload = await read_body(request)
         answer = await request.app[SERVICE].run_adapter(
@@ -77,13 +77,18 @@ def _merge_timings(answers: list[AdapterAnswer]) -> dict[str, float]:
 
 
 async def infer_adapter(
-    request: web.Request,
+    service: ServiceAPI,
     info: ModelInfo,
     inputs: Mapping[str, Array],
     input_parameters: Mapping[str, Mapping[str, Any]],
     deadline: float | None,
+    *,
+    meta: Mapping[str, str],
+    key: str | None,
+    version: str | None,
 ) -> InferOutcome:
-    """Run a V2 request on an adapter model: one adapter run per BYTES element."""
+    """Run a V2 request on an adapter model: one adapter run per BYTES element (any
+    transport: HTTP and gRPC pass their own ``meta``, canary ``key`` and pinned ``version``)."""
     # The service runs adapters on payload bytes, not tensors: this is the request's one check
     # of its tensors against the adapter's (BYTES in) signature.
     try:
@@ -94,16 +99,9 @@ async def infer_adapter(
     content_type = input_parameters.get(input_name, {}).get("content_type")
     if content_type is not None and not isinstance(content_type, str):
         raise BadRequest(f"input '{input_name}': parameter content_type must be a string")
-    service = request.app[SERVICE]
-    meta = request_meta(request)
-    # the version: the one model_info resolved (the URL's /versions/{v}, else the current)
-    # only when the URL names one; else the split decides per element, sticky by key
-    version = request.match_info.get("version") or pinned_version(request)
     calls = [
         service.run_adapter(
-            AdapterRequest(
-                info.name, bytes(item), content_type, meta, deadline, canary_key(request), version
-            )
+            AdapterRequest(info.name, bytes(item), content_type, meta, deadline, key, version)
         )
         for item in array.ravel()
     ]

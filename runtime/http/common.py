@@ -12,9 +12,9 @@ import numpy as np
 from aiohttp import web
 
 from wasmgate.runtime.errors import BadRequest, DaemonError, PayloadTooLarge
-from wasmgate.runtime.http.keys import METRICS, SETTINGS
+from wasmgate.runtime.http.keys import SETTINGS
 from wasmgate.runtime.ops.config import HttpSettings
-from wasmgate.runtime.ops.metrics import Kind
+from wasmgate.runtime.ops.metrics import Kind, Metrics
 from wasmgate.runtime.serving import timeouts
 from wasmgate.runtime.serving.api import Source
 
@@ -83,18 +83,22 @@ def _http(request: web.Request) -> HttpSettings:
     return settings.http if settings is not None else HttpSettings()
 
 
-def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:
-    """A monotonic deadline from ``X-Wasmgate-Timeout-Ms`` or the V2 ``timeout`` parameter
-    (microseconds, what tritonclient's ``timeout=`` sends); the sooner wins."""
-    header = request.headers.get(TIMEOUT_HEADER)
+def parameter_deadline(parameters: Mapping[str, Any] | None) -> float | None:
+    """A monotonic deadline from the V2 ``timeout`` parameter (microseconds, what
+    tritonclient's ``timeout=`` sends over HTTP and gRPC alike), else None."""
     timeout = (parameters or {}).get("timeout")
+    if timeout is None:
+        return None
+    return timeouts.after(timeouts.budget_s(timeout, "parameter 'timeout'", "microseconds", 1e-6))
+
+
+def deadline_of(request: web.Request, parameters: Mapping[str, Any] | None = None) -> float | None:
+    """A monotonic deadline from ``X-Wasmgate-Timeout-Ms`` or the V2 ``timeout`` parameter;
+    the sooner wins."""
+    header = request.headers.get(TIMEOUT_HEADER)
     return timeouts.earliest(
         timeouts.after(None if header is None else timeouts.budget_s(header, TIMEOUT_HEADER)),
-        timeouts.after(
-            None
-            if timeout is None
-            else timeouts.budget_s(timeout, "parameter 'timeout'", "microseconds", 1e-6)
-        ),
+        parameter_deadline(parameters),
     )
 
 
@@ -119,10 +123,11 @@ def answer_headers(
 
 
 class Observation:
-    """Times one request and reports it to the app's `Metrics` (if the app has one)."""
+    """Times one request and reports it to the daemon's `Metrics` (if there are any); the
+    gRPC service observes its requests with it too."""
 
-    def __init__(self, request: web.Request, kind: Kind, name: str) -> None:
-        self._metrics = request.app.get(METRICS)
+    def __init__(self, metrics: Metrics | None, kind: Kind, name: str) -> None:
+        self._metrics = metrics
         self.kind: Kind = kind
         self.name = name
         self.start = time.perf_counter()

@@ -13,8 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from wasmgate.runtime.http.keys import METRICS, SERVICE
-from wasmgate.runtime.ops.metrics import NameStats
-from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.runtime.ops.metrics import Metrics, NameStats
+from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI
 
 
 def _duration(count: int, seconds: float) -> dict[str, int]:
@@ -47,17 +47,23 @@ def model_stats(info: ModelInfo, stats: NameStats | None) -> dict[str, Any]:
     }
 
 
-async def stats(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    name = request.match_info.get("model")
-    if name is None:
-        infos = service.list_models()
-    else:
-        infos = [service.model_info(name, request.match_info.get("version"))]
-    metrics = request.app.get(METRICS)
+def statistics(
+    service: ServiceAPI, metrics: Metrics | None, name: str | None, version: str | None
+) -> dict[str, Any]:
+    """Triton's statistics document for one model (or every one when ``name`` is None);
+    the gRPC ModelStatistics answer is the same document."""
+    infos = service.list_models() if name is None else [service.model_info(name, version)]
     snapshot = metrics.snapshot() if metrics is not None else {}
-    body = [model_stats(info, snapshot.get((info.kind, info.name))) for info in infos]
-    return web.json_response({"model_stats": body})
+    return {"model_stats": [model_stats(i, snapshot.get((i.kind, i.name))) for i in infos]}
+
+
+async def stats(request: web.Request) -> web.Response:
+    info = request.match_info
+    return web.json_response(
+        statistics(
+            request.app[SERVICE], request.app.get(METRICS), info.get("model"), info.get("version")
+        )
+    )
 
 
 def setup(app: web.Application) -> None:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
-import wasmgate
 from wasmgate.runtime.errors import BadRequest, NotReady
 from wasmgate.runtime.http import adapters, stats
 from wasmgate.runtime.http.common import (
@@ -30,17 +29,15 @@ from wasmgate.runtime.http.common import (
     pinned_version,
     read_body,
 )
-from wasmgate.runtime.http.keys import SERVICE
+from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.protocol import metadata
 from wasmgate.runtime.serving.api import ModelInfo, ModelRequest
-from wasmgate.sandbox.models import DATATYPES, TensorSpec
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-EXTENSIONS = ("binary_tensor_data",)
 OFFLOAD_BYTES = 256 * 1024
 """Bodies (or outputs) larger than this are decoded (encoded) in a worker thread."""
 T = TypeVar("T")
-TRITON_TYPES = {name: f"TYPE_{name}" for name in DATATYPES} | {"BYTES": "TYPE_STRING"}
 
 
 def _model_info(request: web.Request) -> ModelInfo:
@@ -48,19 +45,8 @@ def _model_info(request: web.Request) -> ModelInfo:
     return request.app[SERVICE].model_info(name, request.match_info.get("version"))
 
 
-def _tensor(meta: TensorSpec) -> dict[str, Any]:
-    return {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
-
-
-def _config_tensor(meta: TensorSpec, batched: bool) -> dict[str, Any]:
-    dims = meta.shape[1:] if batched and meta.shape else meta.shape
-    return {"name": meta.name, "data_type": TRITON_TYPES[meta.datatype], "dims": list(dims)}
-
-
 async def server_metadata(_request: web.Request) -> web.Response:
-    return web.json_response(
-        {"name": "wasmgate", "version": wasmgate.__version__, "extensions": list(EXTENSIONS)}
-    )
+    return web.json_response(metadata.server_metadata())
 
 
 async def live(_request: web.Request) -> web.Response:
@@ -75,16 +61,7 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def model_metadata(request: web.Request) -> web.Response:
-    info = _model_info(request)
-    return web.json_response(
-        {
-            "name": info.name,
-            "versions": [str(info.version)],
-            "platform": info.platform,
-            "inputs": [_tensor(t) for t in info.inputs],
-            "outputs": [_tensor(t) for t in info.outputs],
-        }
-    )
+    return web.json_response(metadata.model_metadata(_model_info(request)))
 
 
 async def model_ready(request: web.Request) -> web.Response:
@@ -95,20 +72,7 @@ async def model_ready(request: web.Request) -> web.Response:
 
 
 async def model_config(request: web.Request) -> web.Response:
-    """Triton's model configuration (perf_analyzer needs it: ``max_batch_size`` > 0 makes it
-    treat the first dimension as the batch)."""
-    info = _model_info(request)
-    batched = info.max_batch_size > 0
-    config: dict[str, Any] = {
-        "name": info.name,
-        "platform": info.platform,
-        "max_batch_size": info.max_batch_size,
-        "input": [_config_tensor(t, batched) for t in info.inputs],
-        "output": [_config_tensor(t, batched) for t in info.outputs],
-    }
-    if batched:
-        config["dynamic_batching"] = {"max_queue_delay_microseconds": info.max_queue_delay_us}
-    return web.json_response(config)
+    return web.json_response(metadata.model_config(_model_info(request)))
 
 
 def _header_length(request: web.Request) -> int | None:
@@ -125,7 +89,16 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
     deadline = deadline_of(request, req.parameters)
     if info.kind == "adapter":
         return await adapters.infer_adapter(
-            request, info, req.inputs, req.input_parameters, deadline
+            request.app[SERVICE],
+            info,
+            req.inputs,
+            req.input_parameters,
+            deadline,
+            meta=adapters.request_meta(request),
+            key=canary_key(request),
+            # the one model_info resolved (the URL's /versions/{v}) only when the URL names
+            # one; else the split decides per element, sticky by key
+            version=request.match_info.get("version") or pinned_version(request),
         )
     answer = await request.app[SERVICE].infer_model(
         ModelRequest(
@@ -140,23 +113,24 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
     return InferOutcome(dict(answer.outputs), answer.source, answer.version, answer.timings, None)
 
 
-async def _off_loop(size: int, fn: Callable[[], T]) -> T:
+async def off_loop(size: int, fn: Callable[[], T]) -> T:
+    """``fn()``, in a worker thread when ``size`` (bytes) is over `OFFLOAD_BYTES`."""
     # Decoding or encoding megabytes of JSON takes long enough to stall every other client.
     return await asyncio.to_thread(fn) if size > OFFLOAD_BYTES else fn()
 
 
 async def infer(request: web.Request) -> web.Response:
     info = _model_info(request)
-    observation = Observation(request, info.kind, info.name)
+    observation = Observation(request.app.get(METRICS), info.kind, info.name)
     try:
         length = _header_length(request)
         check_json_size(request.content_length if length is None else length, request)
         body = await read_body(request)
         check_json_size(len(body) if length is None else None, request)
-        req = await _off_loop(len(body), lambda: v2.parse_request(body, length))
+        req = await off_loop(len(body), lambda: v2.parse_request(body, length))
         result = await _run(request, info, req)
         size = sum(a.nbytes for a in result.outputs.values())
-        encoded = await _off_loop(
+        encoded = await off_loop(
             size,
             lambda: v2.encode_response(
                 info.name, str(result.version), result.outputs, req,

@@ -67,6 +67,22 @@ class HttpSettings(_Section):
     """PEM private key matching tls_cert."""
 
 
+class GrpcSettings(_Section):
+    """The KServe V2 gRPC listener (``inference.GRPCInferenceService``, what
+    ``tritonclient.grpc`` and ``perf_analyzer -i grpc`` speak). It binds ``http.host`` and
+    uses ``http.tls_cert``/``http.tls_key`` when they are set, like the HTTP listener."""
+
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """TCP port of the gRPC listener; None (the default) turns gRPC off (0 picks a free
+    port, logged at start)."""
+    max_message_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Largest request message accepted (and answer sent); larger ones are refused with
+    RESOURCE_EXHAUSTED before they are decoded."""
+    max_concurrent_rpcs: int = Field(default=1024, gt=0)
+    """RPCs in progress at once on the listener; beyond it new ones get RESOURCE_EXHAUSTED.
+    Admission control per adapter and model (``limits``) applies inside this bound."""
+
+
 class MqttSettings(_Section):
     host: str | None = None
     """Broker host. None (the default) turns the MQTT bridge off."""
@@ -347,6 +363,8 @@ class Settings(BaseSettings):
 
     http: HttpSettings = HttpSettings()
     """HTTP server (KServe V2, raw adapter endpoint, management API, metrics, status)."""
+    grpc: GrpcSettings = GrpcSettings()
+    """KServe V2 over gRPC; off unless ``grpc.port`` is set."""
     mqtt: MqttSettings = MqttSettings()
     """MQTT bridge; off unless ``mqtt.host`` is set."""
     paths: PathSettings = Field(default_factory=PathSettings)

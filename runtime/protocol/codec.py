@@ -114,20 +114,27 @@ with an error that would otherwise surface as a 500. Zero dims count as 1 here, 
 numpy checks the product of the others even for an empty array."""
 
 
-def _shape(entry: Mapping[str, Any], what: str) -> tuple[int, ...]:
-    shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(
+def checked_shape(shape: object, what: str) -> tuple[int, ...]:
+    """A declared tensor shape (any transport's): non-negative ints within the limits."""
+    if not isinstance(shape, list | tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
     if len(shape) > MAX_RANK:
         raise BadRequest(f"{what}: 'shape' has {len(shape)} dimensions, at most {MAX_RANK}")
     if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
-        shown = repr(shape)[:100]
+        shown = repr(list(shape))[:100]
         raise BadRequest(
             f"{what}: 'shape' {shown} is out of range (at most {MAX_ELEMENTS} elements)"
         )
     return tuple(shape)
+
+
+def checked_datatype(datatype: object, what: str) -> str:
+    """A V2 datatype name (any transport's), else BadRequest."""
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise BadRequest(f"{what}: unknown datatype {datatype!r}")
+    return datatype
 
 
 def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
@@ -144,10 +151,8 @@ def _decode_one(
     entry: Mapping[str, Any], blob: bytes, offset: int, label: str
 ) -> tuple[Array, int]:
     """One tensor from its JSON entry (``data``) or the binary part at ``offset``."""
-    datatype = entry.get("datatype")
-    if not isinstance(datatype, str) or datatype not in DATATYPES:
-        raise BadRequest(f"{label}: unknown datatype {datatype!r}")
-    shape = _shape(entry, label)
+    datatype = checked_datatype(entry.get("datatype"), label)
+    shape = checked_shape(entry.get("shape"), label)
     size = _params(entry, label).get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(blob):
@@ -274,6 +279,8 @@ __all__ = [
     "InferRequest",
     "RequestedOutput",
     "array_datatype",
+    "checked_datatype",
+    "checked_shape",
     "encode_response",
     "parse_request",
 ]

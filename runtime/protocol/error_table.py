@@ -1,11 +1,13 @@
-"""The one error → status table every transport answers with (HTTP, management API, MQTT).
+"""The one error → status table every transport answers with (HTTP, management API, MQTT, gRPC).
 
 Each `wasmgate.runtime.errors` class is mapped here on purpose (a test fails when a new
 subclass is not). An answer is ``(status, code, internal)``: the HTTP status (MQTT sends the
 same number as its ``status`` property and the body's ``code``), a short stable name for
-logs and docs, and whether the message is internal. Internal messages (and anything that is
-not a `DaemonError`, which is a bug) are logged by the transport and answered with
-`INTERNAL_MESSAGE` only, so a client never sees paths, library text or tracebacks.
+logs and docs, and whether the message is internal; the gRPC column is the name of a
+``grpc.StatusCode`` (a name, so this module never imports grpc). Internal messages (and
+anything that is not a `DaemonError`, which is a bug) are logged by the transport and
+answered with `INTERNAL_MESSAGE` only, so a client never sees paths, library text or
+tracebacks.
 """
 
 from __future__ import annotations
@@ -44,41 +46,46 @@ class ErrorStatus:
 
     status: int
     code: str
+    grpc: str
+    """The ``grpc.StatusCode`` member name the gRPC listener answers with."""
     internal: bool = False
     """True: log the message, answer `INTERNAL_MESSAGE`."""
 
 
-INTERNAL = ErrorStatus(500, "internal", internal=True)
+INTERNAL = ErrorStatus(500, "internal", "INTERNAL", internal=True)
 """Anything that is not a `DaemonError`: a bug, never explained to the client."""
 
 TABLE: Mapping[type[DaemonError], ErrorStatus] = MappingProxyType(
     {
         # Client mistakes: the request itself is wrong; never sent to the cloud instead.
-        BadRequest: ErrorStatus(400, "bad_request"),
-        Unauthorized: ErrorStatus(401, "unauthorized"),
-        Forbidden: ErrorStatus(403, "forbidden"),
-        NotFound: ErrorStatus(404, "not_found"),
-        PayloadTooLarge: ErrorStatus(413, "payload_too_large"),
+        BadRequest: ErrorStatus(400, "bad_request", "INVALID_ARGUMENT"),
+        Unauthorized: ErrorStatus(401, "unauthorized", "UNAUTHENTICATED"),
+        Forbidden: ErrorStatus(403, "forbidden", "PERMISSION_DENIED"),
+        NotFound: ErrorStatus(404, "not_found", "NOT_FOUND"),
+        PayloadTooLarge: ErrorStatus(413, "payload_too_large", "RESOURCE_EXHAUSTED"),
         # A signed bundle that could not be installed: the upload was well-formed, its
         # content was refused (verification, load, selftest) and the old version serves on.
-        BundleRejected: ErrorStatus(422, "bundle_rejected"),
+        BundleRejected: ErrorStatus(422, "bundle_rejected", "FAILED_PRECONDITION"),
         # A fleet document that failed verification: nothing changed.
-        DocumentRefused: ErrorStatus(422, "document_refused"),
-        Busy: ErrorStatus(429, "busy"),
+        DocumentRefused: ErrorStatus(422, "document_refused", "FAILED_PRECONDITION"),
+        # gRPC: UNAVAILABLE, as Triton answers a full queue, so clients' retry policies
+        # (which retry UNAVAILABLE) back off and retry; RESOURCE_EXHAUSTED is what grpc
+        # itself answers for a message over its size limit, like 413.
+        Busy: ErrorStatus(429, "busy", "UNAVAILABLE"),
         # Failures while answering: the message names the adapter or model and the cause.
-        InferenceFailed: ErrorStatus(500, "inference_failed"),
-        FallbackFailed: ErrorStatus(500, "fallback_failed"),
+        InferenceFailed: ErrorStatus(500, "inference_failed", "INTERNAL"),
+        FallbackFailed: ErrorStatus(500, "fallback_failed", "INTERNAL"),
         # Raw backend text (ONNX Runtime / LiteRT messages, cache paths) stays in the log;
         # at request time the service reports backend failures as InferenceFailed.
-        BackendError: ErrorStatus(500, "backend_error", internal=True),
+        BackendError: ErrorStatus(500, "backend_error", "INTERNAL", internal=True),
         # The daemon's own configuration: nothing a client can act on.
-        ConfigError: ErrorStatus(500, "config_error", internal=True),
+        ConfigError: ErrorStatus(500, "config_error", "INTERNAL", internal=True),
         # The upstream (cloud fallback endpoint) gave no usable answer.
-        CloudUnavailable: ErrorStatus(502, "cloud_unavailable"),
-        NotReady: ErrorStatus(503, "not_ready"),
+        CloudUnavailable: ErrorStatus(502, "cloud_unavailable", "UNAVAILABLE"),
+        NotReady: ErrorStatus(503, "not_ready", "UNAVAILABLE"),
         # The disk under state_dir is full: the upload is dropped and nothing changed.
-        InsufficientStorage: ErrorStatus(507, "insufficient_storage"),
-        DeadlineExceeded: ErrorStatus(504, "deadline_exceeded"),
+        InsufficientStorage: ErrorStatus(507, "insufficient_storage", "RESOURCE_EXHAUSTED"),
+        DeadlineExceeded: ErrorStatus(504, "deadline_exceeded", "DEADLINE_EXCEEDED"),
     }
 )
 """Error class → answer. Subclasses answer like their nearest mapped parent."""

@@ -48,6 +48,9 @@ def _flatten(data: Any) -> Iterator[Any]:
 def _json_bytes(data: Any, label: str) -> Array:
     items: list[bytes] = []
     for item in _flatten(data):
+        if isinstance(item, bytes):  # gRPC's bytes_contents (JSON never gives bytes)
+            items.append(item)
+            continue
         if not isinstance(item, str):
             raise BadRequest(f"{label}: BYTES elements in JSON must be strings, got {item!r}")
         items.append(item.encode())
@@ -103,16 +106,23 @@ def _check_count(flat: Array, shape: Sequence[int], label: str, unit: str) -> No
 
 
 def decode_json(
-    data: Any, datatype: str, dtype: np.dtype[Any], shape: Sequence[int], label: str
+    data: Any,
+    datatype: str,
+    dtype: np.dtype[Any],
+    shape: Sequence[int],
+    label: str,
+    *,
+    unit: str = "'data'",
 ) -> Array:
-    """A JSON ``data`` value (nested or flat, row-major) as an array of ``shape``."""
+    """A JSON ``data`` value (nested or flat, row-major) as an array of ``shape``; gRPC's
+    typed contents (a flat list) decode here too, named ``unit`` in errors."""
     if datatype == "BF16":
         raise BadRequest(f"{label}: BF16 travels as binary data only (binary_data_size)")
     if datatype == "BYTES":
         flat = _json_bytes(data, label)
     else:
         flat = _json_numbers(data, datatype, dtype, label)
-    _check_count(flat, shape, label, "'data'")
+    _check_count(flat, shape, label, unit)
     return flat.reshape(tuple(shape))
 
 

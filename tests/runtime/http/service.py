@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import ml_dtypes
@@ -55,11 +56,8 @@ def _from_ort(array: Array) -> Array:
     return array
 
 
-def _infos() -> list[ModelInfo]:
-    io = {
-        n: (TensorSpec(f"in_{n}", n, (-1, 3)), TensorSpec(f"out_{n}", n, (-1, 3)))
-        for n in ELEMENT_TYPES
-    }
+def _infos(types: Mapping[str, int]) -> list[ModelInfo]:
+    io = {n: (TensorSpec(f"in_{n}", n, (-1, 3)), TensorSpec(f"out_{n}", n, (-1, 3))) for n in types}
     add_in = (TensorSpec("INPUT0", "FP32", (-1, 4)),)
     add_out = (TensorSpec("OUTPUT0", "FP32", (-1, 4)), TensorSpec("OUTPUT1", "FP32", (-1, 4)))
     details = {"provider": "CPUExecutionProvider", "precision": "fp32"}
@@ -81,14 +79,15 @@ def _infos() -> list[ModelInfo]:
 class OrtService:
     """Implements `ServiceAPI`; ``ready`` and ``not_ready_models`` are settable by tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, identity_types: Mapping[str, int] = ELEMENT_TYPES) -> None:
+        """``identity_types``: the datatypes model ``identity`` passes through."""
         self.is_ready = True
         self.not_ready_models: set[str] = set()
         self.adapter_requests: list[AdapterRequest] = []
-        self._infos = {info.name: info for info in _infos()}
+        self._infos = {info.name: info for info in _infos(identity_types)}
         self._sessions = {
             "add": _session(add_model()),
-            "identity": _session(identity_model()),
+            "identity": _session(identity_model(identity_types)),
             "bf16": _session(bf16_model()),
         }
 

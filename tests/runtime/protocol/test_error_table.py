@@ -59,6 +59,21 @@ def test_status_of_each_error(cls: type[errors.DaemonError], status: int) -> Non
     assert status_of(cls("x")).status == status
 
 
+GRPC_CODES = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    413: "RESOURCE_EXHAUSTED", 422: "FAILED_PRECONDITION", 429: "UNAVAILABLE", 500: "INTERNAL",
+    502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED", 507: "RESOURCE_EXHAUSTED",
+}  # fmt: skip
+
+
+def test_grpc_column_is_a_real_status_code_chosen_per_http_status() -> None:
+    import grpc  # noqa: PLC0415 - only this test needs it
+
+    for answer in [*TABLE.values(), INTERNAL]:
+        assert grpc.StatusCode[answer.grpc] is not grpc.StatusCode.OK
+        assert answer.grpc == GRPC_CODES[answer.status], answer
+
+
 def test_subclasses_answer_like_their_parent_and_bugs_are_internal() -> None:
     class QueueFull(errors.Busy):
         pass

@@ -1,0 +1,192 @@
+"""``inference.GRPCInferenceService``: the KServe V2 RPCs over the same service as HTTP.
+
+Every RPC goes through the transport-neutral `ServiceAPI` (admission control, validation,
+deadlines, fallback) and the metadata documents HTTP answers with
+(`wasmgate.runtime.protocol.metadata`, parsed into protobuf). Errors are answered from
+the one table (`error_table`: its gRPC column) with the message HTTP gives, internal ones
+logged and answered with the generic message. A ModelInfer's deadline is the sooner of
+the gRPC deadline (``context.time_remaining()``) and the V2 ``timeout`` parameter
+(microseconds), carried into the service's deadline like HTTP's. ModelReady answers
+``ready: false`` for an unknown model (the question has an answer; no error).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+
+from wasmgate.runtime.errors import BadRequest, NotFound
+from wasmgate.runtime.grpc import convert
+from wasmgate.runtime.grpc import kserve_v2_pb2 as pb
+from wasmgate.runtime.http import adapters, stats
+from wasmgate.runtime.http.common import (
+    MAX_KEY_CHARS,
+    InferOutcome,
+    Observation,
+    answer_headers,
+    parameter_deadline,
+)
+from wasmgate.runtime.http.v2 import off_loop
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.protocol import metadata
+from wasmgate.runtime.protocol.codec import InferRequest
+from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
+from wasmgate.runtime.serving import timeouts
+from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, ServiceAPI
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+M = TypeVar("M")
+Handler = Callable[[Any, Any, Any], Awaitable[R]]
+KEY_METADATA = ("x-wasmgate-canary-key", "x-request-id")
+"""Metadata that picks the side of a staged release (as HTTP's headers of the same name)."""
+TYPED_ELEMENT_BYTES = 8
+"""Rough Python cost of one typed element, in bytes of `off_loop`'s threshold."""
+
+
+def rpc(method: Handler[R]) -> Handler[R]:
+    """Answer an RPC's exception from the error table (logged when it is ours to fix)."""
+
+    @functools.wraps(method)
+    async def answered(self: Any, request: Any, context: Any) -> R:
+        try:
+            return await method(self, request, context)
+        except Exception as exc:
+            answer = status_of(exc)
+            log_failure(log, f"gRPC {method.__name__}", exc, answer)
+            await context.abort(grpc.StatusCode[answer.grpc], public_message(exc, answer))
+            raise  # abort() raises; this line is for the type checker
+
+    return answered
+
+
+def _parse(doc: dict[str, Any], message: M) -> M:
+    """``message`` filled from a V2 JSON document (the proto's field names)."""
+    json_format.ParseDict(doc, message)
+    return message
+
+
+def _deadline(context: Any, request: InferRequest) -> float | None:
+    remaining = context.time_remaining()
+    grpc_deadline = None
+    if remaining is not None:  # finite whatever the client sent (the service caps it too)
+        grpc_deadline = timeouts.after(min(max(remaining, 0.0), timeouts.MAX_BUDGET_S))
+    return timeouts.earliest(grpc_deadline, parameter_deadline(request.parameters))
+
+
+def _canary_key(context: Any) -> str | None:
+    found = dict(context.invocation_metadata() or ())
+    key = next((found[k] for k in KEY_METADATA if found.get(k)), None)
+    if key is not None and (not isinstance(key, str) or len(key) > MAX_KEY_CHARS):
+        raise BadRequest(f"metadata {' / '.join(KEY_METADATA)}: at most {MAX_KEY_CHARS} characters")
+    return key
+
+
+class InferenceServicer:
+    """The RPC handlers; ``add_GRPCInferenceServiceServicer_to_server`` registers them."""
+
+    def __init__(self, service: ServiceAPI, metrics: Metrics | None) -> None:
+        self._service = service
+        self._metrics = metrics
+
+    @rpc
+    async def ServerLive(self, _request: Any, _context: Any) -> pb.ServerLiveResponse:  # noqa: N802
+        return pb.ServerLiveResponse(live=True)
+
+    @rpc
+    async def ServerReady(self, _request: Any, _context: Any) -> pb.ServerReadyResponse:  # noqa: N802
+        return pb.ServerReadyResponse(ready=self._service.ready)
+
+    @rpc
+    async def ModelReady(  # noqa: N802
+        self, request: pb.ModelReadyRequest, _context: Any
+    ) -> pb.ModelReadyResponse:
+        try:
+            info = self._service.model_info(request.name, request.version or None)
+        except NotFound:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=info.ready)
+
+    @rpc
+    async def ServerMetadata(self, _request: Any, _context: Any) -> pb.ServerMetadataResponse:  # noqa: N802
+        return _parse(metadata.server_metadata(), pb.ServerMetadataResponse())
+
+    @rpc
+    async def ModelMetadata(  # noqa: N802
+        self, request: pb.ModelMetadataRequest, _context: Any
+    ) -> pb.ModelMetadataResponse:
+        info = self._service.model_info(request.name, request.version or None)
+        return _parse(metadata.model_metadata(info), pb.ModelMetadataResponse())
+
+    @rpc
+    async def ModelConfig(  # noqa: N802
+        self, request: pb.ModelConfigRequest, _context: Any
+    ) -> pb.ModelConfigResponse:
+        info = self._service.model_info(request.name, request.version or None)
+        config = _parse(metadata.model_config(info), pb.ModelConfig())
+        return pb.ModelConfigResponse(config=config)
+
+    @rpc
+    async def ModelStatistics(  # noqa: N802
+        self, request: pb.ModelStatisticsRequest, _context: Any
+    ) -> pb.ModelStatisticsResponse:
+        doc = stats.statistics(
+            self._service, self._metrics, request.name or None, request.version or None
+        )
+        return _parse(doc, pb.ModelStatisticsResponse())
+
+    @rpc
+    async def ModelInfer(  # noqa: N802
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
+        info = self._service.model_info(request.model_name, request.model_version or None)
+        observation = Observation(self._metrics, info.kind, info.name)
+        try:
+            # Typed contents cost Python work per element: big ones are decoded off the loop.
+            typed = convert.typed_size(request) * TYPED_ELEMENT_BYTES
+            req = await off_loop(typed, lambda: convert.parse_request(request))
+            result = await self._run(info, req, context, request.model_version or None)
+            answer = await off_loop(
+                typed,
+                lambda: convert.encode_response(
+                    info.name, str(result.version), result.outputs, req,
+                    raw=bool(request.raw_input_contents), params={"source": result.source},
+                ),
+            )  # fmt: skip
+        except Exception as exc:
+            observation.failed(exc)
+            raise
+        observation.ok(result.source, result.timings)
+        headers = answer_headers(
+            result.source, result.version, result.timings, observation.elapsed(),
+            result.fallback_reason,
+        )  # fmt: skip
+        context.set_trailing_metadata(tuple((k.lower(), v) for k, v in headers.items()))
+        return answer
+
+    async def _run(
+        self, info: ModelInfo, req: InferRequest, context: Any, version: str | None
+    ) -> InferOutcome:
+        deadline = _deadline(context, req)
+        key = _canary_key(context)
+        if info.kind == "adapter":
+            meta = {"transport": "grpc", "client": str(context.peer() or "")}
+            return await adapters.infer_adapter(
+                self._service, info, req.inputs, req.input_parameters, deadline,
+                meta=meta, key=key, version=version,
+            )  # fmt: skip
+        answer = await self._service.infer_model(
+            ModelRequest(
+                model=info.name, inputs=req.inputs, outputs=req.output_names,
+                version=version, deadline=deadline, key=key,
+            )
+        )  # fmt: skip
+        return InferOutcome(
+            dict(answer.outputs), answer.source, answer.version, answer.timings, None
+        )
