@@ -46,6 +46,7 @@ class Scenario:
 
 SCENARIOS = (
     Scenario("verify", "bench.bench_verify", "bundle verify/install vs sha256"),
+    Scenario("oci", "bench.bench_oci", "bundle push/pull via a registry vs bare blob API"),
     Scenario("sandbox", "bench.bench_sandbox", "sandboxed adapter in-process vs raw ORT"),
     Scenario("ladder", "bench.bench_ladder", "raw ORT -> sandbox -> HTTP V2 -> MQTT, daemon"),
     Scenario("http", "bench.bench_http", "HTTP layer alone at 1/8/32 clients vs ORT"),

@@ -107,7 +107,7 @@ def _pull(args: argparse.Namespace) -> int:
         client.close()
     name = art.annotations.get(BUNDLE_NAME, "?")
     version = art.annotations.get(BUNDLE_VERSION, "?")
-    _report(args, "pulled", ref, art, f"{name} v{version} -> {out} ({art.layer_size} bytes)")
+    _report(args, "pulled", ref, art, f"{name}@{version} -> {out} ({art.layer_size} bytes)")
     return EXIT_OK
 
 

@@ -26,11 +26,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from wasmgate.runtime.fleet.oci import Artifact, OciClient, parse_manifest
 from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, Reference, RegistryUnavailable
 from wasmgate.runtime.fleet.pullcache import PullCache
-from wasmgate.runtime.ops.config import RegistrySettings
+from wasmgate.runtime.ops.config import RegistrySettings, Settings
 
 log = logging.getLogger("wasmgate.fleet")
 
@@ -80,6 +81,11 @@ class BundlePuller:
         self._sleep = sleep
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: dict[str, int] = {}
+
+    @classmethod
+    def for_daemon(cls, settings: Settings) -> Self:
+        """The daemon's puller: ``[registry]`` settings, cache in ``<state_dir>/pulled``."""
+        return cls(settings.registry, settings.paths.resolved("state_dir") / "pulled")
 
     async def pull(self, ref: str, *, deadline: float | None = None) -> PulledBundle:
         """Fetch ``ref`` (pinned by digest) unless held; ``deadline`` is a ``time.monotonic()``

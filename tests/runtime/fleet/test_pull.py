@@ -13,6 +13,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.fleet.ocikit import LOOPBACK, flip_byte, pushed_bundle, raw_manifest
 from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, Reference, RegistryUnavailable
 from wasmgate.runtime.fleet.pull import BundlePuller
+from wasmgate.runtime.ops.config import PathSettings, RegistrySettings, Settings
 from wasmgate.signing import BundleStore
 from wasmgate.signing.errors import RollbackError, SignatureError
 
@@ -199,3 +200,10 @@ def _layer_of(registry: Registry, ref: str) -> str:
     digest = ref.split("@", 1)[1]
     layer: str = raw_manifest(registry, "fleet/probe", digest)["layers"][0]["digest"]
     return layer
+
+
+def test_the_daemon_keeps_pulls_in_its_state_dir(tmp_path: Path) -> None:
+    settings = Settings(paths=PathSettings(data_dir=tmp_path), registry=RegistrySettings(retries=2))
+    p = BundlePuller.for_daemon(settings)
+    assert p.cache.root == tmp_path / "state" / "pulled"
+    assert oct(p.cache.root.stat().st_mode & 0o777) == "0o700"
