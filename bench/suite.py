@@ -54,6 +54,7 @@ SCENARIOS = (
     Scenario("batching", "bench.bench_batching", "dynamic batching on vs off"),
     Scenario("precision", "bench.bench_precision", "INT8 vs FP32, LiteRT vs ORT"),
     Scenario("daemon", "bench.bench_daemon", "cold start, hot swap, idle/loaded RSS"),
+    Scenario("tracing", "bench.bench_tracing", "tracing off vs before, pass-through, on (OTLP)"),
     Scenario("peers", "bench.bench_peers", "vs bare aiohttp+ORT, MLServer (wrk); perf_analyzer"),
 )
 

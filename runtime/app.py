@@ -3,6 +3,8 @@
 Every long-lived resource is created, stored under a typed `AppKey` and closed by one
 aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 
+0. tracing (`Tracing`: the OpenTelemetry SDK only when ``telemetry.otlp_endpoint`` is set),
+   closed last so the spans of the drain are exported;
 1. adapter state (SQLite in the state dir, closed last), worker pool (guests and
    un-batched models), the shared batch dispatcher, the watchdog that stops backend runs
    at their deadline, sandbox engine, device profile, backends;
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -34,13 +37,22 @@ from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
 from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, v2
+from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, traced, v2
 from wasmgate.runtime.http.connections import ConnectionGuard
-from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, METRICS, REGISTRY, SERVICE, SETTINGS
+from wasmgate.runtime.http.keys import (
+    CONNECTIONS,
+    LIVE,
+    METRICS,
+    REGISTRY,
+    SERVICE,
+    SETTINGS,
+    TRACING,
+)
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
@@ -71,14 +83,17 @@ def build_app(
     app[METRICS] = Metrics()
     http = settings.http
     app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
+    app[TRACING] = Tracing(settings.telemetry, settings.mqtt.gateway_id or socket.gethostname())
     errors.setup(app)
     origin.setup(app, http.allowed_hosts)
+    traced.setup(app)
     app.middlewares.insert(0, guard.middleware())
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)
     manage.setup(app)
     openapi.setup(app)
+    app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
@@ -115,6 +130,11 @@ def ceilings(settings: Settings) -> Ceilings:
         compile_memory_bytes=lim.compile_memory_mb * MIB,
         fuel_enabled=True,  # a manifest's fuel limit is honoured (see limits.fuel)
     )
+
+
+async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
+    with app[TRACING]:
+        yield
 
 
 async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -323,7 +343,11 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
     bridge_for = MqttBridge(
-        settings.mqtt, app[SERVICE], drain_s=settings.drain_s, metrics=app[METRICS]
+        settings.mqtt,
+        app[SERVICE],
+        drain_s=settings.drain_s,
+        metrics=app[METRICS],
+        tracing=app[TRACING],
     )
     async with bridge_for as bridge:
         registry.on_change.append(bridge.refresh_metadata)

@@ -45,6 +45,7 @@ from wasmgate.sandbox.models import (
     shape_matches,
 )
 from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
+from wasmgate.sandbox.spans import span
 
 __all__ = [
     "HOST_NN_FUNCTIONS",
@@ -211,7 +212,8 @@ class NnSession:
             raise NnError(_E.BUSY, "request deadline already passed")
         start = time.perf_counter()
         try:  # the guest's deadline goes with the run: it stops (or never starts) past it
-            outputs = graph.infer(inputs, deadline=self.deadline)
+            with span("wasi-nn compute", {"wasmgate.model": graph.name}):
+                outputs = graph.infer(inputs, deadline=self.deadline)
         except Exception as e:
             raise NnError(_E.RUNTIME_ERROR, f"inference failed: {e}") from e
         finally:

@@ -20,6 +20,7 @@ from wasmgate.device_profiles import DeviceProfile, Precision, read_facts
 from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.sandbox.models import TensorSpec
+from wasmgate.sandbox.spans import span
 
 Array = npt.NDArray[Any]
 
@@ -104,7 +105,18 @@ class LoadedModel(ABC):
         """
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlineExceeded(f"{self.name}: deadline passed before the run started")
-        return self._run(inputs, deadline)
+        with span("backend", lambda: self._span_attributes(inputs)):
+            return self._run(inputs, deadline)
+
+    def _span_attributes(self, inputs: Sequence[Array]) -> dict[str, str | int]:
+        rows = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
+        return {
+            "wasmgate.model": self.name,
+            "wasmgate.backend": self.backend,
+            "wasmgate.provider": ",".join(self.providers),
+            "wasmgate.precision": str(self.precision),
+            "wasmgate.rows": rows,
+        }
 
     @abstractmethod
     def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:

@@ -14,6 +14,7 @@ causes, whether the payload may leave the gateway) is applied there, not here.
 - Bearer token, CA bundle, per-request timeout, at most ``max_concurrent`` requests in
   flight (a semaphore; waiting counts against the timeout), and a `CircuitBreaker`.
   Every failure raises `CloudUnavailable` naming the cause.
+- The request's W3C trace context (``traceparent``, ``tracestate``) goes with every call.
 - Redirects are never followed (a 3xx is a failure: following one would re-POST the payload
   to wherever it points). An answer larger than ``max_answer_bytes`` is refused while it is
   read; an answer above 256 KiB is decoded in a worker thread, off the event loop.
@@ -38,6 +39,7 @@ import numpy.typing as npt
 from wasmgate.runtime.cloud.breaker import CircuitBreaker
 from wasmgate.runtime.errors import BadRequest, CloudUnavailable, ConfigError
 from wasmgate.runtime.ops.config import CloudSettings
+from wasmgate.runtime.ops.tracing import inject
 from wasmgate.runtime.protocol import codec as v2
 
 Array = npt.NDArray[Any]
@@ -230,11 +232,13 @@ class CloudFallback:
             )
         self.requests += 1
         started = time.monotonic()
+        traced = dict(headers)
+        inject(traced)  # the request's trace context (W3C traceparent) goes on to the cloud
         try:
             async with asyncio.timeout(self._settings.timeout_s), self._slots:
                 self.in_flight += 1
                 try:
-                    return await self._send(self._session, path, body, headers)
+                    return await self._send(self._session, path, body, traced)
                 finally:
                     self.in_flight -= 1
         except TimeoutError as e:

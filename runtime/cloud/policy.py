@@ -19,10 +19,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from opentelemetry.trace import SpanKind
 
 from wasmgate.runtime.bundles.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.runtime.errors import (
@@ -33,6 +35,7 @@ from wasmgate.runtime.errors import (
     InferenceFailed,
 )
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
+from wasmgate.sandbox.spans import Attributes, span
 
 log = logging.getLogger("wasmgate.fallback")
 T = TypeVar("T")
@@ -99,9 +102,11 @@ class FallbackRunner:
             raise InferenceFailed(f"{req.adapter}: {reason} (cloud fallback not available)")
         start = time.monotonic()
         try:
-            body = await _within(
-                cloud.infer_adapter(req.adapter, req.payload, req.content_type, reason), deadline
-            )
+            with _span(req.adapter, bundle, reason):
+                body = await _within(
+                    cloud.infer_adapter(req.adapter, req.payload, req.content_type, reason),
+                    deadline,
+                )
         except Exception as e:
             timings["fallback"] = time.monotonic() - start
             self._note(req.adapter, local_error, local_answer is not None, ok=False)
@@ -137,9 +142,10 @@ class FallbackRunner:
             )
         start = time.monotonic()
         try:
-            outputs = await _within(
-                cloud.infer_model(req.model, req.inputs, req.outputs), req.deadline
-            )
+            with _span(req.model, bundle, reason):
+                outputs = await _within(
+                    cloud.infer_model(req.model, req.inputs, req.outputs), req.deadline
+                )
         except Exception as e:
             timings["fallback"] = time.monotonic() - start
             self._note(req.model, local_error, asked=False, ok=False)
@@ -152,6 +158,19 @@ class FallbackRunner:
             version=bundle.version,
             timings=timings,
         )
+
+
+def _span(name: str, bundle: LoadedBundle, reason: str) -> AbstractContextManager[object]:
+    """The ``fallback`` span: the cloud call, whose request carries its trace context."""
+
+    def attributes() -> Attributes:  # computed only when the request is traced
+        return {
+            "wasmgate.model": name,
+            "wasmgate.version": bundle.version,
+            "wasmgate.fallback.reason": reason,
+        }
+
+    return span("fallback", attributes, kind=SpanKind.CLIENT)
 
 
 async def _within(call: Coroutine[Any, Any, T], deadline: float | None) -> T:

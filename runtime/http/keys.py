@@ -15,6 +15,7 @@ from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -35,3 +36,5 @@ REGISTRY = web.AppKey("registry", Registry)
 """The bundle registry (management API, status, reload)."""
 CONNECTIONS = web.AppKey("connections", ConnectionGuard)
 """Connection caps of the listener (the daemon's site uses it; its middleware marks busy)."""
+TRACING = web.AppKey("tracing", Tracing)
+"""Trace context and spans (`wasmgate.runtime.ops.tracing`); its tracer starts with the app."""

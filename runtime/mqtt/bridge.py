@@ -17,6 +17,7 @@ Wiring::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ from wasmgate.runtime.mqtt.metadata import MetadataPublisher
 from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
 from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
 from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
@@ -121,6 +123,7 @@ class MqttBridge:
         drain_s: float = 5.0,
         metrics: Metrics | None = None,
         channels: Sequence[Channel] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
@@ -129,6 +132,7 @@ class MqttBridge:
         self._drain_s = drain_s
         self._metrics = metrics
         self._channels = tuple(channels)
+        self._tracing = tracing
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
@@ -293,7 +297,11 @@ class MqttBridge:
     async def _work_and_answer(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
     ) -> None:
-        result = await self._result(msg, route, obj, reply)
+        tracing = self._tracing
+        if tracing is not None and tracing.wants(msg.user_properties):
+            result = await self._traced_result(tracing, msg, route, obj, reply)
+        else:
+            result = await self._result(msg, route, obj, reply)
         code = str(result.status)
         self.state.by_status[code] = self.state.by_status.get(code, 0) + 1
         if result.status >= 400:
@@ -305,6 +313,23 @@ class MqttBridge:
             return
         await self._mqtt.publish(answer)
         self.state.answered += 1
+
+    async def _traced_result(
+        self,
+        tracing: Tracing,
+        msg: Incoming,
+        route: Route,
+        obj: dict[str, Any] | None,
+        reply: _Reply,
+    ) -> _Result:
+        """`_result` in the request's trace (MQTT 5 user property ``traceparent``); the
+        answer carries the trace context as user properties too."""
+        attrs = {"messaging.destination.name": msg.topic, "wasmgate.model": route.name}
+        with tracing.receive("mqtt", msg.user_properties, attrs) as current:
+            result = await self._result(msg, route, obj, reply)
+            mark_status(current, "wasmgate.status", result.status)
+            trace_props = tuple(tracing.answer_carrier().items())
+        return dataclasses.replace(result, props=(*result.props, *trace_props))
 
     def _answer_message(self, route: Route, reply: _Reply, result: _Result) -> Outgoing | None:
         props = (("status", str(result.status)), *result.props)

@@ -4,7 +4,9 @@ No paho here: `client.py` converts to and from these. Conventions (``mqtt-topics
 
 - MQTT 5: the answer goes to the Response Topic with the request's Correlation Data, a
   Content Type, and user properties ``status`` (HTTP-like code), ``source`` (local|cloud)
-  and ``version``. Requesters may bound the work with the Message Expiry Interval, a user
+  and ``version``; a request's W3C trace context (user properties ``traceparent`` and
+  ``tracestate``) comes back on its answer (see ``wasmgate.runtime.ops.tracing``).
+  Requesters may bound the work with the Message Expiry Interval, a user
   property ``timeout_ms`` (relative) or ``deadline`` (absolute Unix time, seconds).
 - MQTT 3.1.1: the answer goes to the paired topic; a JSON object payload may carry ``id``
   (echoed in the answer when the answer is a JSON object) and ``deadline`` (Unix seconds).

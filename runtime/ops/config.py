@@ -350,6 +350,24 @@ class LogSettings(_Section):
     """Minimum level logged."""
 
 
+class TelemetrySettings(_Section):
+    otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    """Base URL of an OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo...),
+    e.g. ``http://127.0.0.1:4318``: spans are POSTed to ``<otlp_endpoint>/v1/traces``.
+    None (the default) turns tracing off: the OpenTelemetry SDK is not even loaded, and a
+    request's incoming ``traceparent`` is only passed on (cloud fallback, answer)."""
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    """Share of new traces recorded (chosen by trace id). A request that brings a
+    ``traceparent`` follows its sampled flag instead."""
+    max_queue_spans: int = Field(default=2048, gt=0)
+    """Finished spans waiting for export at most; beyond it new spans are dropped, so a
+    slow or unreachable receiver costs spans, never request latency or memory."""
+    export_delay_ms: int = Field(default=1000, gt=0, le=60_000)
+    """Time between two exports of the queued spans (sooner when 512 are queued)."""
+    export_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Time one export POST may take; also the most the final flush delays shutdown."""
+
+
 class Settings(BaseSettings):
     """Root settings of ``wasmgate serve``."""
 
@@ -383,6 +401,8 @@ class Settings(BaseSettings):
     """Logging."""
     fleet: FleetSettings = FleetSettings()
     """Fleet membership (groups, the air-gapped desired-state file, retries)."""
+    telemetry: TelemetrySettings = TelemetrySettings()
+    """Traces (OpenTelemetry, OTLP/HTTP export); off unless ``telemetry.otlp_endpoint`` is set."""
     profile: str | None = None
     """Device profile name or path to a profile TOML; None = detect the hardware."""
     drain_s: float = Field(default=10.0, ge=0)

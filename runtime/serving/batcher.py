@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 import numpy as np
+from opentelemetry import context as otel_context
 
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends.base import Array, LoadedModel
@@ -39,6 +40,7 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox.models import TensorSpec
+from wasmgate.sandbox.spans import joint_span
 
 BatchHook = Callable[[int, int, float], None]
 """Called after each batch with (rows, requests, seconds spent in the model)."""
@@ -69,6 +71,8 @@ class Item:
     future: Future[list[Array]]
     arrived: float
     deadline: float | None
+    context: otel_context.Context = field(default_factory=otel_context.Context)
+    """The caller's trace context: the batch span's parent (or link) runs on another thread."""
 
 
 def capped(
@@ -141,7 +145,9 @@ class Batcher:
             raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
         key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
         future: Future[list[Array]] = Future()
-        item = Item(list(inputs), rows, key, future, time.monotonic(), deadline)
+        item = Item(
+            list(inputs), rows, key, future, time.monotonic(), deadline, otel_context.get_current()
+        )
         with self._cond:
             if self._closed:
                 raise NotReady(f"model {self.name} is shutting down (batcher closed)")
@@ -254,7 +260,8 @@ class Batcher:
         rows = sum(item.rows for item in live)
         started = time.perf_counter()
         try:
-            outputs = self._infer_batch(live, rows)
+            with joint_span("batch", [item.context for item in live], lambda: self._attrs(live)):
+                outputs = self._infer_batch(live, rows)
         except Exception as e:
             error = e if isinstance(e, DaemonError) else BackendError(f"{self.name}: {e}")
             for item in live:
@@ -268,6 +275,13 @@ class Batcher:
             offset += item.rows
 
     # -- internals -------------------------------------------------------------------------
+
+    def _attrs(self, live: list[Item]) -> dict[str, str | int]:
+        return {
+            "wasmgate.model": self.name,
+            "wasmgate.batch.size": sum(item.rows for item in live),
+            "wasmgate.batch.requests": len(live),
+        }
 
     def _abandon(self) -> None:
         """Fail what is still queued after close() gave up waiting (lock held): once

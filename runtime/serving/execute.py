@@ -23,7 +23,12 @@ from typing import Any, TypeVar
 
 import numpy.typing as npt
 
-from wasmgate.runtime.bundles.loaded import GuestOutcome, LoadedBundle, ServedModel
+from wasmgate.runtime.bundles.loaded import (
+    GuestOutcome,
+    LoadedBundle,
+    RunnableAdapter,
+    ServedModel,
+)
 from wasmgate.runtime.errors import (
     BackendError,
     BadRequest,
@@ -36,6 +41,7 @@ from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
 from wasmgate.sandbox.models import ModelHandle
+from wasmgate.sandbox.spans import span
 
 T = TypeVar("T")
 
@@ -82,8 +88,7 @@ async def execute_adapter(
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
     left = _remaining(deadline)
     limits = bundle.guest_limits(left)
-    meta = guest_meta(bundle, req)
-    work = pool.submit(adapter.run, req.payload, meta, bundle.provider, limits, state=bundle.state)
+    work = pool.submit(_run_guest, adapter, bundle, req, limits)
     with _local_failures(req.adapter):
         try:
             result: GuestOutcome = await _wait(work, left + _GRACE_S, hold)
@@ -100,6 +105,20 @@ async def execute_adapter(
     timings["inference"] = result.infer_s
     timings["sandbox"] = max(0.0, result.instantiate_s + result.run_s - result.infer_s)
     return _answer(bundle, req, result, timings)
+
+
+def _run_guest(
+    adapter: RunnableAdapter, bundle: LoadedBundle, req: AdapterRequest, limits: Any
+) -> GuestOutcome:
+    """One guest run on a worker thread, inside the request's ``sandbox`` span."""
+    with span(
+        "sandbox", lambda: {"wasmgate.adapter": req.adapter, "wasmgate.version": bundle.version}
+    ) as current:
+        meta = guest_meta(bundle, req)
+        result = adapter.run(req.payload, meta, bundle.provider, limits, state=bundle.state)
+        if current is not None:
+            current.set_attribute("wasmgate.guest.status", result.status)
+        return result
 
 
 def _answer(

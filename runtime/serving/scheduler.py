@@ -22,6 +22,7 @@ A job whose future was cancelled while queued (its request's deadline passed) ne
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import threading
 import time
@@ -106,6 +107,9 @@ class FairPool(Executor):
         if not weight > 0:
             raise ValueError(f"tenant weight must be positive, not {weight!r}")
         future: Future[T] = Future()
+        # The job runs in the submitter's context (like asyncio.to_thread): a request's
+        # trace context reaches the worker, so its spans get the right parent.
+        ctx = contextvars.copy_context()
         with self._cv:
             if self._closed:
                 raise RuntimeError("cannot submit to a closed FairPool")
@@ -114,7 +118,7 @@ class FairPool(Executor):
                 t = self._tenants[tenant] = _Tenant(weight, vtime=self._vclock)
             t.weight = weight
             self._seen(tenant, weight)
-            t.jobs.append(_Job(next(self._seq), future, lambda: fn(*args, **kwargs)))
+            t.jobs.append(_Job(next(self._seq), future, lambda: ctx.run(fn, *args, **kwargs)))
             self._cv.notify()
         return future
 

@@ -42,6 +42,7 @@ from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
+from wasmgate.sandbox.spans import record
 
 ADAPTER_CONTENT_TYPE = "application/octet-stream"
 
@@ -146,6 +147,7 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
+                record("admission", queued, {"wasmgate.tenant": key})
                 answer = await execute_adapter(pool, bundle, req, deadline, timings, hold=gate.hold)
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
@@ -194,6 +196,7 @@ class InferenceService:
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
+                record("admission", queued, {"wasmgate.tenant": key})
                 outputs = await execute_model(
                     pool, served, ordered, deadline, timings, hold=gate.hold,
                     policy=self._inline, pool_busy=self._pool.has_queued(),

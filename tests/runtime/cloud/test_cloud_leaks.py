@@ -8,16 +8,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.net import free_port
+from tests.fixtures.net import serving
 from tests.reliability.conftest import post
 from tests.runtime.trustkit import Tenants, daemon_config
 
@@ -61,29 +58,6 @@ class FakeCloud:
         except (ConnectionError, RuntimeError):
             pass
         return resp
-
-
-@contextmanager
-def serving(app: web.Application) -> Iterator[str]:
-    """Run ``app`` on a loopback port in a thread of its own; yields its base URL."""
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-
-    async def start() -> None:
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-
-    loop.run_until_complete(start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
 
 
 def _peak_rss(daemon: Daemon) -> int:

@@ -1,0 +1,157 @@
+"""What tracing costs on the request path, measured in one run on real daemons.
+
+``python -m bench.bench_tracing [--quick] [--json OUT]``
+
+Daemons serving the digits MLP behind the pass-through adapter, driven by ``wrk`` with one
+connection (batch 1, closed loop), both paths: raw adapter (sandbox + wasi-nn) and V2
+binary (model only). Rounds alternate between the daemons so load drift hits all alike;
+each figure is the median of the rounds' p50s.
+
+- **before**: the same daemon from the source tree of the commit before tracing existed
+  (``git archive`` of the parent of the commit that added ``runtime/ops/tracing.py``, or of
+  ``WASMGATE_BENCH_BEFORE_REV``), laid out as the package and put first on ``PYTHONPATH``.
+  Skipped (with its figures) outside a git checkout.
+- **off**: this tree, ``telemetry.otlp_endpoint`` unset (the default). Compared with before:
+  the cost of tracing for everyone who does not use it.
+- **off + traceparent**: the same daemon, each request bringing a ``traceparent`` (passed on
+  to the answer, no span made).
+- **on**: ``telemetry.otlp_endpoint`` set, every request traced and exported to a local
+  collector-free receiver (`tests.fixtures.otlp`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from bench import bench_http, wrk
+from bench.common import Figure, median, script_main
+from tests.fixtures.benchkit import BenchKit, payload
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.models import get_models
+from tests.fixtures.net import serving
+from tests.fixtures.otlp import OtlpReceiver
+
+REPO = Path(__file__).resolve().parents[1]
+TRACEPARENT = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+# Where each package of the wheel lives in the source tree (pyproject's package-dir).
+LAYOUT = {
+    "wasmgate": "runtime/_root",
+    "wasmgate/runtime": "runtime",
+    "wasmgate/sandbox": "sandbox",
+    "wasmgate/signing": "signing",
+    "wasmgate/device_profiles": "device_profiles",
+    "wasmgate/guest_adapters": "guest_adapters",
+}
+
+
+def before_rev() -> str | None:
+    """The commit before tracing (or ``WASMGATE_BENCH_BEFORE_REV``); None without git."""
+    wanted = os.environ.get("WASMGATE_BENCH_BEFORE_REV")
+    if wanted:
+        return wanted
+    try:
+        added = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%H", "--", "runtime/ops/tracing.py"],
+            cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{added[-1]}^" if added else None
+
+
+def package_tree(rev: str, out: Path) -> Path:
+    """The package of ``rev`` as an importable tree under ``out`` (for ``PYTHONPATH``)."""
+    src, site = out / "src", out / "site"
+    src.mkdir(parents=True)
+    archive = out / "src.tar"
+    with archive.open("wb") as fh:
+        subprocess.run(["git", "archive", rev], cwd=REPO, stdout=fh, check=True, timeout=120)
+    with tarfile.open(archive) as tar:
+        tar.extractall(src, filter="data")
+    for package, folder in LAYOUT.items():
+        shutil.copytree(src / folder, site / package, dirs_exist_ok=True)
+    return site
+
+
+@contextmanager
+def daemons(root: Path, digits: Path) -> Iterator[dict[str, Daemon]]:
+    """The daemons by configuration name, all serving the same signed bundle."""
+    kit = BenchKit(root / "kit")
+    kit.build("digits", digits)
+    receiver = OtlpReceiver()
+    rev = before_rev()
+    with ExitStack() as stack:
+        otlp = stack.enter_context(serving(receiver.app()))
+        configs: dict[str, tuple[dict[str, object], dict[str, str]]] = {
+            "off": ({}, {}),
+            "on": ({"telemetry": {"otlp_endpoint": otlp}}, {}),
+        }
+        if rev is not None:
+            site = package_tree(rev, root / "before")
+            configs["before"] = ({}, {"PYTHONPATH": str(site)})
+        started: dict[str, Daemon] = {}
+        for name, (config, env) in configs.items():
+            daemon = kit.daemon(root / name, config=config, env=env)
+            daemon.start(timeout=120)
+            stack.callback(daemon.stop)
+            started[name] = daemon
+        yield started
+
+
+def _p50s(
+    stack: dict[str, Daemon],
+    rounds: int,
+    seconds: float,
+    body: bytes,
+    v2: tuple[bytes, dict[str, str]],
+) -> dict[tuple[str, str], list[float]]:
+    cases: list[tuple[str, str, dict[str, str]]] = [(name, name, {}) for name in stack]
+    cases.append(("off + traceparent", "off", TRACEPARENT))
+    samples: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for label, name, extra in cases:
+            url = stack[name].url
+            adapter = wrk.run(f"{url}/v1/adapters/digits", body, extra, 1, seconds)
+            model = wrk.run(f"{url}/v2/models/digits/infer", v2[0], {**v2[1], **extra}, 1, seconds)
+            samples.setdefault((label, "adapter"), []).append(adapter.p50)
+            samples.setdefault((label, "V2"), []).append(model.p50)
+    return samples
+
+
+def run(quick: bool) -> list[Figure]:
+    """Every configuration on both paths; ``quick``: one short round (checks that it runs)."""
+    rounds, seconds = (1, 1.0) if quick else (5, 3.0)
+    x = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
+    with (
+        tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp,
+        daemons(Path(tmp), get_models().digits_fp32) as stack,
+    ):
+        samples = _p50s(stack, rounds, seconds, payload(x), bench_http.v2_body(x, "input"))
+    p50 = {key: median(values) * 1e6 for key, values in samples.items()}
+    figures = []
+    for path in ("adapter", "V2"):
+        pairs = [("off", "before"), ("off + traceparent", "off"), ("on", "off")]
+        for label, base in pairs:
+            if (base, path) in p50:
+                figures.append(Figure(
+                    "tracing", f"{path} p50, tracing {label}", p50[(label, path)], "us",
+                    f"{path} p50, {base}", p50[(base, path)],
+                ))  # fmt: skip
+    return figures
+
+
+def main() -> None:
+    script_main(__doc__, run, "one short round")
+
+
+if __name__ == "__main__":
+    main()
