@@ -15,6 +15,8 @@ Invariants (checked by :func:`verify_fleet`, in this order; each refusal is its 
   that is not also a fleet key.
 - Strict schema (unknown fields refused); then serial strictly above the last applied one
   (replay), not expired, every bundle and downgrade name inside the role's ``names``.
+- The bundle fetched from a ``ref`` must be exactly the name and version asked for
+  (:func:`check_delivered`; ``BundleStore.stage(..., expect=(name, version))``).
 - A ``Downgrade`` is the only thing that lets a store install a lower version of a name
   (``BundleStore.stage(..., downgrades=doc.downgrades)``); it names the exact version, and
   that version must be the one the document asks for.
@@ -44,7 +46,7 @@ from wasmgate.signing.errors import (
     FleetScopeError,
     FleetSignatureError,
 )
-from wasmgate.signing.manifest import NAME_RE
+from wasmgate.signing.manifest import NAME_RE, Manifest
 from wasmgate.signing.scope import matches
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import verify_threshold
@@ -118,12 +120,15 @@ class FleetDoc(_Strict):
             raise ValueError("a bundle name appears twice in bundles")
         if len({d.name for d in self.downgrades}) != len(self.downgrades):
             raise ValueError("a bundle name appears twice in downgrades")
-        wanted = {(b.name, b.version) for b in self.bundles}
+        wanted = {(b.name, b.version): b for b in self.bundles}
         for d in self.downgrades:
             # A permission for a version the document does not ask for would sit unused
             # until some later install matched it by accident: refuse it outright.
-            if (d.name, d.version) not in wanted:
+            b = wanted.get((d.name, d.version))
+            if b is None:
                 raise ValueError(f"downgrade {d.name}@{d.version} is not among the bundles")
+            if b.staged_percent is not None:
+                raise ValueError(f"downgrade {d.name}@{d.version} cannot be staged (a way back)")
         return self
 
     def names(self) -> list[tuple[str, str]]:
@@ -187,6 +192,19 @@ def parse_fleet(payload: bytes) -> FleetDoc:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "document"
         raise FleetFormatError(f"fleet document: {where}: {first['msg']}") from e
+
+
+def check_delivered(name: str, version: int, manifest: Manifest) -> None:
+    """Raise :class:`FleetScopeError` unless ``manifest`` is the bundle the document asked for.
+
+    A ``ref`` is only where to fetch: the bundle found there must be exactly the name and
+    version the signed document names, or a fleet key scoped to ``acme-*`` could point a
+    ref at another tenant's bundle and install it.
+    """
+    if (manifest.name, manifest.version) != (name, version):
+        raise FleetScopeError(
+            f"bundle {manifest.label()}: the fleet document asks for {name}@{version} here"
+        )
 
 
 def peek_fleet(data: bytes) -> FleetDoc:

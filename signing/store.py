@@ -55,7 +55,7 @@ from wasmgate.signing.errors import (
     StateCorruptedError,
     StoreIOError,
 )
-from wasmgate.signing.fleetdoc import Downgrade
+from wasmgate.signing.fleetdoc import Downgrade, check_delivered
 from wasmgate.signing.manifest import Manifest, Release
 from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
 from wasmgate.signing.source import (
@@ -205,18 +205,26 @@ class BundleStore:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def install(
-        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
+        self,
+        data: bytes | Path,
+        *,
+        downgrades: Sequence[Downgrade] | None = None,
+        expect: tuple[str, int] | None = None,
     ) -> InstalledBundle:
         """Verify ``data`` fully (see ``verify.py`` for the order) and install it atomically.
 
         Same as :meth:`stage` then :meth:`commit`.
         """
-        bundle = self.stage(data, downgrades=downgrades)
+        bundle = self.stage(data, downgrades=downgrades, expect=expect)
         self.commit(bundle)
         return bundle
 
     def stage(
-        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
+        self,
+        data: bytes | Path,
+        *,
+        downgrades: Sequence[Downgrade] | None = None,
+        expect: tuple[str, int] | None = None,
     ) -> InstalledBundle:
         """Verify ``data`` and store its files, without changing what is installed.
 
@@ -226,12 +234,16 @@ class BundleStore:
         ``downgrades`` (a fleet install: its document's ``downgrades``, maybe empty) may
         permit a version below the floor; without a matching one that is a
         :class:`FleetDowngradeError` (a local install, None: :class:`RollbackError`).
+        ``expect`` (a fleet install: the document's name and version for the ref it fetched)
+        refuses any other bundle with :class:`FleetScopeError`.
         """
         with self._file_lock():
             state = self._load_state()
             staged: list[Path] = []
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged, downgrades)
+                if expect is not None:
+                    check_delivered(*expect, verified.manifest)
                 place_blobs(blobs, self.state_dir / "blobs")
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e

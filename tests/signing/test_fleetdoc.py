@@ -217,6 +217,11 @@ MALFORMED: dict[str, Callable[[FleetKit], bytes]] = {
     "downgrade not asked for": lambda fk: _payload(
         fk, downgrades=[{"name": "digits", "version": 5}]
     ),
+    "staged downgrade": lambda fk: _payload(
+        fk,
+        bundles=[{"name": "digits", "version": 5, "ref": REF, "staged_percent": 10}],
+        downgrades=[{"name": "digits", "version": 5}],
+    ),
     "expires before issued": lambda fk: _payload(fk, expires="2000-01-01T00:00:00Z"),
     "wrong format": lambda fk: _payload(fk, format="wasmgate-fleet/2"),
     "not an object": lambda _: b"[1, 2]",

@@ -19,6 +19,7 @@ from wasmgate.signing import (
     BundleStore,
     Downgrade,
     FleetDowngradeError,
+    FleetScopeError,
     RollbackError,
     SigningError,
     TrustStore,
@@ -127,6 +128,18 @@ def test_verified_fleet_document_drives_the_downgrade(kit: Kit, tmp_path: Path) 
     down = fk.signed(fk.doc(2, {"digits": 4}, downgrades={"digits": 4}))
     doc = verify_fleet(down, trust, last_serial=1, now=now)
     assert store.install(kit.build(4), downgrades=doc.downgrades).downgraded_from == 5
+
+
+@pytest.mark.parametrize("expect", [("digits-b", 6), ("digits", 7)], ids=["name", "version"])
+def test_fleet_install_of_another_bundle_than_asked(
+    kit: Kit, store: BundleStore, expect: tuple[str, int]
+) -> None:
+    """A ref pointing at another (validly signed) bundle: scope and version still hold."""
+    before = snapshot(store)
+    with pytest.raises(FleetScopeError, match=r"digits@6: the fleet document asks for"):
+        store.install(kit.build(6), downgrades=[], expect=expect)
+    assert snapshot(reopen(store)) == before
+    assert store.install(kit.build(6), expect=("digits", 6)).manifest.version == 6
 
 
 CHILD = """
