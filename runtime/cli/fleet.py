@@ -4,6 +4,8 @@
   desired documents wave by wave (``--waves 1,10%,100%``), wait for the gateways' deployment
   reports, abort on ``--abort-failed`` after ``--min-done`` finished gateways and send the
   gateways that moved back to their previous bundles; on success publish the group document.
+  REF is resolved in the registry (``--insecure`` for plain HTTP; credentials and CA from
+  the ``[registry]`` section of ``--config``); documents always carry the digest.
   Exit 0 when applied everywhere, 1 when aborted, 2 on usage errors or a refused start.
 - ``status --broker HOST:PORT [--group G] [--json]``: gateways x bundles from the retained
   deployment reports, with the time of each report and drift from the group's document.
@@ -33,7 +35,16 @@ from wasmgate.runtime.cli._common import (
     say,
 )
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
-from wasmgate.runtime.fleet.driver import Rollout, RolloutPlan, RolloutRefused, RolloutResult
+from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.fleet.driver import (
+    Rollout,
+    RolloutPlan,
+    RolloutRefused,
+    RolloutResult,
+    Row,
+)
+from wasmgate.runtime.fleet.oci import BUNDLE_NAME, BUNDLE_VERSION, OciClient
+from wasmgate.runtime.fleet.ocitypes import Reference, RegistryError
 from wasmgate.runtime.fleet.opclient import (
     BrokerError,
     BrokerSettings,
@@ -42,6 +53,7 @@ from wasmgate.runtime.fleet.opclient import (
 )
 from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
 from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
+from wasmgate.runtime.ops.config import load_settings
 
 DEFAULT_PREFIX = "wasmgate/v1"
 
@@ -88,6 +100,7 @@ def _register_rollout(actions: SubParsers[argparse.ArgumentParser]) -> None:
     roll.add_argument("--wave-timeout", type=float, default=600.0, metavar="SECONDS")
     roll.add_argument("--expires", type=float, default=30 * 86400.0, metavar="SECONDS")
     roll.add_argument("--insecure", action="store_true", help="Plain-HTTP registry (loopback).")
+    roll.add_argument("--config", type=Path, help="Config file with a [registry] section.")
     add_passphrase_args(roll)
     roll.set_defaults(func=_rollout)
 
@@ -127,20 +140,37 @@ def _plan(args: argparse.Namespace, new: Wanted) -> RolloutPlan:
     )  # fmt: skip
 
 
-def resolve_bundle(ref: str, *, insecure: bool) -> Wanted:
-    """Name, version and pinned reference of the bundle artifact ``ref`` names."""
-    del ref, insecure
-    raise CliError("fleet rollout needs the registry client (wasmgate.runtime.fleet.oci)", 2)
+def resolve_bundle(text: str, *, insecure: bool, config: Path | None = None) -> Wanted:
+    """Name, version and pinned reference of the bundle artifact ``text`` names (a tag is
+    resolved to its manifest digest: the documents always carry the digest)."""
+    try:
+        ref = Reference.parse(text)
+        settings = load_settings(config).registry
+    except (ValueError, ConfigError) as e:
+        raise CliError(str(e), EXIT_USAGE) from e
+    if insecure:
+        settings = settings.model_copy(update={"insecure": True})
+    client = OciClient(ref.host, settings)
+    try:
+        art = client.resolve(ref, settings.max_bundle_bytes)
+    except RegistryError as e:
+        raise CliError(f"resolve {ref}: {e}", EXIT_USAGE) from e
+    finally:
+        client.close()
+    name, version = art.annotations.get(BUNDLE_NAME), art.annotations.get(BUNDLE_VERSION, "")
+    if name is None or not version.isdigit():
+        raise CliError(f"{ref}: the manifest does not name a wasmgate bundle and version", 2)
+    return Wanted(name, int(version), str(ref.pinned(art.digest)))
 
 
 def _rollout(args: argparse.Namespace) -> int:
     keys = [load_signing_key(path, args) for path in args.key]
-    new = resolve_bundle(args.ref, insecure=args.insecure)
+    new = resolve_bundle(args.ref, insecure=args.insecure, config=args.config)
     plan = _plan(args, new)
     say(f"rolling out {new.name} v{new.version} ({new.ref}) to group {plan.group}")
     try:
         with broker_client(args) as client, tqdm(unit="gw", file=sys.stderr, disable=None) as bar:
-            rollout = Rollout(client, args.prefix, keys, progress=lambda _row: bar.update())
+            rollout = Rollout(client, args.prefix, keys, progress=lambda row: _tick(bar, row))
             result = rollout.run(plan, on_start=bar.reset)
     except (BrokerError, RolloutRefused) as e:
         raise CliError(str(e), EXIT_USAGE) from e
@@ -152,6 +182,11 @@ def _rollout(args: argparse.Namespace) -> int:
         say("finished, but not every gateway applied the new version")
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _tick(bar: tqdm, row: Row) -> None:
+    bar.set_description(f"wave {row.wave}", refresh=False)
+    bar.update()
 
 
 def rollout_table(result: RolloutResult) -> str:
