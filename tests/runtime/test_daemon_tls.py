@@ -11,8 +11,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as triton
+from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.net import free_port
 from tests.runtime.stack import host_profile_name
 
 
@@ -44,12 +47,13 @@ def _wait_ready(daemon: Daemon, url: str, ctx: ssl.SSLContext) -> None:
     raise TimeoutError(daemon.log())
 
 
-def test_https_listener(tmp_path: Path) -> None:
+def _start_tls(tmp_path: Path, **sections: object) -> tuple[Daemon, str, ssl.SSLContext, Path]:
+    """A daemon with HTTPS (plus ``sections``), ready; its HTTPS URL, client context, cert."""
     cert, key = _self_signed(tmp_path)
     workdir = tmp_path / "d"
     workdir.mkdir()
     config = {"http": {"tls_cert": cert, "tls_key": key}, "profile": host_profile_name()}
-    daemon = Daemon(workdir, config)
+    daemon = Daemon(workdir, {**config, **sections})
     https = daemon.url.replace("http://", "https://")
     ctx = ssl.create_default_context(cafile=str(cert))
     cmd = [sys.executable, "-m", "wasmgate", "serve", "--config", str(daemon.config_path)]
@@ -57,10 +61,38 @@ def test_https_listener(tmp_path: Path) -> None:
         daemon.proc = subprocess.Popen(cmd, stderr=log)
     try:
         _wait_ready(daemon, https, ctx)
+    except BaseException:
+        daemon.kill()
+        raise
+    return daemon, https, ctx, cert
+
+
+def test_https_listener(tmp_path: Path) -> None:
+    daemon, https, ctx, _ = _start_tls(tmp_path)
+    try:
         with urllib.request.urlopen(f"{https}/v2/health/live", context=ctx, timeout=10) as r:
             assert r.status == 200
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             urllib.request.urlopen(f"{daemon.url}/v2/health/live", timeout=5)  # plain HTTP
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+
+
+def test_grpc_uses_the_http_tls_keys(tmp_path: Path) -> None:
+    port = free_port()
+    daemon, _, _, cert = _start_tls(tmp_path, grpc={"port": port})
+    url = f"127.0.0.1:{port}"
+    try:
+        secure = triton.InferenceServerClient(url, ssl=True, root_certificates=str(cert))
+        assert secure.is_server_live()
+        assert secure.get_server_metadata().name == "wasmgate"
+        secure.close()
+        plain = triton.InferenceServerClient(url)
+        with pytest.raises(InferenceServerException) as err:
+            plain.is_server_live(client_timeout=5)
+        assert err.value.status() == "StatusCode.UNAVAILABLE"
+        plain.close()
         assert daemon.stop() == 0
     finally:
         daemon.kill()
