@@ -150,10 +150,8 @@ class OciClient:
     def _do(self, url: str, method: str = "GET", **kw: Any) -> requests.Response:
         try:
             response: requests.Response = self._reg.do_request(url, method, **kw)
-        except requests.exceptions.SSLError as e:
-            raise RegistryAuthError(f"TLS with {url}: {e}") from e
         except (requests.exceptions.RequestException, OSError) as e:
-            raise RegistryUnavailable(f"{method} {url}: {e}") from e
+            raise _transport_error(f"{method} {url}", e) from e
         except ValueError as e:  # oras: "Cannot respond to request for authentication."
             raise _wants_credentials(f"{method} {url}", e) from e
         return response
@@ -252,7 +250,7 @@ class OciClient:
         try:
             r = self._reg.upload_blob(str(blob), container, desc)
         except (requests.exceptions.RequestException, OSError) as e:
-            raise RegistryUnavailable(f"upload of {blob.name}: {e}") from e
+            raise _transport_error(f"upload of {blob.name}", e) from e
         except ValueError as e:
             raise _wants_credentials(f"upload of {blob.name}", e) from e
         _check(r, f"upload of {blob.name}")
@@ -298,6 +296,13 @@ def _check(r: requests.Response, what: str) -> None:
     if code == 429 or code >= 500:
         raise RegistryUnavailable(detail)
     raise RegistryError(f"{detail}: {r.text[:200]}")
+
+
+def _transport_error(what: str, e: Exception) -> RegistryError:
+    """A failed TLS verification is configuration (registry.ca), not a registry outage."""
+    if isinstance(e, requests.exceptions.SSLError):
+        return RegistryAuthError(f"{what}: TLS verification failed (registry.ca?): {e}")
+    return RegistryUnavailable(f"{what}: {e}")
 
 
 def _wants_credentials(what: str, e: ValueError) -> RegistryAuthError:

@@ -15,22 +15,8 @@ import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.net import free_port
+from tests.fixtures.net import free_port, self_signed_cert
 from tests.runtime.stack import host_profile_name
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 def _wait_ready(daemon: Daemon, url: str, ctx: ssl.SSLContext) -> None:
@@ -49,7 +35,7 @@ def _wait_ready(daemon: Daemon, url: str, ctx: ssl.SSLContext) -> None:
 
 def _start_tls(tmp_path: Path, **sections: object) -> tuple[Daemon, str, ssl.SSLContext, Path]:
     """A daemon with HTTPS (plus ``sections``), ready; its HTTPS URL, client context, cert."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     workdir = tmp_path / "d"
     workdir.mkdir()
     config = {"http": {"tls_cert": cert, "tls_key": key}, "profile": host_profile_name()}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import write_config
-from tests.fixtures.net import free_port
+from tests.fixtures.net import free_port, self_signed_cert
 from tests.fixtures.registry import Registry, bcrypt_hash
 from tests.runtime.bundlekit import BundleKit
 from wasmgate.runtime.cli import main
@@ -37,16 +37,29 @@ def config(tmp_path: Path, **registry: object) -> Path:
     return write_config(path, {"registry": {"insecure": True, **registry}})
 
 
+def round_trip(reg: Registry, tmp_path: Path, conf: Path) -> tuple[Path, str]:
+    """Push a signed bundle and pull it back with ``conf``; (bundle, tag ref)."""
+    bundle = BundleKit(tmp_path / "kit").build("probe", 1)
+    ref, out = f"{reg.address}/fleet/probe:v1", tmp_path / "pulled.wgb"
+    assert main(["bundle", "push", str(bundle), ref, "--config", str(conf)]) == 0
+    assert main(["bundle", "pull", ref, "--out", str(out), "--config", str(conf)]) == 0
+    assert out.read_bytes() == bundle.read_bytes()
+    return bundle, ref
+
+
+def fails(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> str:
+    """Run the CLI, which must exit 1; its stderr."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    return err
+
+
 def test_push_and_pull_need_the_configured_credentials(
     private: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bundle = BundleKit(tmp_path / "kit").build("probe", 1)
-    ref, out = f"{private.address}/fleet/probe:v1", tmp_path / "pulled.wgb"
-    good = config(tmp_path, username=USER, password=PASSWORD)
-    assert main(["bundle", "push", str(bundle), ref, "--config", str(good)]) == 0
-    assert main(["bundle", "pull", ref, "--out", str(out), "--config", str(good)]) == 0
-    assert out.read_bytes() == bundle.read_bytes()
-    capsys.readouterr()
+    bundle, ref = round_trip(private, tmp_path, config(tmp_path, username=USER, password=PASSWORD))
     cases = {
         "anonymous": (config(tmp_path), "wants credentials"),
         "wrong password": (
@@ -60,16 +73,10 @@ def test_push_and_pull_need_the_configured_credentials(
         ),
     }
     for case, (conf, reason) in cases.items():
-        code = main(
-            ["bundle", "pull", ref, "--out", str(tmp_path / "x.wgb"), "--config", str(conf)]
-        )
-        err = capsys.readouterr().err
-        assert (code, reason in err) == (1, True), (case, err)
-        code = main(
-            ["bundle", "push", str(bundle), f"{private.address}/fleet/x:v1", "--config", str(conf)]
-        )
-        err = capsys.readouterr().err
-        assert (code, reason in err) == (1, True), (case, err)
+        err = fails(capsys, "bundle", "pull", ref, "--out", tmp_path / "x.wgb", "--config", conf)
+        assert reason in err, (case, err)
+        err = fails(capsys, "bundle", "push", bundle, f"{private.address}/x:v1", "--config", conf)
+        assert reason in err, (case, err)
     assert not (tmp_path / "x.wgb").exists()
 
 
@@ -104,3 +111,26 @@ def test_plain_http_is_only_quiet_on_loopback() -> None:
     beyond = ["10.0.0.1:5000", "registry.example.com", "[2001:db8::1]:443", "localhost.evil:1"]
     assert all(is_loopback_host(h) for h in loopback)
     assert not any(is_loopback_host(h) for h in beyond)
+
+
+def test_https_registry_verified_with_the_configured_ca(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "pki").mkdir()
+    cert, key = self_signed_cert(tmp_path / "pki")
+    reg = Registry(tmp_path / "tls", tls=(cert, key))
+    reg.start()
+    try:
+        bundle, ref = round_trip(reg, tmp_path, config(tmp_path, insecure=False, ca=cert))
+        system_cas = config(tmp_path, insecure=False)
+        x = tmp_path / "x.wgb"
+        err = fails(capsys, "bundle", "pull", ref, "--out", x, "--config", system_cas)
+        assert "TLS verification failed" in err
+        err = fails(capsys, "bundle", "push", bundle, ref, "--config", system_cas)
+        assert "TLS verification failed" in err
+        https = RegistrySettings(host=reg.address, ca=cert)
+        assert probe_registry(https).level == "ok"
+        unverified = probe_registry(RegistrySettings(host=reg.address))
+        assert (unverified.level, "TLS" in unverified.message) == ("error", True), unverified
+    finally:
+        reg.stop()
