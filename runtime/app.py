@@ -8,7 +8,9 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 1. adapter state (SQLite in the state dir, closed last), worker pool (guests and
    un-batched models), the shared batch dispatcher, the watchdog that stops backend runs
    at their deadline, sandbox engine, device profile, backends;
-2. the cloud fallback client, when ``cloud.url`` is set;
+2. the store-and-forward queue (``[store]``, SQLite under the state dir): a corrupt or
+   locked file stops the start with one line naming it, nothing is deleted;
+   the cloud fallback client, when ``cloud.url`` is set;
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
 4. the gRPC listener, when ``grpc.port`` is set (grpc is imported only then);
@@ -37,6 +39,10 @@ from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
 from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.field import setup as field_setup
+from wasmgate.runtime.field.events import StoredEvents
+from wasmgate.runtime.field.setup import build_store
+from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, traced, v2
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
@@ -53,6 +59,7 @@ from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tracing import Tracing
+from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
@@ -68,6 +75,7 @@ DEPS = web.AppKey("loader_deps", LoaderDeps)
 WATCHER = web.AppKey("bundle_watcher", DirWatcher)
 POOL = web.AppKey("worker_pool", FairPool)
 CLOUD = web.AppKey("cloud_fallback", CloudFallback)
+STORE = web.AppKey("field_store", Store)
 NOTIFIER = web.AppKey("notifier", Notifier)
 _EXTEND_US = 120_000_000
 
@@ -95,6 +103,7 @@ def build_app(
     openapi.setup(app)
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
+    app.cleanup_ctx.append(_store_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_service_ctx)
@@ -171,6 +180,18 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             deps.close()
 
 
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    try:
+        async with build_store(app[SETTINGS]) as store:
+            app[STORE] = store
+            app[METRICS].watch_store(store.stats)
+            status.add_provider(app, "store", lambda: field_setup.status_of(store))
+            async with background(field_setup.expire_periodically(store), "store-expiry"):
+                yield
+    except StoreError as e:
+        raise ConfigError(str(e)) from e
+
+
 async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
     m = app[METRICS]
     async with CloudFallback(app[SETTINGS].cloud) as cloud:
@@ -231,7 +252,10 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     registry.on_change.append(lambda: _publish_backends(registry, m, published))
     registry.on_change.append(lambda: m.set_expired(registry.expired))
     cloud = app.get(CLOUD)
-    service = InferenceService(registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m)
+    events = StoredEvents(app[STORE]) if settings.mqtt.host is not None else None
+    service = InferenceService(
+        registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m, events=events
+    )
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
 
@@ -348,10 +372,11 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
         drain_s=settings.drain_s,
         metrics=app[METRICS],
         tracing=app[TRACING],
+        store=(app[STORE], settings.store),
     )
     async with bridge_for as bridge:
         registry.on_change.append(bridge.refresh_metadata)
-        status.add_provider(app, "mqtt", bridge.state.as_dict)
+        status.add_provider(app, "mqtt", bridge.status)
         try:
             yield
         finally:

@@ -74,6 +74,8 @@ class StreamStats:
     depth: int = 0
     bytes: int = 0
     oldest_at: float | None = None
+    oldest_id: int | None = None
+    """The first entry still stored: every id below it was acked or dropped."""
     dropped_full: int = 0
     dropped_expired: int = 0
 
@@ -127,15 +129,14 @@ class StoreDb:
             " FROM streams s"
         )
         for stream, full, expired, depth, size in rows.fetchall():
-            oldest = self._oldest_at(stream)
-            found[stream] = StreamStats(depth, size, oldest, full, expired)
+            found[stream] = StreamStats(depth, size, *self._oldest(stream), full, expired)
         self.stats = found
 
-    def _oldest_at(self, stream: str) -> float | None:
+    def _oldest(self, stream: str) -> tuple[float | None, int | None]:
         row = self._conn.execute(
-            "SELECT at FROM records WHERE stream = ? ORDER BY id LIMIT 1", (stream,)
+            "SELECT at, id FROM records WHERE stream = ? ORDER BY id LIMIT 1", (stream,)
         ).fetchone()
-        return float(row[0]) if row is not None else None
+        return (float(row[0]), int(row[1])) if row is not None else (None, None)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -222,7 +223,7 @@ class StoreDb:
             full, expired = self._conn.execute(
                 "SELECT dropped_full, dropped_expired FROM streams WHERE stream = ?", (stream,)
             ).fetchone() or (0, 0)
-            self.stats[stream] = StreamStats(depth, size, self._oldest_at(stream), full, expired)
+            self.stats[stream] = StreamStats(depth, size, *self._oldest(stream), full, expired)
 
     # -- reads ----------------------------------------------------------------------------
 

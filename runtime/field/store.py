@@ -15,6 +15,7 @@ API (all on the event loop; the disk work runs on the store's one worker thread)
         await store.ack("events", [rec.id])                         # idempotent
         store.stats()["events"]        # depth, bytes, oldest_age_s, dropped_full/expired
         await store.expire()           # apply age limits now (an owner calls it periodically)
+        store.watch("events", wake)    # an asyncio.Event set after each append to "events"
 
 Appends arriving together are committed in one transaction (group commit), so a burst costs
 one WAL write (and one fsync under ``sync="full"``) instead of one per entry.
@@ -82,7 +83,7 @@ class Store:
         self._db: StoreDb | None = None
         self._batch: list[tuple[str, bytes, Mapping[str, Any], asyncio.Future[int]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        self._changed: dict[str, asyncio.Event] = {}
+        self._watchers: dict[str, list[asyncio.Event]] = {}
 
     async def __aenter__(self) -> Self:
         try:
@@ -166,14 +167,18 @@ class Store:
         self.limits(stream)
         return await self._run(self._db_or_fail().peek, stream, after, limit)
 
-    async def wait_appended(self, stream: str) -> None:
-        """Return after the next append to ``stream`` committed (wrap in a timeout)."""
-        await self._changed.setdefault(stream, asyncio.Event()).wait()
+    def watch(self, stream: str, event: asyncio.Event) -> None:
+        """Set ``event`` after every committed append to ``stream`` (a consumer's wake-up)."""
+        self._watchers.setdefault(stream, []).append(event)
 
     def _signal(self, stream: str) -> None:
-        event = self._changed.pop(stream, None)
-        if event is not None:
+        for event in self._watchers.get(stream, ()):
             event.set()
+
+    def first_id(self, stream: str) -> int | None:
+        """The oldest stored id of ``stream`` (every id below it is acked or dropped)."""
+        st = self._db.stats.get(stream) if self._db is not None else None
+        return st.oldest_id if st is not None else None
 
     def stats(self) -> dict[str, StreamStatus]:
         """Every configured stream's depth, bytes, oldest age and drop counters."""

@@ -8,9 +8,14 @@ deadline or Message Expiry passed get a 504 answer without work. Nothing a reque
 sends (size, bytes, JSON) can stop the bridge: every failure becomes an error answer where
 a reply address exists, and a log line otherwise.
 
+With a `Store` (the daemon always passes one), answers made while the broker is away and
+every adapter event wait on disk and are drained in order when it is back
+(`wasmgate.runtime.mqtt.spool`); without one, such an answer is not sent and its request
+stays unacknowledged, so the broker redelivers it.
+
 Wiring::
 
-    async with MqttBridge(settings.mqtt, service) as bridge:
+    async with MqttBridge(settings.mqtt, service, store=(store, settings.store)) as bridge:
         ...                       # bridge.state for the status page and metrics
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -28,7 +34,8 @@ from typing import Any, Self, TypeVar
 from paho.mqtt.client import topic_matches_sub
 
 from wasmgate.runtime import errors
-from wasmgate.runtime.mqtt.client import ClientState, MqttClient, OutboxOverflow
+from wasmgate.runtime.field.store import Store, StoreError
+from wasmgate.runtime.mqtt.client import ClientState, MqttClient, NotPublished
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
     JSON,
@@ -42,8 +49,9 @@ from wasmgate.runtime.mqtt.messages import (
     with_id,
 )
 from wasmgate.runtime.mqtt.metadata import MetadataPublisher
+from wasmgate.runtime.mqtt.spool import Spool
 from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
-from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.ops.config import MqttSettings, StoreSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
@@ -78,6 +86,8 @@ class BridgeState:
     """Retained requests (replayed by the broker at every subscribe) ignored, unanswered."""
     replies_refused: int = 0
     """Requests dropped because their Response Topic is refused (see mqtt.response_topics)."""
+    stored: int = 0
+    """Answers kept in the store because the broker was away (drained when it is back)."""
     by_status: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -109,7 +119,6 @@ class _Result:
     body: bytes
     content_type: str
     props: tuple[tuple[str, str], ...] = ()
-    events: tuple[bytes, ...] = ()
 
 
 class MqttBridge:
@@ -124,6 +133,7 @@ class MqttBridge:
         metrics: Metrics | None = None,
         channels: Sequence[Channel] = (),
         tracing: Tracing | None = None,
+        store: tuple[Store, StoreSettings] | None = None,
     ) -> None:
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
@@ -140,6 +150,9 @@ class MqttBridge:
         self._client: MqttClient | None = None
         self.state = BridgeState(ClientState(), gateway_id(settings))
         self._metadata: MetadataPublisher | None = None
+        self._store = store
+        self._spool: Spool | None = None
+        self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Self:
         client_id = self._settings.client_id or f"wasmgate-{self.state.gateway}"
@@ -153,6 +166,12 @@ class MqttBridge:
         )
         self.state.client = self._client.state
         self._metadata = MetadataPublisher(self._client, self.topics, self._service)
+        if self._store is not None:
+            store, store_settings = self._store
+            settings = (self._settings, store_settings)
+            self._spool = Spool(store, self._client, self.topics, settings, self._delivered)
+            await self._spool.load()  # before any request can be redelivered to us
+            await self._stack.enter_async_context(self._spool.running())
         self._client.start()
         return self
 
@@ -165,6 +184,7 @@ class MqttBridge:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._stack.aclose()
         if self._client is not None:
             offline = Outgoing(self.topics.status, b"offline", qos=1, retain=True)
             await self._client.stop(offline)
@@ -183,6 +203,14 @@ class MqttBridge:
         if self._client is None:
             raise RuntimeError("use `async with MqttBridge(...)`")
         return self._client
+
+    def status(self) -> dict[str, Any]:
+        """`state` for the status page, plus each stored stream's drain counters (sent,
+        delivered on PUBACK, failed, in flight)."""
+        doc = self.state.as_dict()
+        if self._spool is not None:
+            doc["drain"] = self._spool.state()
+        return doc
 
     def refresh_metadata(self) -> None:
         """Re-publish retained metadata after bundles changed (removed ones are cleared)."""
@@ -246,6 +274,9 @@ class MqttBridge:
         key = dedupe_key(reply.topic, reply.correlation, reply.rid, msg.payload)
         if key is None:
             return await self._answer_or_drop(msg, route, obj, reply)
+        if self._spool is not None and self._spool.holds(key):
+            self.state.duplicates += 1  # its answer waits in the store: ack, do not re-work
+            return True
         seen = self._recent.recall(key)
         if seen is not None:
             self.state.duplicates += 1
@@ -256,15 +287,20 @@ class MqttBridge:
             return True
         _ = self._recent.remember(key)
         try:
-            answered = await self._answer_or_drop(msg, route, obj, reply)
+            answered = await self._answer_or_drop(msg, route, obj, reply, key)
         except BaseException as e:
             self._recent.forget(key, repr(e))
             raise
         if answered:
             self._recent.answered(key)
         else:
-            self._recent.forget(key, "answer dropped from the outbox")
+            self._recent.forget(key, "answer neither published nor stored")
         return answered
+
+    def _delivered(self, key: bytes) -> None:
+        """A stored answer reached the broker: its request's dedupe window starts now."""
+        _ = self._recent.remember(key)
+        self._recent.answered(key)
 
     def _refusal(self, msg: Incoming) -> str | None:
         """Why ``msg`` is ignored (acked, never worked nor answered), or None."""
@@ -280,12 +316,18 @@ class MqttBridge:
         return None
 
     async def _answer_or_drop(
-        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
+        self,
+        msg: Incoming,
+        route: Route,
+        obj: dict[str, Any] | None,
+        reply: _Reply,
+        key: bytes | None = None,
     ) -> bool:
-        """False when the answer was dropped unpublished: leave the request unacked."""
+        """False when the answer was neither published nor stored: leave the request unacked."""
         try:
-            await self._work_and_answer(msg, route, obj, reply)
-        except OutboxOverflow:
+            await self._work_and_answer(msg, route, obj, reply, key)
+        except (NotPublished, StoreError) as e:
+            log.warning("mqtt answer on %s not delivered: %s", route.name, e)
             return False
         return True
 
@@ -295,8 +337,15 @@ class MqttBridge:
         return _Reply(self.topics.paired_reply(route), None, rid)
 
     async def _work_and_answer(
-        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
+        self,
+        msg: Incoming,
+        route: Route,
+        obj: dict[str, Any] | None,
+        reply: _Reply,
+        key: bytes | None,
     ) -> None:
+        # The adapter's events went to the store in the service (one path for every
+        # transport); only the answer is the bridge's.
         tracing = self._tracing
         if tracing is not None and tracing.wants(msg.user_properties):
             result = await self._traced_result(tracing, msg, route, obj, reply)
@@ -306,12 +355,16 @@ class MqttBridge:
         self.state.by_status[code] = self.state.by_status.get(code, 0) + 1
         if result.status >= 400:
             self.state.errors += 1
-        for event in result.events:
-            _detach(self._mqtt.publish(Outgoing(self.topics.events(route.name), event, qos=0)))
         answer = self._answer_message(route, reply, result)
         if answer is None:
             return
-        await self._mqtt.publish(answer)
+        try:
+            await self._mqtt.publish(answer)
+        except NotPublished:
+            if self._spool is None:
+                raise
+            await self._spool.keep_answer(answer, key)
+            self.state.stored += 1
         self.state.answered += 1
 
     async def _traced_result(
@@ -432,7 +485,7 @@ class MqttBridge:
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if ans.fallback_reason:
             props = (*props, ("fallback_reason", ans.fallback_reason))
-        return _Result(200, ans.body, ans.content_type, props, tuple(ans.events))
+        return _Result(200, ans.body, ans.content_type, props)
 
     async def _infer_model(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
         header = msg.user_properties.get(HEADER_LENGTH)

@@ -8,9 +8,11 @@ on a one-second timer; only the blocking connect (DNS, TCP, TLS) runs in the def
 executor, and its socket callbacks hop back with ``call_soon_threadsafe``.
 
 Delivery: one paho client lives for the whole bridge, so QoS>0 messages in flight at a
-disconnect are re-sent by paho after reconnect. Messages published while disconnected
-wait in a bounded outbox (oldest dropped) and go out on reconnect. `publish()` returns a
-future resolved when the broker confirmed the message (PUBACK/PUBCOMP; QoS 0: on hand-off).
+disconnect are re-sent by paho after reconnect. A message published while disconnected
+fails at once with `NotPublished`: what must wait for the broker waits on disk, in the
+store-and-forward queue (`wasmgate.runtime.mqtt.spool`), the one bounded mechanism.
+`publish()` returns a future resolved when the broker confirmed the message
+(PUBACK/PUBCOMP; QoS 0: on hand-off).
 Incoming messages carry the connection *generation*: `ack()` refuses a message from an
 older connection, whose packet id means nothing any more (the broker redelivers it).
 """
@@ -18,7 +20,6 @@ older connection, whose packet id means nothing any more (the broker redelivers 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import random
@@ -47,8 +48,8 @@ _MIN_BACKOFF_S = 0.2
 _LAST_PUBLISH_S = 2.0  # how long a clean stop waits for the retained ``offline`` PUBACK
 
 
-class OutboxOverflow(Exception):
-    """The message was dropped from the full outbox while disconnected."""
+class NotPublished(Exception):
+    """The message was not handed to the broker (disconnected, or paho's queue is full)."""
 
 
 @dataclass
@@ -60,8 +61,6 @@ class ClientState:
     disconnects: int = 0
     session_present: bool = False
     last_error: str | None = None
-    outbox: int = 0
-    outbox_dropped: int = 0
     since: float = field(default_factory=time.time)
 
 
@@ -160,7 +159,6 @@ class MqttClient:
         self.state = ClientState()
         self._generation = 0
         self._pending: dict[int, asyncio.Future[None]] = {}
-        self._outbox: collections.deque[tuple[Outgoing, asyncio.Future[None]]] = collections.deque()
         self._connack: asyncio.Future[None] | None = None
         self._lost = asyncio.Event()
         self._connected = asyncio.Event()
@@ -220,6 +218,11 @@ class MqttClient:
         return self.state.connected
 
     @property
+    def link(self) -> asyncio.Event:
+        """Set while connected: what a forwarder of stored messages waits on (read only)."""
+        return self._connected
+
+    @property
     def supervising(self) -> bool:
         """True while the reconnecting supervisor runs (it only ends at `stop`)."""
         return self._task is not None and not self._task.done()
@@ -240,16 +243,15 @@ class MqttClient:
         if last is not None and self.state.connected:
             try:
                 await asyncio.wait_for(self.publish(last), _LAST_PUBLISH_S)
-            except (TimeoutError, OutboxOverflow):
+            except (TimeoutError, NotPublished):
                 log.warning("could not publish %s before disconnect", last.topic)
         self._client.disconnect()
         self._client.loop_write()  # flush DISCONNECT now; the loop may stop any moment
         sock_close(self._client)
         self._unwatch(self._fd)
-        for fut in [*self._pending.values(), *(f for _, f in self._outbox)]:
+        for fut in self._pending.values():
             fut.cancel()
         self._pending.clear()
-        self._outbox.clear()
 
     async def _supervise(self) -> None:
         delay = _MIN_BACKOFF_S
@@ -374,7 +376,6 @@ class MqttClient:
         if self._connack is not None and not self._connack.done():
             self._connack.set_result(None)
         self._guard(self._on_connect_cb, self.state.session_present)
-        self._flush_outbox()
 
     def _on_disconnect(
         self, _client: paho.Client, _userdata: Any, _flags: Any, rc: Any, _props: Any
@@ -412,34 +413,18 @@ class MqttClient:
         if self.state.connected:
             self._send(msg, fut)
         else:
-            self._queue(msg, fut)
+            fut.set_exception(NotPublished("not connected to the broker"))
         return fut
 
     def _send(self, msg: Outgoing, fut: asyncio.Future[None]) -> None:
         props = _make_properties(msg) if self._v5 else None
         info = self._client.publish(msg.topic, msg.payload, msg.qos, msg.retain, props)
         if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
-            fut.set_exception(OutboxOverflow("paho queue full"))
+            fut.set_exception(NotPublished("paho queue full"))
         elif msg.qos == 0:
             fut.set_result(None)
         else:
             self._pending[info.mid] = fut
-
-    def _queue(self, msg: Outgoing, fut: asyncio.Future[None]) -> None:
-        if len(self._outbox) >= self._settings.outbox_size:
-            _, old = self._outbox.popleft()
-            self.state.outbox_dropped += 1
-            if not old.done():
-                old.set_exception(OutboxOverflow("outbox full while disconnected"))
-        self._outbox.append((msg, fut))
-        self.state.outbox = len(self._outbox)
-
-    def _flush_outbox(self) -> None:
-        while self._outbox and self.state.connected:
-            msg, fut = self._outbox.popleft()
-            if not fut.done():
-                self._send(msg, fut)
-        self.state.outbox = len(self._outbox)
 
     def subscribe(self, filters: list[str], qos: int) -> None:
         if self._v5:

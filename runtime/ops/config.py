@@ -120,8 +120,6 @@ class MqttSettings(_Section):
     """MQTT 5 Session Expiry Interval: how long the broker keeps our session while offline."""
     max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
     """Largest request payload handled; larger ones get a 413-style error answer."""
-    outbox_size: int = Field(default=1000, gt=0)
-    """Answers kept while disconnected, published on reconnect (oldest dropped beyond)."""
     dedupe_window_s: float = Field(default=300.0, ge=0)
     """Window in which a redelivered request (same correlation data or id) is answered once."""
     dedupe_max_entries: int = Field(default=10_000, gt=0)

@@ -22,9 +22,9 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,7 +34,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
 
 Kind = Literal["adapter", "model"]
 STAGES = ("queue", "sandbox", "inference", "fallback")
@@ -263,6 +265,10 @@ class Metrics:
         ``read`` must not change anything: scraping is observation only."""
         self.breaker.set_function(lambda: BREAKER_STATES[read()])
 
+    def watch_store(self, read: Callable[[], Mapping[str, StoreFigures]]) -> None:
+        """Read the store's per-stream figures at scrape time (depth, bytes, age, drops)."""
+        self.registry.register(_StoreCollector(read))
+
     def observe_trap(self, adapter: str, cause: str) -> None:
         self.traps.labels(adapter, cause).inc()
 
@@ -308,3 +314,49 @@ class Metrics:
     def exposition(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class StoreFigures(Protocol):
+    """What `watch_store` reads per stream (`wasmgate.runtime.field.store.StreamStatus`)."""
+
+    @property
+    def depth(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def oldest_age_s(self) -> float: ...
+    @property
+    def dropped_full(self) -> int: ...
+    @property
+    def dropped_expired(self) -> int: ...
+
+
+class _StoreCollector(Collector):
+    """The store's figures as metric families built at scrape time (no state kept here)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, StoreFigures]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "wasmgate_store_depth", "Entries waiting in a store stream.", labels=["stream"]
+        )
+        size = GaugeMetricFamily(
+            "wasmgate_store_bytes", "Bytes waiting in a store stream.", labels=["stream"]
+        )
+        age = GaugeMetricFamily(
+            "wasmgate_store_oldest_age_seconds",
+            "Age of a store stream's oldest entry (0 when empty).", labels=["stream"],
+        )  # fmt: skip
+        dropped = CounterMetricFamily(
+            "wasmgate_store_dropped",
+            "Entries dropped undelivered: reason full (max_bytes) or expired (max_age_s).",
+            labels=["stream", "reason"],
+        )
+        for stream, st in self._read().items():
+            depth.add_metric([stream], st.depth)
+            size.add_metric([stream], st.bytes)
+            age.add_metric([stream], st.oldest_age_s)
+            dropped.add_metric([stream, "full"], st.dropped_full)
+            dropped.add_metric([stream, "expired"], st.dropped_expired)
+        yield from (depth, size, age, dropped)

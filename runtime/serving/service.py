@@ -27,6 +27,7 @@ from wasmgate.runtime.errors import (
     NotReady,
     PayloadTooLarge,
 )
+from wasmgate.runtime.field.events import EventSink
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.serving.admission import Gate, GateStats
@@ -57,8 +58,11 @@ class InferenceService:
         limits: LimitSettings,
         cloud: CloudClient | None = None,
         metrics: Metrics | None = None,
+        *,
+        events: EventSink | None = None,
     ) -> None:
         self._table = table
+        self._events = events
         self._pool = pool
         self._limits = limits
         self._metrics = metrics
@@ -125,7 +129,11 @@ class InferenceService:
         bundle = self._table.lease_adapter(req.adapter, req.key, req.version, req.namespace)
         try:
             with self._track(), _outcome(bundle):
-                return await self._run_leased(bundle, req)
+                answer = await self._run_leased(bundle, req)
+                if answer.events and self._events is not None and bundle.mqtt_name:
+                    # Here, not in a bridge: an HTTP request's events reach MQTT too.
+                    await self._events.emit(bundle.mqtt_name, answer.events)
+                return answer
         finally:
             self._table.release(bundle)
 

@@ -10,6 +10,7 @@
  *   'W<n>'         spin n million iterations, then answer like 'P'
  *   'F'            ask for fallback ("low confidence"), answer "<tag>:local"
  *   'V'            emit event "ev", answer like 'P'
+ *   'X'            emit the rest of the payload as an event, answer like 'P'
  *   'G'            log the rest of the payload (wg_log, level 1), answer like 'P'
  * <tag> is the bundle param "tag" (default "none"), so each test bundle version differs.
  * With the bundle param "broken" set, every request fails with status 2 (a bad release).
@@ -64,6 +65,9 @@ static int handle(const uint8_t *p, size_t n) {
         return reply_tagged((const uint8_t *)"local", 5);
     case 'V':
         wg_emit("ev", 2);
+        return reply_tagged(p + 1, n - 1);
+    case 'X':
+        wg_emit(p + 1, n - 1);
         return reply_tagged(p + 1, n - 1);
     case 'G': {
         static char line[1024];

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
 
 from tests.runtime.mqtt.service import FakeService
-from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.field.setup import build_store
+from wasmgate.runtime.field.store import Store
+from wasmgate.runtime.ops.config import MqttSettings, Settings, StoreSettings
 
 ROOT = "wasmgate/v1/gw1"
 
@@ -13,6 +18,14 @@ ROOT = "wasmgate/v1/gw1"
 @pytest.fixture
 def service() -> FakeService:
     return FakeService()
+
+
+@pytest.fixture
+async def spool(tmp_path: Path) -> AsyncIterator[tuple[Store, StoreSettings]]:
+    """The daemon's store, as `MqttBridge(..., store=spool)` takes it."""
+    settings = Settings.model_validate({"store": {"path": tmp_path / "store.db"}})
+    async with build_store(settings) as store:
+        yield store, settings.store
 
 
 def bridge_settings(port: int, **over: object) -> MqttSettings:

@@ -1,0 +1,66 @@
+"""The daemon's store from ``[store]``: its file, its streams and their limits, its upkeep."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.field.store import Store, StoreError, StreamLimits, StreamStatus
+from wasmgate.runtime.ops.config import Settings
+
+log = logging.getLogger("wasmgate.field")
+
+STREAMS = ("answers", "events", "cloud")
+"""Every stream the daemon keeps (``store.streams`` may only name these)."""
+EXPIRE_EVERY_S = 30.0
+"""How often age limits are applied while nothing is appended or drained."""
+
+
+def store_path(settings: Settings) -> Path:
+    path = settings.store.path
+    return path if path is not None else settings.paths.resolved("state_dir") / "store.db"
+
+
+def build_store(settings: Settings) -> Store:
+    """The `Store` of ``[store]`` (unopened); ConfigError naming an unknown stream."""
+    conf = settings.store
+    unknown = sorted(set(conf.streams) - set(STREAMS))
+    if unknown:
+        raise ConfigError(f"store.streams: unknown stream {unknown[0]!r} (known: {STREAMS})")
+    limits = {}
+    for name in STREAMS:
+        lim = conf.limits_of(name)
+        limits[name] = StreamLimits(lim.max_bytes, lim.max_age_s)
+    return Store(store_path(settings), limits, sync=conf.sync)
+
+
+async def expire_periodically(store: Store) -> None:
+    """Apply age limits every `EXPIRE_EVERY_S` (run under `ops.tasks.background`)."""
+    while True:
+        await asyncio.sleep(EXPIRE_EVERY_S)
+        try:
+            await store.expire()
+        except StoreError as e:
+            log.warning("store upkeep failed: %s", e)
+
+
+def status_of(store: Store) -> dict[str, object]:
+    """The ``store`` section of ``/v1/status``."""
+    return {
+        "path": str(store.path),
+        "streams": {name: _row(st) for name, st in store.stats().items()},
+    }
+
+
+def _row(st: StreamStatus) -> dict[str, object]:
+    return {
+        "depth": st.depth,
+        "bytes": st.bytes,
+        "oldest_age_s": round(st.oldest_age_s, 3),
+        "dropped_full": st.dropped_full,
+        "dropped_expired": st.dropped_expired,
+        "max_bytes": st.max_bytes,
+        "max_age_s": st.max_age_s,
+    }

@@ -1,0 +1,160 @@
+"""Store-and-forward against real daemons on a real mosquitto: the broker away for a while
+under HTTP and MQTT traffic, a SIGKILL in the middle, the broker back; a full store; a
+corrupt store file.
+
+The probe adapter's ``X<text>`` emits ``<text>`` as an event; ``L`` loops until its
+deadline, so its (504) answer is made while the test holds the broker down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.mosquitto import Broker
+from tests.runtime.edges.probe import probe_daemon, request
+from tests.runtime.edges.test_mqtt_edges import GW, mqtt_config, wait_online
+from tests.runtime.mqtt.requester import Reply, Requester
+
+ROOT = f"wasmgate/v1/{GW}"
+EVENTS = f"{ROOT}/events/probe"
+REQ = f"{ROOT}/adapters/probe/req"
+
+
+def _config(broker: Broker) -> dict[str, Any]:
+    return mqtt_config(broker, reconnect_max_s=0.5)
+
+
+def _emit(daemon: Daemon, text: str) -> None:
+    got = request(daemon.port, "POST", "/v1/adapters/probe", b"X" + text.encode())
+    assert (got.status, got.body) == (200, b"v1:" + text.encode())
+
+
+def _stream(daemon: Daemon, name: str) -> dict[str, Any]:
+    streams: dict[str, dict[str, Any]] = daemon.get_json("/v1/status")["components"]["store"][
+        "streams"
+    ]
+    return streams[name]
+
+
+def _mqtt(daemon: Daemon) -> dict[str, Any]:
+    section: dict[str, Any] = daemon.get_json("/v1/status")["components"]["mqtt"]
+    return section
+
+
+async def _until(check: Callable[[], bool], what: str, limit_s: float = 30) -> None:
+    for _ in range(int(limit_s * 10)):  # bounded
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never true: {what}")
+
+
+def _payloads(replies: list[Reply], topic: str) -> list[bytes]:
+    return [r.payload for r in replies if r.topic == topic]
+
+
+async def test_http_and_mqtt_events_reach_mqtt_at_qos1(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    daemon = probe_daemon(tmp_path, daemon_factory, _config(mosquitto))
+    await wait_online(mosquitto)
+    with Requester(mosquitto.port).connect(EVENTS, "replies/#") as dev:
+        _emit(daemon, "over-http")
+        dev.request(REQ, b"Xover-mqtt", response_topic="replies/1", correlation=b"1")
+        await _until(lambda: len(dev.snapshot()) >= 3, "two events and one answer")
+        await asyncio.sleep(0.3)  # room for a duplicate to show up
+        got = dev.snapshot()
+    assert sorted(_payloads(got, EVENTS)) == [b"over-http", b"over-mqtt"]
+    assert _payloads(got, "replies/1") == [b"v1:over-mqtt"]
+    assert all(r.props.get("store-id", "").isdigit() for r in got if r.topic == EVENTS)
+    assert _stream(daemon, "events")["depth"] == 0
+
+
+async def test_broker_away_and_sigkill_every_answer_and_event_once_in_order(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    daemon = probe_daemon(tmp_path, daemon_factory, _config(mosquitto))
+    await wait_online(mosquitto)
+    # Persistent sessions: what the broker holds for them survives its own restart.
+    watch = Requester(mosquitto.port, client_id="watch", persistent=True).connect(EVENTS)
+    dev = Requester(mosquitto.port, client_id="dev", persistent=True).connect("replies/#")
+    try:
+        slow = 3  # answered at their 4 s deadline: while the broker is down
+        for i in range(slow):
+            dev.request(REQ, b"L", response_topic=f"replies/{i}", correlation=b"%d" % i,
+                        user=[("timeout_ms", "4000")])  # fmt: skip
+        await _until(lambda: _mqtt(daemon)["received"] >= slow, "the slow requests arrived")
+        await asyncio.to_thread(mosquitto.stop)
+        for i in range(10):
+            _emit(daemon, f"ev-{i:02d}")
+        await _until(lambda: _stream(daemon, "answers")["depth"] == slow, "answers stored")
+        assert _stream(daemon, "events")["depth"] == 10
+        daemon.kill()  # SIGKILL: no drain, no close
+        daemon.start()
+        for i in range(10, 20):
+            _emit(daemon, f"ev-{i:02d}")
+        assert _stream(daemon, "events")["depth"] == 20
+        assert _stream(daemon, "answers")["depth"] == slow
+        await asyncio.to_thread(mosquitto.start)  # the unacked slow requests come back too
+        await _until(lambda: len(_payloads(watch.snapshot(), EVENTS)) >= 20, "events drained")
+        await _until(lambda: len(dev.snapshot()) >= slow, "answers drained")
+        await _until(lambda: _stream(daemon, "answers")["depth"] == 0, "answers acked")
+        await asyncio.sleep(1.0)  # room for a duplicate answer or event to show up
+        events, answers = _payloads(watch.snapshot(), EVENTS), dev.snapshot()
+    finally:
+        watch.close()
+        dev.close()
+    assert events == [f"ev-{i:02d}".encode() for i in range(20)]  # once each, in order
+    by_topic = collections.Counter(r.topic for r in answers)
+    assert by_topic == {f"replies/{i}": 1 for i in range(slow)}, answers
+    assert {r.props["status"] for r in answers} == {"504"}
+    assert _stream(daemon, "events")["dropped_full"] == 0
+    assert _mqtt(daemon)["duplicates"] == slow  # the redelivered requests were only acked
+
+
+async def test_a_full_store_drops_the_oldest_and_counts_them(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    # 25 bytes of payload + {"adapter":"probe"} = 44 bytes an entry: 5 fit in 230 bytes.
+    daemon = probe_daemon(tmp_path, daemon_factory, _config(mosquitto))
+    daemon.stop()
+    daemon.config_path.write_text(  # a nested table write_config does not write
+        daemon.config_path.read_text() + "\n[store.streams.events]\nmax_bytes = 230\n"
+    )
+    daemon.start()
+    await wait_online(mosquitto)
+    with Requester(mosquitto.port, client_id="w", persistent=True).connect(EVENTS) as watch:
+        await asyncio.to_thread(mosquitto.stop)
+        for i in range(12):
+            _emit(daemon, f"event-number-{i:02d}-padding"[:25])
+        st = _stream(daemon, "events")
+        assert (st["depth"], st["dropped_full"], st["max_bytes"]) == (5, 7, 230)
+        metrics = request(daemon.port, "GET", "/metrics").body.decode()
+        assert 'wasmgate_store_dropped_total{reason="full",stream="events"} 7.0' in metrics
+        assert 'wasmgate_store_depth{stream="events"} 5.0' in metrics
+        await asyncio.to_thread(mosquitto.start)
+        await _until(lambda: len(watch.snapshot()) >= 5, "the kept events drained")
+        await asyncio.sleep(0.5)
+        got = _payloads(watch.snapshot(), EVENTS)
+    assert got == [f"event-number-{i:02d}-padding"[:25].encode() for i in range(7, 12)]
+
+
+def test_a_corrupt_store_file_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    garbage = b"not a database at all" * 200
+    store = tmp_path / "data" / "state" / "store.db"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(garbage)
+    daemon = Daemon(tmp_path, {})
+    cmd = [sys.executable, "-m", "wasmgate", "serve", "--config", str(daemon.config_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "store.db" in x]
+    assert "not a usable SQLite database; move it aside" in line
+    assert store.read_bytes() == garbage
