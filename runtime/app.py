@@ -58,8 +58,8 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
-from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.ops.tasks import background
+from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
