@@ -260,23 +260,25 @@ def parse_manifest(body: bytes, digest: str, label: str, max_layer_bytes: int) -
     """Check a manifest is a wasmgate bundle artifact with one layer within the cap."""
     try:
         doc = json.loads(body)
-    except ValueError as e:
-        raise ArtifactRefused(f"{label}: manifest is not JSON: {e}") from e
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
+        raise ArtifactRefused(f"{label}: manifest is not JSON: {str(e)[:200]}") from None
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise ArtifactRefused(f"{label}: not an OCI image manifest (schemaVersion 2)")
     kind = doc.get("artifactType")
     layers = doc.get("layers")
     if kind not in (None, ARTIFACT_TYPE) or not isinstance(layers, list) or len(layers) != 1:
-        raise ArtifactRefused(f"{label}: not a wasmgate bundle (artifactType {kind!r})")
+        raise ArtifactRefused(f"{label}: not a wasmgate bundle (artifactType {str(kind)[:80]!r})")
     layer = layers[0]
     if not isinstance(layer, dict) or layer.get("mediaType") != LAYER_MEDIA_TYPE:
         got = layer.get("mediaType") if isinstance(layer, dict) else None
-        raise ArtifactRefused(f"{label}: layer media type {got!r}, want {LAYER_MEDIA_TYPE}")
+        raise ArtifactRefused(
+            f"{label}: layer media type {str(got)[:80]!r}, want {LAYER_MEDIA_TYPE}"
+        )
     ldigest, size = layer.get("digest"), layer.get("size")
     if not isinstance(ldigest, str) or not _DIGEST.fullmatch(ldigest):
-        raise ArtifactRefused(f"{label}: layer digest {ldigest!r} is not sha256")
+        raise ArtifactRefused(f"{label}: layer digest {str(ldigest)[:80]!r} is not sha256")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise ArtifactRefused(f"{label}: layer size {size!r} is not a byte count")
+        raise ArtifactRefused(f"{label}: layer size {str(size)[:80]} is not a byte count")
     if size > max_layer_bytes:
         raise ArtifactRefused(f"{label}: layer is {size} bytes, cap is {max_layer_bytes}")
     notes = doc.get("annotations")
