@@ -60,6 +60,13 @@ def loads_strict(data: bytes) -> dict[str, Any]:
     return obj
 
 
+def first_error(e: ValidationError, whole: str = "document") -> str:
+    """``where: what`` of a validation error's first problem (``whole`` when at the top)."""
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or whole
+    return f"{where}: {first['msg']}"
+
+
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE pre-authentication encoding of ``payload`` under ``payload_type``."""
     t = payload_type.encode("utf-8")
@@ -109,9 +116,7 @@ def parse_envelope(data: bytes) -> Envelope:
     try:
         return Envelope.model_validate(obj)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise EnvelopeFormatError(f"signature envelope: {where}: {first['msg']}") from e
+        raise EnvelopeFormatError(f"signature envelope: {first_error(e)}") from e
 
 
 def sign(key: nacl.signing.SigningKey, payload_type: str, payload: bytes) -> Signature:

@@ -35,6 +35,7 @@ from wasmgate.signing.envelope import (
     FLEET_PAYLOAD_TYPE,
     Envelope,
     EnvelopeFormatError,
+    first_error,
     loads_strict,
     parse_envelope,
     sign,
@@ -189,9 +190,7 @@ def parse_fleet(payload: bytes) -> FleetDoc:
     except EnvelopeFormatError as e:
         raise FleetFormatError(f"fleet document: {e}") from e
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise FleetFormatError(f"fleet document: {where}: {first['msg']}") from e
+        raise FleetFormatError(f"fleet document: {first_error(e)}") from e
 
 
 def check_delivered(name: str, version: int, manifest: Manifest) -> None:

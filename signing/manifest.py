@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from wasmgate.signing.envelope import HEX64, EnvelopeFormatError, loads_strict
+from wasmgate.signing.envelope import HEX64, EnvelopeFormatError, first_error, loads_strict
 from wasmgate.signing.errors import ManifestError
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -236,12 +236,6 @@ class Manifest(_Strict):
         return self.expires <= now
 
 
-def _first_error(e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "manifest"
-    return f"{where}: {first['msg']}"
-
-
 def parse_manifest(data: bytes, bundle: str) -> Manifest:
     """Parse and validate manifest bytes; :class:`ManifestError` names the first problem."""
     try:
@@ -250,7 +244,7 @@ def parse_manifest(data: bytes, bundle: str) -> Manifest:
     except EnvelopeFormatError as e:
         raise ManifestError(bundle, f"manifest.json: {e}") from e
     except ValidationError as e:
-        raise ManifestError(bundle, f"manifest.json: {_first_error(e)}") from e
+        raise ManifestError(bundle, f"manifest.json: {first_error(e, 'manifest')}") from e
 
 
 def manifest_from_dict(data: dict[str, object], bundle: str) -> Manifest:
@@ -258,4 +252,4 @@ def manifest_from_dict(data: dict[str, object], bundle: str) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:
-        raise ManifestError(bundle, _first_error(e)) from e
+        raise ManifestError(bundle, first_error(e, "manifest")) from e

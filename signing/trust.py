@@ -31,6 +31,7 @@ from wasmgate.signing.envelope import (
     TRUST_PAYLOAD_TYPE,
     Envelope,
     EnvelopeFormatError,
+    first_error,
     loads_strict,
 )
 from wasmgate.signing.errors import (
@@ -204,9 +205,7 @@ class TrustStore:
         try:
             return TrustStore(TrustDoc.model_validate_json(json.dumps(data)))
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise TrustFileError(f"trust edit refused: {where}: {first['msg']}") from e
+            raise TrustFileError(f"trust edit refused: {first_error(e)}") from e
 
     def with_signer(
         self,

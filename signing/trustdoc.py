@@ -23,6 +23,7 @@ from wasmgate.signing.envelope import (
     TRUST_PAYLOAD_TYPE,
     Envelope,
     count_valid,
+    first_error,
     sign,
 )
 from wasmgate.signing.errors import (
@@ -130,9 +131,7 @@ def parse_doc(data: bytes, source: str) -> TrustDoc:
     try:
         return TrustDoc.model_validate_json(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise TrustFileError(f"trust file {source}: {where}: {first['msg']}") from e
+        raise TrustFileError(f"trust file {source}: {first_error(e)}") from e
 
 
 def verify_threshold(

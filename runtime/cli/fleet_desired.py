@@ -33,6 +33,7 @@ from wasmgate.signing import (
     parse_duration,
     sign_fleet,
 )
+from wasmgate.signing.envelope import first_error
 from wasmgate.signing.fleetdoc import TOPIC_LEVEL_RE, peek_fleet
 from wasmgate.signing.state import atomic_write
 
@@ -135,9 +136,7 @@ def _document(args: argparse.Namespace) -> FleetDoc:
     try:
         return FleetDoc.model_validate(data, strict=False)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise CliError(f"fleet document: {where}: {first['msg']}", EXIT_USAGE) from e
+        raise CliError(f"fleet document: {first_error(e)}", EXIT_USAGE) from e
 
 
 def _sign(args: argparse.Namespace) -> int:
