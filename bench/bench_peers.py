@@ -20,9 +20,7 @@ is not cached yet is skipped with the reason printed (installing takes minutes).
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from bench.peers import (
     BareServer,
     MlServer,
     missing_system_libs,
-    perf_analyzer_env,
+    perf_analyzer,
 )
 from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
@@ -89,23 +87,9 @@ def raw_adapter(daemon: Daemon, bare: BareServer, x: Array, seconds: float) -> F
                   CEILING, theirs.p50 * 1e6)  # fmt: skip
 
 
-def perf_analyzer(daemon: Daemon, x: Array, requests: int, out: Path) -> dict[str, float]:
-    venv = PERF_ANALYZER.ensure()
-    cmd = [str(venv / "bin" / "perf_analyzer"), "-m", "digits", "-u", daemon.url.split("//")[1],
-           "-i", "http", "--concurrency-range", "1", "--measurement-mode", "count_windows",
-           "--measurement-request-count", str(requests), "-s", "50", "-f", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, env=perf_analyzer_env(venv), capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"perf_analyzer failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-    with out.open() as f:
-        row = next(csv.DictReader(f))
-    del x
-    return {"req/s": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]) / 1e6}
-
-
 def with_perf_analyzer(daemon: Daemon, x: Array, quick: bool, tmp: Path) -> list[Figure]:
-    pa = perf_analyzer(daemon, x, 50 if quick else 500, tmp / "pa.csv")
+    url = daemon.url.split("//")[1]
+    pa = perf_analyzer(url, "digits", 50 if quick else 500, tmp / "pa.csv")
     body, headers = bench_http.v2_body(x, "input")
     ours = wrk.run(f"{daemon.url}/v2/models/digits/infer", body, headers, 1,
                    0.5 if quick else 5.0)  # fmt: skip

@@ -14,6 +14,7 @@ so a later run (and ``--quick``) starts at once and nothing is downloaded while 
 
 from __future__ import annotations
 
+import csv
 import ctypes.util
 import json
 import os
@@ -99,6 +100,32 @@ def perf_analyzer_env(venv: Path) -> dict[str, str]:
     site = next((venv / "lib").glob("python3*/site-packages"))
     lib = site / "nvidia" / "cuda_runtime" / "lib"
     return {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+
+
+def perf_analyzer(
+    url: str,
+    model: str,
+    requests: int,
+    out: Path,
+    *,
+    protocol: str = "http",
+    concurrency: int = 1,
+    stability: int = 50,
+) -> dict[str, float]:
+    """p50 (seconds) and req/s of perf_analyzer's count windows against ``url`` (host:port);
+    ``stability``: the percent windows may differ by and still count as stable."""
+    venv = PERF_ANALYZER.ensure()
+    cmd = [str(venv / "bin" / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
+           "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
+           "--measurement-request-count", str(requests), "-s", str(stability),
+           "-f", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, env=perf_analyzer_env(venv), capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    with out.open() as f:
+        row = next(csv.DictReader(f))
+    return {"req/s": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]) / 1e6}
 
 
 class MlServer:

@@ -17,7 +17,15 @@ DOCS = [
 # Written for users first; docs/architecture.md is the contributors' (its own owner).
 STANDALONE = [REPO / "README.md", REPO / "guest_adapters" / "README.md"] + [
     REPO / "docs" / n
-    for n in ("operator.md", "mqtt-topics.md", "mqtt.md", "deploy.md", "http.md", "fleet.md")
+    for n in (
+        "operator.md",
+        "mqtt-topics.md",
+        "mqtt.md",
+        "deploy.md",
+        "http.md",
+        "fleet.md",
+        "grpc.md",
+    )
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 

@@ -8,6 +8,7 @@ with the message HTTP gives for the same request.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -327,5 +328,30 @@ def test_message_over_the_limit_is_refused_and_the_listener_serves_on(
             small = np.ones((1, 4), np.float32)
             out = client.infer("add", [raw_input("INPUT0", small, "FP32")]).as_numpy("OUTPUT0")
             np.testing.assert_array_equal(out, small + 1)
+        finally:
+            client.close()
+
+
+def _failing_slow_call(client: triton.InferenceServerClient, payload: list[Any]) -> None:
+    with pytest.raises(InferenceServerException):
+        client.infer("slow", payload, timeout=2_000_000)  # 2 s
+
+
+def test_rpcs_over_the_listener_cap_are_resource_exhausted(service: OrtService) -> None:
+    payload = [raw_input("payload", np.array([b"x"], dtype=object), "BYTES")]
+    with LiveGrpc(service, None, settings(max_concurrent_rpcs=1)) as live:
+        client = triton.InferenceServerClient(live.url)
+        try:
+            holder = threading.Thread(target=_failing_slow_call, args=(client, payload))
+            holder.start()
+            end = time.monotonic() + 10
+            while not service.adapter_requests:  # the slow call holds the one slot
+                assert time.monotonic() < end
+                time.sleep(0.01)
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("echo", payload)
+            holder.join()
+            assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            assert client.infer("echo", payload).as_numpy("answer") is not None
         finally:
             client.close()
