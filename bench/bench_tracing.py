@@ -10,7 +10,7 @@ each figure is the median of the rounds' p50s.
 - **before**: the same daemon from the source tree of the commit before tracing existed
   (``git archive`` of the parent of the commit that added ``runtime/ops/tracing.py``, or of
   ``WASMGATE_BENCH_BEFORE_REV``), laid out as the package and put first on ``PYTHONPATH``.
-  Skipped (with its figures) outside a git checkout.
+  Left out (with its figures) with ``--quick`` and where git cannot produce that tree.
 - **off**: this tree, ``telemetry.otlp_endpoint`` unset (the default). Compared with before:
   the cost of tracing for everyone who does not use it.
 - **off + traceparent**: the same daemon, each request bringing a ``traceparent`` (passed on
@@ -82,21 +82,34 @@ def package_tree(rev: str, out: Path) -> Path:
     return site
 
 
+def before_site(root: Path) -> Path | None:
+    """The package tree of `before_rev`, or None (no git, a shallow clone): then the
+    ``before`` figures are left out, saying why."""
+    rev = before_rev()
+    if rev is None:
+        print("bench_tracing: no commit before tracing found; no 'before' figures")
+        return None
+    try:
+        return package_tree(rev, root / "before")
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"bench_tracing: cannot unpack {rev} ({e}); no 'before' figures")
+        return None
+
+
 @contextmanager
-def daemons(root: Path, digits: Path) -> Iterator[dict[str, Daemon]]:
+def daemons(root: Path, digits: Path, before: bool) -> Iterator[dict[str, Daemon]]:
     """The daemons by configuration name, all serving the same signed bundle."""
     kit = BenchKit(root / "kit")
     kit.build("digits", digits)
     receiver = OtlpReceiver()
-    rev = before_rev()
+    site = before_site(root) if before else None
     with ExitStack() as stack:
         otlp = stack.enter_context(serving(receiver.app()))
         configs: dict[str, tuple[dict[str, object], dict[str, str]]] = {
             "off": ({}, {}),
             "on": ({"telemetry": {"otlp_endpoint": otlp}}, {}),
         }
-        if rev is not None:
-            site = package_tree(rev, root / "before")
+        if site is not None:
             configs["before"] = ({}, {"PYTHONPATH": str(site)})
         started: dict[str, Daemon] = {}
         for name, (config, env) in configs.items():
@@ -128,12 +141,13 @@ def _p50s(
 
 
 def run(quick: bool) -> list[Figure]:
-    """Every configuration on both paths; ``quick``: one short round (checks that it runs)."""
+    """Every configuration on both paths; ``quick``: one short round, no ``before``
+    daemon (checks that it runs)."""
     rounds, seconds = (1, 1.0) if quick else (5, 3.0)
     x = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
     with (
         tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp,
-        daemons(Path(tmp), get_models().digits_fp32) as stack,
+        daemons(Path(tmp), get_models().digits_fp32, before=not quick) as stack,
     ):
         samples = _p50s(stack, rounds, seconds, payload(x), bench_http.v2_body(x, "input"))
     p50 = {key: median(values) * 1e6 for key, values in samples.items()}

@@ -356,7 +356,8 @@ def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> No
 async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
 
-    async with GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS]) as listener:
+    listener = GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING])
+    async with listener:
         status.add_provider(app, "grpc", listener.status)
         yield
 

@@ -22,6 +22,7 @@ from wasmgate.runtime.grpc.kserve_v2_service_pb2_grpc import (
 from wasmgate.runtime.grpc.servicer import InferenceServicer
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.api import ServiceAPI
 
 log = logging.getLogger("wasmgate.grpc")
@@ -45,9 +46,15 @@ def _credentials(settings: Settings) -> Any:
 class GrpcListener:
     """Owns one ``grpc.aio.Server``; ``port`` is the bound port once entered."""
 
-    def __init__(self, settings: Settings, service: ServiceAPI, metrics: Metrics | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        service: ServiceAPI,
+        metrics: Metrics | None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self._settings = settings
-        self._servicer = InferenceServicer(service, metrics)
+        self._servicer = InferenceServicer(service, metrics, tracing)
         self._server: Any = None
         self.port = 0
         self.tls = False

@@ -12,9 +12,10 @@ the gRPC deadline (``context.time_remaining()``) and the V2 ``timeout`` paramete
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -33,6 +34,7 @@ from wasmgate.runtime.http.common import (
 )
 from wasmgate.runtime.http.v2 import off_loop
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.tracing import Tracing, mark_status, metadata_carrier
 from wasmgate.runtime.protocol import metadata
 from wasmgate.runtime.protocol.codec import InferRequest
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
@@ -91,9 +93,12 @@ def _canary_key(context: Any) -> str | None:
 class InferenceServicer:
     """The RPC handlers; ``add_GRPCInferenceServiceServicer_to_server`` registers them."""
 
-    def __init__(self, service: ServiceAPI, metrics: Metrics | None) -> None:
+    def __init__(
+        self, service: ServiceAPI, metrics: Metrics | None, tracing: Tracing | None = None
+    ) -> None:
         self._service = service
         self._metrics = metrics
+        self._tracing = tracing
 
     @rpc
     async def ServerLive(self, _request: Any, _context: Any) -> pb.ServerLiveResponse:  # noqa: N802
@@ -145,6 +150,35 @@ class InferenceServicer:
     async def ModelInfer(  # noqa: N802
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
+        with self._traced(request, context):
+            return await self._model_infer(request, context)
+
+    @contextlib.contextmanager
+    def _traced(self, request: pb.ModelInferRequest, context: Any) -> Iterator[None]:
+        """The ``grpc receive`` span in the caller's trace (metadata ``traceparent``)."""
+        carrier = metadata_carrier(context.invocation_metadata())
+        tracing = self._tracing
+        if tracing is None or not tracing.wants(carrier):
+            yield
+            return
+        attrs = {
+            "rpc.system": "grpc",
+            "rpc.method": "ModelInfer",
+            "wasmgate.model": request.model_name,
+        }
+        with tracing.receive("grpc", carrier, attrs) as current:
+            # Set now so that an error answer (context.abort) carries the trace context too.
+            context.set_trailing_metadata(tuple(tracing.answer_carrier().items()))
+            try:
+                yield
+            except Exception as exc:
+                mark_status(current, "wasmgate.status", status_of(exc).status)
+                raise
+            mark_status(current, "wasmgate.status", 200)
+
+    async def _model_infer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
         info = self._service.model_info(request.model_name, request.model_version or None)
         observation = Observation(self._metrics, info.kind, info.name)
         try:
@@ -167,6 +201,7 @@ class InferenceServicer:
             result.source, result.version, result.timings, observation.elapsed(),
             result.fallback_reason,
         )  # fmt: skip
+        headers.update(Tracing.answer_carrier())  # the request's W3C trace context, if any
         context.set_trailing_metadata(tuple((k.lower(), v) for k, v in headers.items()))
         return answer
 

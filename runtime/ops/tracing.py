@@ -116,8 +116,10 @@ class Tracing:
         try:
             name = f"{transport} receive"
             attrs = {"wasmgate.transport": transport, **attributes}
+            # The answer's status marks the span (`mark_status`), not an exception passing
+            # through: a client's mistake (a gRPC abort for a 4xx) is not the server's error.
             with tracer.start_as_current_span(
-                name, kind=trace.SpanKind.SERVER, attributes=attrs
+                name, kind=trace.SpanKind.SERVER, attributes=attrs, set_status_on_exception=False
             ) as current:
                 yield current
         finally:

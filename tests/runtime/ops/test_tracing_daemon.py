@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from aiohttp import web
+from tritonclient.grpc import service_pb2 as tpb
+from tritonclient.grpc import service_pb2_grpc as tstub
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
@@ -29,6 +32,7 @@ FALLBACK = {"allowed": True, "on_adapter_request": True, "send_payload": True}
 CLOUD_ANSWER = b'{"outputs":[{"name":"answer","datatype":"BYTES","shape":[1],"data":["cloud"]}]}'
 ROOT = "wasmgate/v1/gw-trace"
 SERVER, CLIENT = 2, 3  # OTLP Span.SpanKind
+V2_ADAPTER = b'{"inputs":[{"name":"payload","datatype":"BYTES","shape":[1],"data":["Pv2"]}]}'
 
 
 def traceparent() -> tuple[str, str, str]:
@@ -243,8 +247,14 @@ async def test_mqtt5_traceparent_comes_back_on_the_answer_with_spans(
             correlation=b"c1", user=[("traceparent", header), ("tracestate", "m=1")],
         )  # fmt: skip
         dev.request(f"{ROOT}/adapters/probe/req", b"Pplain", response_topic="replies/2")
-        replies = {r.topic: r for r in await dev.wait_for(2, timeout=60)}
-    traced, plain = replies["replies/1"], replies["replies/2"]
+        dev.request(
+            f"{ROOT}/adapters/probe/req", b"Pbad", response_topic="replies/3",
+            user=[("traceparent", f"00-{trace_id}-{'0' * 16}-01")],  # zero span id: invalid
+        )  # fmt: skip
+        replies = {r.topic: r for r in await dev.wait_for(3, timeout=60)}
+    traced, plain, bad = replies["replies/1"], replies["replies/2"], replies["replies/3"]
+    assert (bad.payload, bad.props["status"]) == (b"v1:bad", "200")
+    assert bad.props["traceparent"].split("-")[1] != trace_id  # ignored: a new trace
     assert (traced.payload, traced.props["status"]) == (b"v1:2,4,6,8", "200")
     assert traced.props["traceparent"].split("-")[1] == trace_id
     assert traced.props["tracestate"] == "m=1"
@@ -257,3 +267,69 @@ async def test_mqtt5_traceparent_comes_back_on_the_answer_with_spans(
     assert receive.span_id == traced.props["traceparent"].split("-")[2]
     assert receive.attributes["wasmgate.status"] == 200
     assert spans["sandbox"].parent_id == receive.span_id
+
+
+def test_error_answers_and_v2_adapter_calls_stay_in_their_trace(
+    tmp_path: Path, daemon_factory: Callable[..., Daemon], receiver: tuple[OtlpReceiver, str]
+) -> None:
+    otlp, otlp_url = receiver
+    daemon = start_daemon(
+        daemon_factory, tmp_path, telemetry={"otlp_endpoint": otlp_url, **TELEMETRY}
+    )
+    cases = [
+        ("/v1/adapters/probe", b"B", 400, 0),  # the client's fault: not the span's error
+        ("/v1/adapters/probe", b"T", 500, 2),  # a trap: the receive and sandbox spans fail
+        ("/v1/adapters/nothing", b"M", 404, 0),
+        ("/v2/models/probe/infer", V2_ADAPTER, 200, 0),  # the adapter as a V2 model
+    ]
+    for path, body, code, span_status in cases:
+        header, trace_id, remote = traceparent()
+        status, _, headers = post(f"{daemon.url}{path}", body, {"traceparent": header})
+        assert status == code, path
+        assert headers["traceparent"].split("-")[1] == trace_id, path  # errors answer it too
+        spans = of_trace(otlp.wait_for(has("http receive", trace_id=trace_id)), trace_id)
+        receive = spans["http receive"]
+        assert (receive.parent_id, receive.status) == (remote, span_status), path
+        assert receive.attributes["http.response.status_code"] == code
+        if body != b"M":
+            sandbox = of_trace(otlp.wait_for(has("sandbox", trace_id=trace_id)), trace_id)
+            assert sandbox["sandbox"].parent_id == receive.span_id
+            assert sandbox["sandbox"].status == span_status
+
+
+def test_grpc_metadata_traceparent_comes_back_in_trailing_metadata(
+    tmp_path: Path, daemon_factory: Callable[..., Daemon], receiver: tuple[OtlpReceiver, str]
+) -> None:
+    otlp, otlp_url = receiver
+    port = free_port()
+    start_daemon(
+        daemon_factory, tmp_path, grpc={"port": port},
+        telemetry={"otlp_endpoint": otlp_url, **TELEMETRY},
+    )  # fmt: skip
+    request = tpb.ModelInferRequest(model_name="probe")
+    tensor = request.inputs.add(name="payload", datatype="BYTES", shape=[1])
+    tensor.contents.bytes_contents.append(b"M")
+    missing = tpb.ModelInferRequest(model_name="nothing")
+    header, trace_id, remote = traceparent()
+    bad_header, bad_trace, _ = traceparent()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = tstub.GRPCInferenceServiceStub(channel)
+        answer, call = stub.ModelInfer.with_call(
+            request, metadata=[("traceparent", header)], timeout=60
+        )
+        assert list(answer.outputs[0].contents.bytes_contents) == [b"v1:2,4,6,8"]
+        sent = dict(call.trailing_metadata())["traceparent"].split("-")
+        assert sent[1] == trace_id
+        with pytest.raises(grpc.RpcError) as err:  # an error answer carries it too
+            stub.ModelInfer(missing, metadata=[("traceparent", bad_header)], timeout=60)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert dict(err.value.trailing_metadata())["traceparent"].split("-")[1] == bad_trace
+    names = ("grpc receive", "sandbox", "wasi-nn compute", "backend")
+    spans = of_trace(otlp.wait_for(has(*names, trace_id=trace_id)), trace_id)
+    receive = spans["grpc receive"]
+    assert (receive.parent_id, receive.span_id, receive.kind) == (remote, sent[2], SERVER)
+    assert (receive.attributes["wasmgate.status"], receive.status) == (200, 0)
+    assert spans["sandbox"].parent_id == receive.span_id
+    refused = of_trace(otlp.wait_for(has("grpc receive", trace_id=bad_trace)), bad_trace)
+    not_found = refused["grpc receive"]
+    assert (not_found.attributes["wasmgate.status"], not_found.status) == (404, 0)
