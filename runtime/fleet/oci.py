@@ -21,10 +21,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -35,45 +33,43 @@ import requests
 import requests.adapters
 
 from wasmgate.runtime.fleet.ocitypes import (
+    ARTIFACT_TYPE,
+    BUNDLE_NAME,
+    BUNDLE_VERSION,
+    LAYER_MEDIA_TYPE,
+    MANIFEST_MEDIA_TYPE,
+    TITLE,
+    Artifact,
     ArtifactNotFound,
     ArtifactRefused,
     Reference,
     RegistryAuthError,
     RegistryError,
     RegistryUnavailable,
+    parse_manifest,
+    sha256_digest,
 )
 from wasmgate.runtime.ops.config import RegistrySettings
 
-ARTIFACT_TYPE = "application/vnd.wasmgate.bundle.v1+tar"
-LAYER_MEDIA_TYPE = ARTIFACT_TYPE
-MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 EMPTY_CONFIG = {
     "mediaType": "application/vnd.oci.empty.v1+json",
     "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
     "size": 2,
     "data": "e30=",
 }
-TITLE = "org.opencontainers.image.title"
-BUNDLE_NAME = "dev.wasmgate.bundle.name"
-BUNDLE_VERSION = "dev.wasmgate.bundle.version"
+# The artifact's format lives in ocitypes (no I/O); callers may import it from here too.
+__all__ = [
+    "ARTIFACT_TYPE",
+    "BUNDLE_NAME",
+    "BUNDLE_VERSION",
+    "LAYER_MEDIA_TYPE",
+    "Artifact",
+    "OciClient",
+    "parse_manifest",
+    "sha256_digest",
+]
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # distribution's own limit on a manifest
 _CHUNK = 256 * 1024
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A bundle manifest read from a registry and checked: its digest and its one layer."""
-
-    digest: str
-    manifest: bytes
-    layer_digest: str
-    layer_size: int
-    annotations: dict[str, str]
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class _Timeouts(requests.adapters.HTTPAdapter):
@@ -182,26 +178,15 @@ class OciClient:
     ) -> None:
         """Stream the layer into ``sink``; raise unless it is exactly the declared bytes."""
         url = f"{self._base}/{ref.repo}/blobs/{art.layer_digest}"
-        hasher, got = hashlib.sha256(), 0
         with self._do(url, stream=True) as r:
             _check(r, url)
-            declared = r.headers.get("Content-Length")
-            if declared is not None and declared.isdigit() and int(declared) > art.layer_size:
-                raise ArtifactRefused(f"{ref}: layer is {declared} bytes, manifest says less")
+            declared = r.headers.get("Content-Length", "")
+            if declared.isdigit() and (len(declared) > 20 or int(declared) > art.layer_size):
+                raise ArtifactRefused(f"{ref}: layer is {declared[:40]} bytes, manifest says less")
             try:
-                for chunk in r.iter_content(_CHUNK):
-                    if stop is not None and stop.is_set():
-                        raise RegistryUnavailable(f"{ref}: download cancelled")
-                    got += len(chunk)
-                    if on_bytes is not None:
-                        on_bytes(len(chunk))
-                    if got > art.layer_size:
-                        raise ArtifactRefused(f"{ref}: layer longer than {art.layer_size} bytes")
-                    hasher.update(chunk)
-                    sink.write(chunk)
+                got, actual = _copy_capped(r, art.layer_size, sink, stop, on_bytes)
             except requests.exceptions.RequestException as e:
                 raise RegistryUnavailable(f"{ref}: layer download broke off: {e}") from e
-        actual = "sha256:" + hasher.hexdigest()
         if got != art.layer_size or actual != art.layer_digest:
             raise ArtifactRefused(
                 f"{ref}: layer is {got} bytes hashing to {actual}, "
@@ -256,36 +241,6 @@ class OciClient:
         _check(r, f"upload of {blob.name}")
 
 
-def parse_manifest(body: bytes, digest: str, label: str, max_layer_bytes: int) -> Artifact:
-    """Check a manifest is a wasmgate bundle artifact with one layer within the cap."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
-        raise ArtifactRefused(f"{label}: manifest is not JSON: {str(e)[:200]}") from None
-    if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
-        raise ArtifactRefused(f"{label}: not an OCI image manifest (schemaVersion 2)")
-    kind = doc.get("artifactType")
-    layers = doc.get("layers")
-    if kind not in (None, ARTIFACT_TYPE) or not isinstance(layers, list) or len(layers) != 1:
-        raise ArtifactRefused(f"{label}: not a wasmgate bundle (artifactType {str(kind)[:80]!r})")
-    layer = layers[0]
-    if not isinstance(layer, dict) or layer.get("mediaType") != LAYER_MEDIA_TYPE:
-        got = layer.get("mediaType") if isinstance(layer, dict) else None
-        raise ArtifactRefused(
-            f"{label}: layer media type {str(got)[:80]!r}, want {LAYER_MEDIA_TYPE}"
-        )
-    ldigest, size = layer.get("digest"), layer.get("size")
-    if not isinstance(ldigest, str) or not _DIGEST.fullmatch(ldigest):
-        raise ArtifactRefused(f"{label}: layer digest {str(ldigest)[:80]!r} is not sha256")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise ArtifactRefused(f"{label}: layer size {str(size)[:80]} is not a byte count")
-    if size > max_layer_bytes:
-        raise ArtifactRefused(f"{label}: layer is {size} bytes, cap is {max_layer_bytes}")
-    notes = doc.get("annotations")
-    kept = {k: v for k, v in notes.items() if isinstance(v, str)} if isinstance(notes, dict) else {}
-    return Artifact(digest, body, ldigest, size, kept)
-
-
 def _check(r: requests.Response, what: str) -> None:
     code = r.status_code
     if code in (200, 201, 202, 204):
@@ -312,6 +267,29 @@ def _wants_credentials(what: str, e: ValueError) -> RegistryAuthError:
         f"{what}: the registry wants credentials we do not have or may not send ({e}); "
         "set registry.username/password (and registry.host to this registry)"
     )
+
+
+def _copy_capped(
+    r: requests.Response,
+    cap: int,
+    sink: BinaryIO,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+) -> tuple[int, str]:
+    """Copy the body into ``sink`` while hashing; stop one chunk past ``cap`` (then the
+    length check fails) or when ``stop`` is set. Returns (bytes, sha256 digest)."""
+    hasher, got = hashlib.sha256(), 0
+    for chunk in r.iter_content(_CHUNK):
+        if stop is not None and stop.is_set():
+            raise RegistryUnavailable("download cancelled")
+        got += len(chunk)
+        if on_bytes is not None:
+            on_bytes(len(chunk))
+        if got > cap:
+            break
+        hasher.update(chunk)
+        sink.write(chunk)
+    return got, "sha256:" + hasher.hexdigest()
 
 
 def _read_capped(r: requests.Response, cap: int, what: str) -> bytes:

@@ -1,4 +1,9 @@
-"""What a registry reference is and what can go wrong fetching one (no I/O, no oras).
+"""What a registry reference and a bundle artifact are, and what can go wrong fetching one
+(no I/O, no oras: ``oci.py`` does the talking).
+
+A bundle artifact is an OCI image manifest with ``artifactType`` :data:`ARTIFACT_TYPE` and
+exactly one layer, the ``.wgb`` bytes (media type :data:`LAYER_MEDIA_TYPE`);
+:func:`parse_manifest` accepts that and nothing else.
 
 A reference is ``HOST[:PORT]/REPO:TAG`` or ``HOST[:PORT]/REPO@sha256:<64 hex>``: the host is
 always explicit (no implied Docker Hub), so a fleet document never means two registries.
@@ -8,10 +13,21 @@ reports ``pending`` and retries a retryable one, ``failed`` otherwise.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 
 from wasmgate.runtime.errors import DaemonError
+
+ARTIFACT_TYPE = "application/vnd.wasmgate.bundle.v1+tar"
+LAYER_MEDIA_TYPE = ARTIFACT_TYPE
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+TITLE = "org.opencontainers.image.title"
+BUNDLE_NAME = "dev.wasmgate.bundle.name"
+BUNDLE_VERSION = "dev.wasmgate.bundle.version"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 # distribution's reference grammar (reference/regexp.go), lower-case repository paths
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])"
@@ -76,3 +92,48 @@ class Reference:
     def __str__(self) -> str:
         tail = f"@{self.digest}" if self.digest else f":{self.tag}"
         return f"{self.host}/{self.repo}{tail}"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A bundle manifest read from a registry and checked: its digest and its one layer."""
+
+    digest: str
+    manifest: bytes
+    layer_digest: str
+    layer_size: int
+    annotations: dict[str, str]
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def parse_manifest(body: bytes, digest: str, label: str, max_layer_bytes: int) -> Artifact:
+    """Check a manifest is a wasmgate bundle artifact with one layer within the cap."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
+        raise ArtifactRefused(f"{label}: manifest is not JSON: {str(e)[:200]}") from None
+    if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
+        raise ArtifactRefused(f"{label}: not an OCI image manifest (schemaVersion 2)")
+    kind = doc.get("artifactType")
+    layers = doc.get("layers")
+    if kind not in (None, ARTIFACT_TYPE) or not isinstance(layers, list) or len(layers) != 1:
+        raise ArtifactRefused(f"{label}: not a wasmgate bundle (artifactType {str(kind)[:80]!r})")
+    layer = layers[0]
+    if not isinstance(layer, dict) or layer.get("mediaType") != LAYER_MEDIA_TYPE:
+        got = layer.get("mediaType") if isinstance(layer, dict) else None
+        raise ArtifactRefused(
+            f"{label}: layer media type {str(got)[:80]!r}, want {LAYER_MEDIA_TYPE}"
+        )
+    ldigest, size = layer.get("digest"), layer.get("size")
+    if not isinstance(ldigest, str) or not _DIGEST.fullmatch(ldigest):
+        raise ArtifactRefused(f"{label}: layer digest {str(ldigest)[:80]!r} is not sha256")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ArtifactRefused(f"{label}: layer size {str(size)[:80]} is not a byte count")
+    if size > max_layer_bytes:
+        raise ArtifactRefused(f"{label}: layer is {size} bytes, cap is {max_layer_bytes}")
+    notes = doc.get("annotations")
+    kept = {k: v for k, v in notes.items() if isinstance(v, str)} if isinstance(notes, dict) else {}
+    return Artifact(digest, body, ldigest, size, kept)
