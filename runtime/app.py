@@ -36,6 +36,8 @@ from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
 from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.bundles.variables import FILE_NAME as VARIABLES_FILE
+from wasmgate.runtime.bundles.variables import Variables
 from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
 from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
@@ -44,6 +46,7 @@ from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, traced, v2
+from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
@@ -54,6 +57,7 @@ from wasmgate.runtime.http.keys import (
     SETTINGS,
     TRACING,
 )
+from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
@@ -100,6 +104,7 @@ def build_app(
     metrics.setup(app)
     status.setup(app)
     manage.setup(app)
+    variable_routes.setup(app)
     openapi.setup(app)
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
@@ -156,6 +161,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     # deadline, and the ticker stops with the engine.
     batch_workers = settings.limits.batch_workers or (os.cpu_count() or 1)
     state_dir = settings.paths.resolved("state_dir")
+    variables = Variables(state_dir / VARIABLES_FILE, settings.variables)
     with (
         StateDb(state_dir / STATE_FILE) as state,
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
@@ -172,8 +178,9 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             dispatcher=dispatcher,
             watchdog=watchdog,
             state=state,
+            variables=variables,
         )
-        app[POOL], app[DEPS] = pool, deps
+        app[POOL], app[DEPS], app[VARIABLES] = pool, deps, variables
         try:
             yield
         finally:
@@ -284,6 +291,7 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     status.add_provider(app, "trust", lambda: trust_status(store))
+    status.add_provider(app, "variables", lambda: app[VARIABLES].status(registry.table))
     try:
         async with watcher.running(), expiry_watch(registry):
             yield
@@ -363,10 +371,18 @@ async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
-    from wasmgate.runtime.mqtt import MqttBridge  # noqa: PLC0415 - paho only when used
+    from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
+    from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
 
     settings = app[SETTINGS]
     registry = app[REGISTRY]
+    variables = app[VARIABLES]
+
+    def apply_variables(msg: Incoming) -> None:
+        # Retained on purpose: the broker replays the document at every (re)connect.
+        variables.apply_document(registry.table, msg.payload)
+
     bridge_for = MqttBridge(
         settings.mqtt,
         app[SERVICE],
@@ -374,6 +390,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
         tracing=app[TRACING],
         store=(app[STORE], settings.store),
+        channels=[Channel((Topics(settings.mqtt).variables,), apply_variables)],
     )
     async with bridge_for as bridge:
         registry.on_change.append(bridge.refresh_metadata)

@@ -40,6 +40,11 @@ the key id, then signs. Every key except the file paths maps 1:1 to the manifest
     [params]                         # str | int | float | bool, read by the guest
     confidence_threshold = 0.6
 
+    [variables.confidence_threshold] # params a site may override (operator variables);
+    type = "float"                   # int float bool string enum; numbers need min/max,
+    min = 0.3                        # enum needs values = [...]; default = the [params]
+    max = 0.95                       # value of that name unless `default` is given
+
     [state]                          # the adapter's key-value store (absent: none)
     max_bytes = 65536                # keys + values
     max_keys = 1024

@@ -21,16 +21,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
     ValidationError,
     model_validator,
 )
 
 from wasmgate.signing.envelope import HEX64, EnvelopeFormatError, first_error, loads_strict
 from wasmgate.signing.errors import ManifestError
+from wasmgate.signing.variables import Value, Variable, check_declarations
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 FILE_NAME_RE = NAME_RE
@@ -41,7 +38,7 @@ Precision = Literal["fp32", "int8", "bf16", "fp16"]
 Datatype = Literal[
     "FP32", "FP16", "BF16", "FP64", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL", "BYTES"
 ]
-ParamValue = StrictBool | StrictInt | StrictFloat | StrictStr
+ParamValue = Value
 
 
 class _Strict(BaseModel):
@@ -200,6 +197,8 @@ class Manifest(_Strict):
     """None (not written) when the bundle declares no gates, so older daemons still parse it."""
     state: StateGrant | None = None
     """None (not written): the adapter's ``state_*`` calls answer "not granted"."""
+    variables: dict[Name, Variable] | None = Field(default=None, max_length=256)
+    """The params an operator may override per site; None (not written): none may."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -214,6 +213,7 @@ class Manifest(_Strict):
             raise ValueError("model names must be unique")
         if self.issued_at >= self.expires:
             raise ValueError("issued_at must be before expires")
+        check_declarations(self.variables or {}, self.params)
         if self.routes.http is None or self.routes.mqtt is None:
             routes = Routes(http=self.routes.http or self.name, mqtt=self.routes.mqtt or self.name)
             return self.model_copy(update={"routes": routes})
@@ -222,6 +222,10 @@ class Manifest(_Strict):
     def file_digest(self, path: str) -> str:
         """The SHA-256 (hex) of listed file ``path``; ``KeyError`` if it is not listed."""
         return self.files[path].sha256
+
+    def variable_defaults(self) -> dict[str, ParamValue]:
+        """Each declared variable's default (checked when the manifest was parsed)."""
+        return check_declarations(self.variables or {}, self.params)
 
     def label(self) -> str:
         """``name@version``, used in error messages."""

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 from wasmgate.sandbox.state import AdapterState
+from wasmgate.signing.variables import Variable
 
 log = logging.getLogger("wasmgate.bundles")
 
@@ -153,6 +154,8 @@ class LoadedBundle:
     guest_limits: Callable[[float | None], Any] = lambda _remaining: None
     """Builds the sandbox `GuestLimits` for a request with ``remaining`` seconds left."""
     params: Mapping[str, str] = field(default_factory=dict)
+    """What the guest reads as ``param.<name>``: signed params with operator variables
+    applied; replaced as a whole when a variable changes (`runtime.bundles.variables`)."""
     answer_content_type: str = "application/octet-stream"
     installed_at: float = 0.0
     adapter_sha256: str | None = None
@@ -164,6 +167,10 @@ class LoadedBundle:
     outcomes: Outcomes = field(default_factory=Outcomes)
     state: AdapterState | None = None
     """The adapter's key-value namespace when the manifest grants ``[state]``."""
+    declared: Mapping[str, Variable] = field(default_factory=dict)
+    """The params an operator may override (``[variables]``); ``params`` holds the result."""
+    signed_params: Mapping[str, bool | int | float | str] = field(default_factory=dict)
+    """The manifest's ``[params]`` as signed (typed)."""
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False

@@ -31,6 +31,7 @@ from wasmgate.runtime.bundles.loaded import (
     LoadedBundle,
     ServedModel,
 )
+from wasmgate.runtime.bundles.variables import Variables, render
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.serving.batcher import Batcher, BatchHook, capped
@@ -67,6 +68,8 @@ class LoaderDeps:
     """Stops backend runs at their deadline (None: runs are never stopped)."""
     state: StateDb | None = None
     """Adapter state (``[state]`` grants); None: every grant is ignored (not granted)."""
+    variables: Variables | None = None
+    """Operator variables; None: every variable keeps its manifest default."""
 
     def backend(self, fmt: str) -> InferenceBackend:
         if fmt not in self.backends:
@@ -212,7 +215,9 @@ def _assemble(
         fallback=_policy(manifest),
         # The engine's ceilings are read per request: a SIGHUP reload replaces them.
         guest_limits=lambda left: _guest_limits(manifest, engine.ceilings, left),
-        params={k: _param(v) for k, v in manifest.params.items()},
+        params=_params(deps, manifest),
+        declared=dict(manifest.variables or {}),
+        signed_params=dict(manifest.params),
         answer_content_type=str(
             manifest.params.get("answer_content_type", "application/octet-stream")
         ),
@@ -236,10 +241,11 @@ def _guest_limits(manifest: Manifest, ceilings: Ceilings, left: float | None) ->
     return GuestLimits.from_manifest(manifest.limits, ceilings, deadline_s=left)
 
 
-def _param(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _params(deps: LoaderDeps, manifest: Manifest) -> dict[str, str]:
+    declared = manifest.variables or {}
+    if deps.variables is None:
+        return {k: render(v) for k, v in (manifest.params | manifest.variable_defaults()).items()}
+    return deps.variables.params(manifest.name, manifest.params, declared)
 
 
 def _policy(manifest: Manifest) -> FallbackPolicy:

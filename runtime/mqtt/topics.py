@@ -45,6 +45,12 @@ class Topics:
     def status(self) -> str:
         return f"{self.root}/status"
 
+    @property
+    def variables(self) -> str:
+        """Operator variables, a retained ``{"<bundle>": {"name": value}}`` document. Never
+        through the shared group: every gateway of the group must apply it."""
+        return f"{self.root}/variables"
+
     def subscriptions(self) -> list[str]:
         """Request filters, through ``$share/<group>/`` when a shared group is set."""
         filters = [

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.signing.variables import Value as VariableValue
 
 DEFAULT_CONFIG_PATH = Path("/etc/wasmgate/config.toml")
 ENV_PREFIX = "WASMGATE_"
@@ -405,6 +406,11 @@ class Settings(BaseSettings):
     """Device profile name or path to a profile TOML; None = detect the hardware."""
     drain_s: float = Field(default=10.0, ge=0)
     """On SIGTERM, time given to in-flight requests before the daemon exits."""
+    variables: dict[str, dict[str, VariableValue]] = Field(default_factory=dict)
+    """Operator variables per bundle (``[variables.<bundle>] name = value``): values of the
+    params its manifest declares overridable, checked against the declared type and range
+    when the bundle loads; a refused value is logged and the default kept. A value set over
+    the management API or MQTT (persisted in the state dir) wins over this one."""
 
     @classmethod
     def settings_customise_sources(
