@@ -1,19 +1,15 @@
-"""A real aiohttp server on a loopback port, in its own thread, for synchronous clients.
-
-tritonclient (gevent) and http.client block, so the server cannot share their thread.
-"""
+"""A real aiohttp server on a loopback port, in its own thread, for synchronous clients."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import http.client
-import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
 
+from tests.fixtures.loop_thread import LoopThread
 from wasmgate.runtime.http import errors, status, v2
 from wasmgate.runtime.http import metrics as metrics_routes
 from wasmgate.runtime.http.keys import METRICS, SERVICE
@@ -42,55 +38,27 @@ class Reply:
     body: bytes
 
 
-class LiveServer:
+class LiveServer(LoopThread):
     """``with LiveServer(app) as server: server.url``; stops and cleans up the app on exit."""
 
     def __init__(self, app: web.Application) -> None:
+        super().__init__("live-server")
         self.app = app
         self.port = 0
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="live-server", daemon=True)
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def __enter__(self) -> Self:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise TimeoutError("the test server did not start in 10 s")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
-
-    async def _serve(self) -> None:
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
         runner = web.AppRunner(self.app)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             self.port = runner.addresses[0][1]
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            self._ready.set()
-            await self._stop.wait()
+            yield
         finally:
             await runner.cleanup()
 
