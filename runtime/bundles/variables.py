@@ -53,6 +53,7 @@ class Variables:
         self._path = path
         self._configured = {b: dict(v) for b, v in configured.items()}
         self._operator: dict[str, Values] = _read(path)
+        self._logged: set[tuple[str, str]] = set()
         self.last_refusal: str | None = None
         """Why the last update was refused (shown in status: MQTT has no answer)."""
 
@@ -148,8 +149,14 @@ class Variables:
                 try:
                     return var.check(name, layer[bundle][name]), source
                 except VariableError as e:
-                    log.error("%s variable of %s skipped: %s", source, bundle, e)  # noqa: TRY400
+                    self._skipped(source, bundle, str(e))
         return _default(name, var, signed), "default"
+
+    def _skipped(self, source: str, bundle: str, why: str) -> None:
+        """Log a skipped value once: status polls resolve the same values every 2 s."""
+        if (bundle, why) not in self._logged:
+            self._logged.add((bundle, why))
+            log.error("%s variable of %s skipped, default kept: %s", source, bundle, why)
 
 
 def _default(name: str, var: Variable, signed: Mapping[str, Value]) -> Value:
