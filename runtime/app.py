@@ -14,7 +14,9 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;
 4. the gRPC listener, when ``grpc.port`` is set (grpc is imported only then);
-5. the MQTT bridge, when ``mqtt.host`` is set.
+5. the fleet member (`FleetMember`: reconcile, delivery, report), which resumes the
+   document a restart interrupted;
+6. the MQTT bridge, when ``mqtt.host`` is set (it also carries the fleet's topics).
 No module-level singletons: two apps in one process share nothing.
 """
 
@@ -45,11 +47,13 @@ from wasmgate.runtime.field import setup as field_setup
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
+from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
 from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, traced, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
+    FLEET,
     LIVE,
     METRICS,
     REGISTRY,
@@ -81,6 +85,7 @@ POOL = web.AppKey("worker_pool", FairPool)
 CLOUD = web.AppKey("cloud_fallback", CloudFallback)
 STORE = web.AppKey("field_store", Store)
 NOTIFIER = web.AppKey("notifier", Notifier)
+BUNDLE_STORE = web.AppKey("bundle_store", BundleStore)
 _EXTEND_US = 120_000_000
 
 
@@ -114,6 +119,7 @@ def build_app(
     app.cleanup_ctx.append(_service_ctx)
     if settings.grpc.port is not None:
         app.cleanup_ctx.append(_grpc_ctx)
+    app.cleanup_ctx.append(_fleet_ctx)
     if settings.mqtt.host is not None:
         app.cleanup_ctx.append(_mqtt_ctx)
     return app
@@ -288,7 +294,7 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = app[DEPS].engine
     _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
     registry.on_change.append(lambda: _prune_modules(registry, engine))
-    app[REGISTRY], app[SERVICE], app[WATCHER] = registry, service, watcher
+    app[REGISTRY], app[SERVICE], app[WATCHER], app[BUNDLE_STORE] = registry, service, watcher, store
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     status.add_provider(app, "trust", lambda: trust_status(store))
     status.add_provider(app, "variables", lambda: app[VARIABLES].status(registry.table))
@@ -370,6 +376,17 @@ async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
+    store, settings = app[BUNDLE_STORE], app[SETTINGS]
+    gateway = settings.mqtt.resolved_gateway_id()
+    verify = fleet_verifier(lambda: store.trust, gateway, settings.fleet.groups)
+    pull = registry_pull(settings)
+    async with FleetMember(settings, app[REGISTRY], verify, pull, app[METRICS]) as fleet:
+        app[FLEET] = fleet
+        status.add_provider(app, "fleet", fleet.reporter.document)
+        yield
+
+
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
     from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
@@ -378,6 +395,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
     variables = app[VARIABLES]
+    fleet = app[FLEET]
 
     def apply_variables(msg: Incoming) -> None:
         # Retained on purpose: the broker replays the document at every (re)connect.
@@ -390,9 +408,12 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
         tracing=app[TRACING],
         store=(app[STORE], settings.store),
-        channels=[Channel((Topics(settings.mqtt).variables,), apply_variables)],
+        channels=[
+            Channel((Topics(settings.mqtt).variables,), apply_variables),
+            Channel(**fleet.channel_args()),
+        ],
     )
-    async with bridge_for as bridge:
+    async with bridge_for as bridge, fleet.over_mqtt(bridge.client):
         registry.on_change.append(bridge.refresh_metadata)
         status.add_provider(app, "mqtt", bridge.status)
         try:

@@ -29,7 +29,7 @@ from aiohttp import web
 from wasmgate.runtime.app import DEPS, WATCHER, build_app, ceilings, load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
-from wasmgate.runtime.http.keys import CONNECTIONS, LIVE, REGISTRY, SERVICE
+from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
 from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
@@ -39,7 +39,7 @@ from wasmgate.signing.errors import SigningError
 
 log = logging.getLogger("wasmgate.daemon")
 
-_RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile")
+_RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet")
 _HTTP_LIVE = ("management_token",)
 
 
@@ -205,6 +205,7 @@ async def reload(app: web.Application) -> bool:
         app[WATCHER].trust_seen()
         # Files refused before may be what the new trust accepts (`trust add` + SIGHUP).
         await app[WATCHER].rescan(retry_refused=True)
+        await app[FLEET].reread()  # the desired file; a document refused before may pass
     except DaemonError:
         log.exception("reload: bundle rescan failed")
     else:

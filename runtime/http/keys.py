@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.fleet.member import FleetMember
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
@@ -38,3 +39,5 @@ CONNECTIONS = web.AppKey("connections", ConnectionGuard)
 """Connection caps of the listener (the daemon's site uses it; its middleware marks busy)."""
 TRACING = web.AppKey("tracing", Tracing)
 """Trace context and spans (`wasmgate.runtime.ops.tracing`); its tracer starts with the app."""
+FLEET = web.AppKey("fleet", FleetMember)
+"""The fleet member (desired state in, deployment report out); ``PUT/GET /v1/desired``."""

@@ -9,6 +9,10 @@
 - ``POST /v1/bundles/{name}/promote``: a staged version takes all traffic.
 - ``POST /v1/bundles/{name}/abort``: drop the staged version (requests on it finish).
 - ``DELETE /v1/bundles/{name}``: stop serving it (also after a restart).
+- ``PUT /v1/desired``: body = a signed fleet document (the same bytes as on MQTT). 202 when
+  accepted (applied in the background: watch ``GET /v1/desired``), 200 when it is the
+  document already accepted, 422 when refused (nothing changed; the report says why too).
+- ``GET /v1/desired``: the accepted document (its envelope and plan) and the deployment report.
 
 Uploads are written to ``<state_dir>/uploads/`` and deleted once installed or refused; what
 a crash left there is deleted at start. At most `MAX_UPLOADS` run at once (429 beyond), so
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -44,7 +49,7 @@ from wasmgate.runtime.errors import (
     PayloadTooLarge,
     Unauthorized,
 )
-from wasmgate.runtime.http.keys import LIVE, REGISTRY
+from wasmgate.runtime.http.keys import FLEET, LIVE, REGISTRY
 from wasmgate.signing.manifest import Release
 
 log = logging.getLogger("wasmgate.manage")
@@ -199,13 +204,48 @@ async def delete_bundle(request: web.Request) -> web.Response:
     return web.json_response({"removed": bundle.name, "version": bundle.version})
 
 
+async def put_desired(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    limit = request.app[LIVE].settings.fleet.max_document_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"document of {request.content_length} bytes exceeds {limit}")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"document exceeds fleet.max_document_bytes ({limit})")
+    if not body:
+        raise BadRequest("empty body: PUT the signed fleet document as the request body")
+    accepted = await fleet.reconciler.offer(body, "api")
+    report = fleet.reporter.document()
+    return web.json_response(
+        {"accepted": accepted, "report": report}, status=202 if accepted else 200
+    )
+
+
+async def get_desired(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    record = fleet.reconciler.record
+    envelope = record.envelope_bytes()
+    return web.json_response(
+        {
+            "serial": record.serial,
+            "document": json.loads(envelope) if envelope is not None else None,
+            "plan": record.plan.model_dump() if record.plan is not None else None,
+            "owned": list(record.owned),
+            "report": fleet.reporter.document(),
+        }
+    )
+
+
 def setup(app: web.Application) -> None:
-    """Register the routes; they read ``app[REGISTRY]`` and ``app[LIVE]`` per request."""
+    """Register the routes; they read ``app[REGISTRY]``, ``app[FLEET]`` and ``app[LIVE]`` per
+    request."""
     app.router.add_get("/v1/bundles", guarded(list_bundles))
     app.router.add_put("/v1/bundles", guarded(put_bundle))
     app.router.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
     app.router.add_post("/v1/bundles/{name}/abort", guarded(abort_bundle))
     app.router.add_delete("/v1/bundles/{name}", guarded(delete_bundle))
+    app.router.add_put("/v1/desired", guarded(put_desired))
+    app.router.add_get("/v1/desired", guarded(get_desired))
 
     async def sweep(app: web.Application) -> None:
         sweep_uploads(app[LIVE].settings.paths.resolved("state_dir"))

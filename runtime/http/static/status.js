@@ -156,14 +156,43 @@ function renderComponents(components) {
 }
 
 function isFleet(name) {
-  return name === "fleet" || name.startsWith("deployment");
+  return name === "fleet";
 }
 
+// The deployment report (components.fleet): the document's serial and state, why it
+// waits or failed, the last refused document, and one row per bundle with its state.
+function fleetCard(report) {
+  const c = el("div", undefined, "card");
+  c.id = "fleet-report";
+  c.append(el("h3", `serial ${report.serial === null ? "–" : report.serial}`));
+  c.append(value({ state: report.state || "no document", groups: report.groups, reason: report.reason }));
+  if (report.refused) {
+    c.append(el("div", `refused ${report.refused.serial ?? ""}: ${report.refused.error}`, "bad"));
+  }
+  const table = el("table");
+  table.append(el("tr"));
+  ["bundle", "version", "state", "error"].forEach((h) => table.rows[0].append(el("th", h)));
+  for (const [name, b] of Object.entries(report.bundles || {})) {
+    const row = table.insertRow();
+    row.dataset.bundle = name;
+    const pct = b.staged_percent ? ` (${b.staged_percent}%)` : "";
+    [name, `v${b.version}${pct}`].forEach((t) => row.append(el("td", t)));
+    const state = el("td");
+    state.append(el("span", b.state, `badge ${FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""}`));
+    row.append(state, el("td", b.error || "–"));
+  }
+  c.append(table);
+  return c;
+}
+
+const FLEET_GOOD = new Set(["applied", "local"]);
+
 function renderFleet(status) {
-  const parts = Object.entries({ ...status.components, ...status }).filter(([n]) => isFleet(n));
+  const report = status.components.fleet;
   const section = document.getElementById("fleet-section");
-  section.hidden = parts.length === 0;
-  document.getElementById("fleet").replaceChildren(...parts.map(([n, v]) => card(n, v)));
+  section.hidden = !report || (report.serial === null && !report.refused);
+  if (section.hidden) return;
+  document.getElementById("fleet").replaceChildren(fleetCard(report));
 }
 
 function renderBadges(components) {

@@ -12,10 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
-
 from tests.fixtures.mosquitto import Broker
+from tests.runtime.fleet.daemonkit import publish
 from tests.runtime.fleet.reconcilekit import document
 from tests.runtime.mqtt.conftest import bridge_settings
 from tests.runtime.mqtt.service import FakeService
@@ -49,18 +47,6 @@ class Offers:
             while len(self.got) < count:
                 self.changed.clear()
                 await self.changed.wait()
-
-
-def publish(broker: Broker, topic: str, payload: bytes) -> None:
-    """A retained publish by the operator (a separate client)."""
-    client = paho.Client(CallbackAPIVersion.VERSION2)
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    try:
-        client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
-    finally:
-        client.loop_stop()
-        client.disconnect()
 
 
 @asynccontextmanager
