@@ -112,8 +112,8 @@ def perf_analyzer(
     concurrency: int = 1,
     stability: int = 50,
 ) -> dict[str, float]:
-    """p50 (seconds) and req/s of perf_analyzer's count windows against ``url`` (host:port);
-    ``stability``: the percent windows may differ by and still count as stable."""
+    """p50 (seconds) and req/s of perf_analyzer's count windows (``requests`` each, until the
+    last three are within ``stability`` percent of each other) against ``url`` (host:port)."""
     venv = PERF_ANALYZER.ensure()
     cmd = [str(venv / "bin" / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
            "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",

@@ -8,6 +8,7 @@ stop the work (not merely answer), and a daemon without ``grpc.port`` never impo
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -31,19 +32,23 @@ from tests.runtime.stack import host_profile_name
 MAX_MESSAGE = 256 * 1024
 
 
-def _start(root: Path, grpc: dict[str, int] | None) -> Daemon:
+def _start(
+    root: Path, grpc: dict[str, int] | None, slow_runs: int = 1_000_000, drain_s: float = 5
+) -> Daemon:
+    """``slow_runs``: MatMuls per run of model ``slow`` (the default takes an hour)."""
     kit = BundleKit(root / "kit")
     bundles = root / "d" / "data" / "bundles"
     bundles.mkdir(parents=True)
     kit.build("quiet", 1, adapter=False, model_name="double", out_dir=bundles)
     slow = kit.root / "slow.onnx"
-    slow.write_bytes(slow_model(1_000_000))  # an hour per run: only a deadline ends it
+    slow.write_bytes(slow_model(slow_runs))
     kit.build("abuser", 1, adapter=False, model_name="slow", model_file=slow, out_dir=bundles,
               batching={"max_batch_size": 1, "max_queue_delay_us": 0},
               sections={"limits": {"max_in_flight": 1, "queue_size": 0}})  # fmt: skip
     config: dict[str, object] = {
         "paths": {"trust_file": kit.save_trust(root / "trust.json")},
         "profile": host_profile_name(),
+        "drain_s": drain_s,
     }
     if grpc is not None:
         config["grpc"] = grpc
@@ -202,6 +207,37 @@ def test_http_keeps_serving_while_grpc_clients_misbehave(
             sock.close()
     assert daemon.proc is not None
     assert daemon.proc.poll() is None
+
+
+def test_sigterm_lets_the_grpc_call_in_flight_finish(tmp_path: Path) -> None:
+    port = free_port()
+    daemon = _start(tmp_path, {"port": port}, slow_runs=300, drain_s=60)  # about a second
+    client = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    x = np.full((1, 4), 3.0)
+    answers: list[np.ndarray] = []
+    try:
+        caller = threading.Thread(
+            target=lambda: answers.append(client.infer("slow", _x(x)).as_numpy("y"))
+        )
+        caller.start()
+        end = time.monotonic() + 30
+        while _metric(daemon, 'wasmgate_in_flight{name="slow"}') < 1:
+            assert caller.is_alive(), "the call ended before it was seen in flight"
+            assert time.monotonic() < end, "the call never started"
+            time.sleep(0.01)
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGTERM)
+        late = _failure(lambda: client.infer("double", _x(x), client_timeout=10))
+        # Refused, never served: UNAVAILABLE from the draining service (or connection
+        # refused), CANCELLED from grpc for a call racing the listener's GOAWAY.
+        assert late.status() in {"StatusCode.UNAVAILABLE", "StatusCode.CANCELLED"}
+        caller.join(60)
+        assert len(answers) == 1, daemon.log()[-3000:]
+        np.testing.assert_array_equal(answers[0], x)
+        assert daemon.proc.wait(60) == 0
+    finally:
+        client.close()
+        daemon.kill()
 
 
 def test_grpc_is_off_and_never_imported_by_default(tmp_path: Path) -> None:
