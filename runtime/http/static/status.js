@@ -174,7 +174,7 @@ function fleetCard(report) {
   ["bundle", "version", "state", "error"].forEach((h) => table.rows[0].append(el("th", h)));
   for (const [name, b] of Object.entries(report.bundles || {})) {
     const row = table.insertRow();
-    row.dataset.bundle = name;
+    row.dataset.name = name;
     const pct = b.staged_percent ? ` (${b.staged_percent}%)` : "";
     [name, `v${b.version}${pct}`].forEach((t) => row.append(el("td", t)));
     const state = el("td");

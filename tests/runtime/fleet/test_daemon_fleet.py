@@ -113,3 +113,24 @@ def test_sigkill_during_apply_then_restart_converges_never_below_the_serial(
     assert status == 422
     assert b"FleetReplayError" in body
     assert wait_report(daemon, settled(7))["serial"] == 7
+
+
+def test_air_gapped_desired_file_applies_at_start_and_on_change_without_mqtt(
+    tmp_path: Path, mosquitto: Broker, registry: Registry, daemon_factory: Factory
+) -> None:
+    site = Site(tmp_path, mosquitto, registry)
+    v1, v2 = site.push("probe", 1), site.push("probe", 2)
+    desired_file = tmp_path / "desired.json"
+    desired_file.write_bytes(site.document(1, {"probe": (1, v1)}))
+    config = site.config(mqtt={"gateway_id": "gw-1"})  # no broker at all
+    config["fleet"] = {**config["fleet"], "desired_file": desired_file}
+    daemon = daemon_factory(config=config, name="gw")
+    assert wait_report(daemon, settled(1))["state"] == "applied"
+    assert echo(daemon, "probe") == (200, b"v1:hi")
+    desired_file.write_bytes(site.document(2, {"probe": (2, v2)}))
+    assert wait_report(daemon, settled(2))["state"] == "applied"
+    assert echo(daemon, "probe") == (200, b"v2:hi")
+    desired_file.write_bytes(site.document(1, {"probe": (1, v1)}))  # an old copy put back
+    report = wait_report(daemon, lambda r: r["refused"] is not None)
+    assert report["refused"]["error"].startswith("FleetReplayError: ")
+    assert echo(daemon, "probe") == (200, b"v2:hi")

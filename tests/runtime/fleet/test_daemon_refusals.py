@@ -100,3 +100,25 @@ def http_sender(daemon: Daemon) -> Send:
         assert json.loads(body)["error"].startswith("Fleet")  # the class names the check
 
     return send
+
+
+def test_hostile_payloads_are_refused_and_the_daemon_keeps_applying(
+    tmp_path: Path, mosquitto: Broker, registry: Registry, daemon_factory: Factory
+) -> None:
+    site = Site(tmp_path, mosquitto, registry)
+    ref1 = site.push("probe", 1)
+    daemon = daemon_factory(config=site.config(), name="gw")
+    nested = b'{"payload_type": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    nan = b'{"payload_type": NaN, "payload": "", "signatures": []}'
+    hostile = [b"not json", nested, nan, b"[]", b"{}", b"\xff\xfe"]
+    for body in hostile:
+        status, answer = put_desired(daemon, body)
+        assert (status, json.loads(answer)["error"][:17]) == (422, "FleetFormatError:"), body[:40]
+    status, _ = put_desired(daemon, b"{" + b" " * 300_000 + b"}")  # fleet.max_document_bytes
+    assert status == 413
+    for body in [*hostile, b"x" * 300_000]:
+        publish(mosquitto, OWN, body)
+    publish(mosquitto, OWN, site.document(1, {"probe": (1, ref1)}))
+    assert wait_report(daemon, settled(1))["state"] == "applied"
+    assert echo(daemon, "probe") == (200, b"v1:hi")
+    assert "Traceback" not in daemon.log()

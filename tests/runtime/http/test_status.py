@@ -43,11 +43,28 @@ def broken_cloud() -> Mapping[str, object]:
     raise ConnectionError("cloud endpoint unreachable")
 
 
+def fleet_report() -> Mapping[str, object]:
+    """A deployment report: one bundle failed, one local, the last refused document."""
+    bundles = {
+        "digits": {"version": 3, "digest": "sha256:aa", "state": "failed",
+                   "error": "selftest returned status 2", "staged_percent": None},
+        "mine": {"version": 1, "digest": "sha256:bb", "state": "local", "error": None,
+                 "staged_percent": None},
+        "other": {"version": 2, "digest": "sha256:cc", "state": "applied", "error": None,
+                  "staged_percent": 25},
+    }  # fmt: skip
+    refused = {"serial": 6, "error": "FleetReplayError: serial 6 not above 7"}
+    return {"format": "wasmgate-deployment/1", "gateway": "gw-1", "groups": ["g1"],
+            "serial": 7, "state": "failed", "reason": "selftest returned status 2",
+            "refused": refused, "bundles": bundles, "time": "2026-12-01T05:00:00Z"}  # fmt: skip
+
+
 @pytest.fixture
 def status_server(service: OrtService, metrics: Metrics) -> Iterator[LiveServer]:
     app = build_app(service, metrics)
     status.add_provider(app, "mqtt", mqtt_state)
     status.add_provider(app, "cloud", broken_cloud)
+    status.add_provider(app, "fleet", fleet_report)
     with LiveServer(app) as live:
         for _ in range(3):
             reply = live.request("POST", "/v2/models/add/infer", json.dumps(ADD).encode())
@@ -217,3 +234,23 @@ def test_staged_candidate_shows_its_gates_and_the_last_verdict(
     assert "3 (max 2)" in card  # p99 ratio
     assert "40 (min 20)" in card
     assert "gates aborted v2: error share 0.5 &gt; 0.1" in card
+
+
+def test_fleet_panel_shows_the_deployment_report(
+    service: OrtService, metrics: Metrics, tmp_path: Path
+) -> None:
+    app = build_app(service, metrics)
+    status.add_provider(app, "fleet", fleet_report)
+    with LiveServer(app) as live:
+        dom = rendered_dom(tmp_path, f"http://{live.url}/")
+    assert 'data-state="loaded"' in dom, dom[-2000:]
+    panel = dom.split('id="fleet-report"', 1)[1].split("</table>", 1)[0]
+    assert "serial 7" in panel
+    assert "refused 6: FleetReplayError: serial 6 not above 7" in panel
+    table = Table()
+    table.feed(panel.split("<table>", 1)[1])
+    assert table.rows["digits"] == ["digits", "v3", "failed", "selftest returned status 2"]
+    none = "\N{EN DASH}"  # what the page shows for "no error"
+    assert table.rows["mine"] == ["mine", "v1", "local", none]
+    assert table.rows["other"] == ["other", "v2 (25%)", "applied", none]
+    assert 'id="component-fleet"' not in dom  # shown once, in its panel
