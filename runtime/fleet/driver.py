@@ -262,7 +262,7 @@ class Rollout:
         def settle(messages: dict[str, bytes]) -> bool:
             for gw in list(pending):
                 report = self._report(gw, messages)
-                outcome = _verdict(report, serial, plan.new if final else None, rows[gw])
+                outcome = _verdict(report, serial, plan.new, rows[gw], rollout=final)
                 if outcome is not None:
                     pending.discard(gw)
                     outcomes[gw] = outcome
@@ -279,11 +279,14 @@ class Rollout:
         return outcomes
 
 
-def _verdict(report: Report | None, serial: int, new: Wanted | None, row: Row) -> Outcome | None:
+def _verdict(
+    report: Report | None, serial: int, new: Wanted, row: Row, *, rollout: bool
+) -> Outcome | None:
     """How the gateway finished ``serial``, or None while it has not; notes version/error.
 
-    During the rollout (``new`` given) the new bundle's own outcome decides: another bundle
-    failing on that gateway is not this rollout's failure. A rollback needs the whole report.
+    During the rollout the new bundle's own outcome decides: another bundle failing on that
+    gateway is not this rollout's failure. A rollback needs the whole report, and keeps the
+    rollout's error in the row unless the rollback has one of its own.
     """
     if report is None:
         return None
@@ -292,11 +295,13 @@ def _verdict(report: Report | None, serial: int, new: Wanted | None, row: Row) -
         return Outcome.FAILED
     if report.serial is None or report.serial < serial or report.state not in FINAL:
         return None
-    bundle = report.bundles.get(new.name) if new is not None else None
-    row.version = bundle.version if bundle is not None else None
-    row.error = (bundle.error if bundle is not None else None) or report.reason
-    if new is not None and bundle is not None:
-        ok = bundle.state == "applied" and bundle.version == new.version
+    bundle = report.bundles.get(new.name)
+    present = bundle is not None and bundle.state != "removed"
+    row.version = bundle.version if bundle is not None and present else None
+    error = (bundle.error if bundle is not None else None) or report.reason
+    row.error = error or (None if rollout else row.error)
+    if rollout:
+        ok = bundle is not None and bundle.state == "applied" and bundle.version == new.version
         return Outcome.APPLIED if ok else Outcome.FAILED
     return Outcome.APPLIED if report.state == "applied" else Outcome.FAILED
 

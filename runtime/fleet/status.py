@@ -36,7 +36,7 @@ class BundleReport(_Lenient):
 
     version: int | None = None
     digest: str | None = None
-    state: str = "unknown"
+    state: str | None = None  # null before any document
     error: str | None = None
     staged_percent: int | None = None
 
@@ -53,7 +53,7 @@ class Report(_Lenient):
     gateway: str
     groups: list[str] = Field(default_factory=list)
     serial: int | None = None
-    state: str = "unknown"
+    state: str | None = None  # null before any document
     reason: str | None = None
     refused: Refusal | None = None
     bundles: dict[str, BundleReport] = Field(default_factory=dict)
@@ -181,7 +181,7 @@ def _cell(b: BundleReport | None) -> str:
     if b is None:
         return "-"
     version = "?" if b.version is None else f"v{b.version}"
-    return version if b.state == "applied" else f"{version} {b.state}"
+    return version if b.state == "applied" else f"{version} {b.state or '?'}"
 
 
 def status_table(view: FleetView, group: str | None) -> str:
@@ -195,7 +195,14 @@ def status_table(view: FleetView, group: str | None) -> str:
         seen = r.time.strftime("%Y-%m-%d %H:%M:%SZ") if r.time else "-"
         serial = "-" if r.serial is None else str(r.serial)
         rows.append(
-            [r.gateway, r.state, serial, seen, drift, *(_cell(r.bundles.get(n)) for n in names)]
+            [
+                r.gateway,
+                r.state or "-",
+                serial,
+                seen,
+                drift,
+                *(_cell(r.bundles.get(n)) for n in names),
+            ]
         )
     rows += [
         [g, "unreadable report", "-", "-", "-", *("-" for _ in names)] for g in view.unreadable

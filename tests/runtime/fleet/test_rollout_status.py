@@ -27,11 +27,14 @@ def _status(fleet: Fleet, capsys: pytest.CaptureFixture[str], *extra: str) -> st
 
 
 def _junk(fleet: Fleet) -> None:
-    """A report that is not JSON, and one that claims to be another gateway."""
+    """A report that is not JSON, one that claims to be another gateway, and the report of
+    a daemon that has had no document yet (state and serial null)."""
     lying = {"format": "wasmgate-deployment/1", "gateway": "gw-000", "groups": [GROUP]}
     with OperatorClient(fleet.settings()) as client:
         client.publish(f"{PREFIX}/gw-junk/deployment", b"\xff{not json")
         client.publish(f"{PREFIX}/gw-liar/deployment", json.dumps(lying).encode())
+        fresh = {**lying, "gateway": "gw-new", "serial": None, "state": None, "bundles": {}}
+        client.publish(f"{PREFIX}/gw-new/deployment", json.dumps(fresh).encode())
 
 
 def test_status_table_shows_versions_drift_and_unreadable_reports(
@@ -42,7 +45,8 @@ def test_status_table_shows_versions_drift_and_unreadable_reports(
     lines = _status(fleet, capsys, "--group", GROUP).splitlines()
     assert lines[0].split() == ["gateway", "state", "serial", "last", "seen", "drift", "digits"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert set(rows) == {"gw-000", "gw-001", "gw-002", "gw-003", "gw-junk", "gw-liar"}
+    assert set(rows) == {"gw-000", "gw-001", "gw-002", "gw-003", "gw-junk", "gw-liar", "gw-new"}
+    assert rows["gw-new"].split() == ["gw-new", "-", "-", "-", "yes", "-"]
     assert rows["gw-000"].split()[1:3] == ["applied", "1"]
     assert rows["gw-000"].split()[-2:] == ["no", "v1"]
     assert "failed" in rows["gw-002"]
