@@ -29,11 +29,15 @@ def _status(fleet: Fleet, capsys: pytest.CaptureFixture[str], *extra: str) -> st
 def _junk(fleet: Fleet) -> None:
     """A report that is not JSON, one that claims to be another gateway, and the report of
     a daemon that has had no document yet (state and serial null)."""
-    lying = {"format": "wasmgate-deployment/1", "gateway": "gw-000", "groups": [GROUP]}
+    lying: dict[str, object] = {
+        "format": "wasmgate-deployment/1",
+        "gateway": "gw-000",
+        "groups": [GROUP],
+    }
     with OperatorClient(fleet.settings()) as client:
         client.publish(f"{PREFIX}/gw-junk/deployment", b"\xff{not json")
         client.publish(f"{PREFIX}/gw-liar/deployment", json.dumps(lying).encode())
-        fresh = {**lying, "gateway": "gw-new", "serial": None, "state": None, "bundles": {}}
+        fresh = lying | {"gateway": "gw-new", "serial": None, "state": None, "bundles": {}}
         client.publish(f"{PREFIX}/gw-new/deployment", json.dumps(fresh).encode())
 
 
