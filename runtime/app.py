@@ -44,6 +44,7 @@ from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
 from wasmgate.runtime.cloud.client import CloudFallback
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field import setup as field_setup
+from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
@@ -267,8 +268,9 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     cloud = app.get(CLOUD)
     events = StoredEvents(app[STORE]) if settings.mqtt.host is not None else None
     service = InferenceService(
-        registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m, events=events
-    )
+        registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m,
+        events=events, deferrer=_deferrer(app),
+    )  # fmt: skip
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
 
@@ -305,6 +307,17 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
         service.start_draining()
         await service.drained(settings.drain_s)
         await registry.close(settings.drain_s)
+
+
+def _deferrer(app: web.Application) -> StoredDeferrals | None:
+    """Deferred cloud fallbacks: on with a cloud, ``cloud.defer`` and MQTT (their answers'
+    way back); a bundle still has to ask for it (``fallback.defer``)."""
+    settings = app[SETTINGS]
+    if CLOUD not in app or not settings.cloud.defer or settings.mqtt.host is None:
+        return None
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415 - paho only with MQTT
+
+    return StoredDeferrals(app[STORE], Topics(settings.mqtt).deferred)
 
 
 async def apply_trust_file(app: web.Application, registry: Registry, watcher: DirWatcher) -> bool:
@@ -391,6 +404,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
     from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
     from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
 
     settings = app[SETTINGS]
     registry = app[REGISTRY]
@@ -407,7 +421,12 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
         drain_s=settings.drain_s,
         metrics=app[METRICS],
         tracing=app[TRACING],
-        store=(app[STORE], settings.store),
+        stored=Stored(
+            app[STORE],
+            settings.store,
+            cloud=app[CLOUD] if _deferrer(app) is not None else None,
+            cloud_retry_s=settings.cloud.breaker_reset_s,
+        ),
         channels=[
             Channel((Topics(settings.mqtt).variables,), apply_variables),
             Channel(**fleet.channel_args()),

@@ -69,6 +69,12 @@ class CloudUnavailable(DaemonError):
     """The cloud fallback endpoint gave no usable answer (timeout, refused, HTTP error,
     malformed answer, circuit breaker open); the message names the cause."""
 
+    def __init__(self, *args: object, refused: bool = False) -> None:
+        super().__init__(*args)
+        self.refused = refused
+        """The endpoint is up and refused this request (a 4xx other than 429): sending the
+        same request later would be refused again, so it is never deferred."""
+
 
 class DocumentRefused(DaemonError):
     """A fleet document was refused (signature, role, scope, expiry, replay, downgrade);

@@ -156,6 +156,10 @@ class Fallback(_Strict):
     on_missing_model: bool = False
     on_adapter_request: bool = False
     send_payload: bool = False
+    defer: bool = False
+    """With ``send_payload``: when the cloud cannot be reached, an adapter request that had
+    no local answer is kept on the gateway and sent when the cloud is back (its answer is
+    published on MQTT); the client is told at once that it was deferred."""
 
 
 class StateGrant(_Strict):

@@ -73,6 +73,8 @@ class FallbackPolicy:
     on_missing_model: bool = False
     on_adapter_request: bool = False
     send_payload: bool = False
+    defer: bool = False
+    """Keep the request and send it when the cloud is back (``fallback.defer``)."""
 
 
 @dataclass

@@ -258,6 +258,7 @@ def _policy(manifest: Manifest) -> FallbackPolicy:
         on_missing_model=on and fb.on_missing_model,
         on_adapter_request=on and fb.on_adapter_request,
         send_payload=on and fb.send_payload,
+        defer=on and fb.send_payload and fb.defer,  # kept to be sent: it must be allowed out
     )
 
 

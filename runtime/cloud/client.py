@@ -269,11 +269,12 @@ class CloudFallback:
                 self.breaker.success()
                 return data, resp.headers
             text = data[:300].decode(errors="replace")
-            if resp.status >= 500 or resp.status == 429:
-                self.breaker.failure()
-            else:
+            refused = resp.status < 500 and resp.status != 429
+            if refused:
                 self.breaker.success()  # the endpoint is up; the request was refused
-            raise self._fail(f"HTTP {resp.status} from {path}: {text}")
+            else:
+                self.breaker.failure()
+            raise self._fail(f"HTTP {resp.status} from {path}: {text}", refused=refused)
 
     async def _read_capped(self, resp: aiohttp.ClientResponse, path: str) -> bytes:
         """The body, refused once it exceeds ``cloud.max_answer_bytes`` (declared or read)."""
@@ -295,10 +296,10 @@ class CloudFallback:
             )
         return bytes(buf)
 
-    def _fail(self, cause: str) -> CloudUnavailable:
+    def _fail(self, cause: str, *, refused: bool = False) -> CloudUnavailable:
         self.failures += 1
         self.last_error = cause
-        return CloudUnavailable(f"cloud {self._base}: {cause}")
+        return CloudUnavailable(f"cloud {self._base}: {cause}", refused=refused)
 
 
 def _connection_cause(e: aiohttp.ClientConnectionError) -> str:

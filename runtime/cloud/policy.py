@@ -10,7 +10,10 @@ The cloud client (`wasmgate.runtime.cloud.client.CloudFallback`) is anything wit
   gateway: the raw device payload of an adapter request, the input tensors of a direct
   model request alike;
 - when local and cloud both fail: `FallbackFailed` naming both causes; when the guest asked
-  for fallback and the cloud fails, the local answer is served (it exists, it is just weak).
+  for fallback and the cloud fails, the local answer is served (it exists, it is just weak);
+- when the cloud is unreachable and the bundle allows deferral (``fallback.defer``), an
+  adapter request without a local answer is kept and sent later instead
+  (`wasmgate.runtime.field.deferral`); a refusal by a reachable cloud is never deferred.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from opentelemetry.trace import SpanKind
 from wasmgate.runtime.bundles.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.runtime.errors import (
     Busy,
+    CloudUnavailable,
     DaemonError,
     DeadlineExceeded,
     FallbackFailed,
     InferenceFailed,
 )
+from wasmgate.runtime.field.deferral import Deferral
+from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
 from wasmgate.sandbox.spans import Attributes, span
 
@@ -56,14 +62,26 @@ class CloudClient(Protocol):
     ) -> Mapping[str, npt.NDArray[Any]]: ...
 
 
+class Deferrer(Protocol):
+    """Keeps a request for the cloud (`wasmgate.runtime.field.deferral.StoredDeferrals`)."""
+
+    async def defer(self, what: Deferral, req: AdapterRequest, reason: str) -> AdapterAnswer:
+        """The immediate answer of a kept request; StoreError when it cannot be kept."""
+        ...
+
+
 class FallbackRunner:
     """Decides and performs cloud fallback for the service."""
 
     def __init__(
-        self, cloud: CloudClient | None, observe: Callable[[str, str, bool], None] | None = None
+        self,
+        cloud: CloudClient | None,
+        observe: Callable[[str, str, bool], None] | None = None,
+        deferrer: Deferrer | None = None,
     ) -> None:
         self._cloud = cloud
         self._observe = observe
+        self._deferrer = deferrer
 
     def _note(self, name: str, error: DaemonError | None, asked: bool, ok: bool) -> None:
         if self._observe is not None:
@@ -113,6 +131,9 @@ class FallbackRunner:
             if local_answer is not None:
                 log.warning("cloud fallback failed, serving the local answer", extra={"e": str(e)})
                 return local_answer
+            deferred = await self._defer(bundle, req, reason, e)
+            if deferred is not None:
+                return deferred
             raise FallbackFailed(f"local: {reason}; cloud: {_describe(e)}") from e
         timings["fallback"] = time.monotonic() - start
         self._note(req.adapter, local_error, local_answer is not None, ok=True)
@@ -125,6 +146,27 @@ class FallbackRunner:
             timings=timings,
             fallback_reason=reason,
         )
+
+    async def _defer(
+        self, bundle: LoadedBundle, req: AdapterRequest, reason: str, error: Exception
+    ) -> AdapterAnswer | None:
+        """The deferred answer when ``bundle`` allows it and the cloud is unreachable."""
+        unreachable = isinstance(error, DeadlineExceeded) or (
+            isinstance(error, CloudUnavailable) and not error.refused
+        )
+        if self._deferrer is None or not bundle.fallback.defer or not unreachable:
+            return None
+        what = Deferral(
+            req.adapter, bundle.mqtt_name or req.adapter, bundle.version,
+            bundle.answer_content_type,
+        )  # fmt: skip
+        try:
+            answer = await self._deferrer.defer(what, req, f"{reason}; cloud: {_describe(error)}")
+        except StoreError as e:
+            log.warning("could not defer a request of %s: %s", req.adapter, e)
+            return None
+        log.info("deferred until the cloud is back", extra={"adapter": req.adapter})
+        return answer
 
     async def model(
         self,

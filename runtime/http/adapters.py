@@ -1,7 +1,8 @@
 """Adapters over HTTP: the raw endpoint ``POST /v1/adapters/{name}`` and adapters as V2 models.
 
 Raw endpoint: body = device payload (any content type, or none), answer = the adapter's
-output with its content type, plus ``X-Wasmgate-Source`` (local|cloud),
+output with its content type (202 with ``{"deferred": id, "topic": ...}`` when a cloud
+fallback was deferred), plus ``X-Wasmgate-Source`` (local|cloud|deferred),
 ``X-Wasmgate-Version`` and ``Server-Timing`` (queue/sandbox/inference/fallback, ms).
 
 As a V2 model an adapter has one BYTES input and one BYTES output: every element of the
@@ -64,7 +65,9 @@ async def raw_adapter(request: web.Request) -> web.Response:
         answer.source, answer.version, answer.timings, observation.elapsed(), answer.fallback_reason
     )
     headers[hdrs.CONTENT_TYPE] = answer.content_type
-    return web.Response(body=answer.body, headers=headers)
+    # Deferred: kept for the cloud, answered later on MQTT (the body names id and topic).
+    status = 202 if answer.source == "deferred" else 200
+    return web.Response(body=answer.body, status=status, headers=headers)
 
 
 def _merge_timings(answers: list[AdapterAnswer]) -> dict[str, float]:

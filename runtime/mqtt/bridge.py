@@ -15,7 +15,7 @@ stays unacknowledged, so the broker redelivers it.
 
 Wiring::
 
-    async with MqttBridge(settings.mqtt, service, store=(store, settings.store)) as bridge:
+    async with MqttBridge(settings.mqtt, service, stored=Stored(store, settings.store)) as b:
         ...                       # bridge.state for the status page and metrics
 """
 
@@ -34,7 +34,7 @@ from typing import Any, Self, TypeVar
 from paho.mqtt.client import topic_matches_sub
 
 from wasmgate.runtime import errors
-from wasmgate.runtime.field.store import Store, StoreError
+from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, NotPublished
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
@@ -49,9 +49,9 @@ from wasmgate.runtime.mqtt.messages import (
     with_id,
 )
 from wasmgate.runtime.mqtt.metadata import MetadataPublisher
-from wasmgate.runtime.mqtt.spool import Spool
+from wasmgate.runtime.mqtt.spool import Spool, Stored
 from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
-from wasmgate.runtime.ops.config import MqttSettings, StoreSettings
+from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
@@ -133,7 +133,7 @@ class MqttBridge:
         metrics: Metrics | None = None,
         channels: Sequence[Channel] = (),
         tracing: Tracing | None = None,
-        store: tuple[Store, StoreSettings] | None = None,
+        stored: Stored | None = None,
     ) -> None:
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
@@ -150,7 +150,7 @@ class MqttBridge:
         self._client: MqttClient | None = None
         self.state = BridgeState(ClientState(), gateway_id(settings))
         self._metadata: MetadataPublisher | None = None
-        self._store = store
+        self._stored = stored
         self._spool: Spool | None = None
         self._stack = contextlib.AsyncExitStack()
 
@@ -166,10 +166,10 @@ class MqttBridge:
         )
         self.state.client = self._client.state
         self._metadata = MetadataPublisher(self._client, self.topics, self._service)
-        if self._store is not None:
-            store, store_settings = self._store
-            settings = (self._settings, store_settings)
-            self._spool = Spool(store, self._client, self.topics, settings, self._delivered)
+        if self._stored is not None:
+            self._spool = Spool(
+                self._stored, self._client, self.topics, self._settings, self._delivered
+            )
             await self._spool.load()  # before any request can be redelivered to us
             await self._stack.enter_async_context(self._spool.running())
         self._client.start()
@@ -400,7 +400,7 @@ class MqttBridge:
                 content_type=result.content_type,
                 user_properties=props,
             )
-        if result.status == 200 and route.kind == "adapter":  # fire-and-forget: the result stream
+        if result.status in {200, 202} and route.kind == "adapter":  # fire-and-forget: results
             return Outgoing(self.topics.events(route.name), result.body, self._settings.qos)
         if result.status != 200:
             log.warning("mqtt request on %s: %s (no reply address)", route.name, result.body[:200])
@@ -485,7 +485,8 @@ class MqttBridge:
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if ans.fallback_reason:
             props = (*props, ("fallback_reason", ans.fallback_reason))
-        return _Result(200, ans.body, ans.content_type, props)
+        status = 202 if ans.source == "deferred" else 200  # kept for the cloud: accepted
+        return _Result(status, ans.body, ans.content_type, props)
 
     async def _infer_model(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
         header = msg.user_properties.get(HEADER_LENGTH)

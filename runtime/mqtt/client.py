@@ -255,7 +255,9 @@ class MqttClient:
 
     async def _supervise(self) -> None:
         delay = _MIN_BACKOFF_S
-        while True:
+        # Not `while True`: under load, 3.11's wait_for can swallow the cancel of `stop` when
+        # the CONNACK future fails at the same moment (gh-86296); the flag still ends it.
+        while not self._stopping:
             try:
                 await self._open()
                 delay = _MIN_BACKOFF_S

@@ -12,6 +12,9 @@ together (live answers keep the link):
   acknowledged; once delivered, the key enters the in-memory dedupe window.
 - ``events``: appended by `wasmgate.runtime.field.events.StoredEvents` for every request;
   published to ``events/<adapter>`` at ``mqtt.events_qos``.
+- ``cloud`` (with a cloud client): deferred cloud fallbacks, sent one at a time by
+  `wasmgate.runtime.mqtt.deferred.DeferredSender`, their answers published to
+  ``deferred/<adapter>``.
 
 Every stored message carries user property ``store-id`` (MQTT 5): ids only grow, so a
 subscriber drops the copy a crash between PUBACK and the ack's commit may re-send.
@@ -22,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from wasmgate.runtime.cloud.policy import CloudClient
+from wasmgate.runtime.field.deferral import CLOUD
 from wasmgate.runtime.field.forward import Forwarder, Pace
 from wasmgate.runtime.field.store import Record, Store
 from wasmgate.runtime.mqtt.client import MqttClient
+from wasmgate.runtime.mqtt.deferred import DeferredSender
 from wasmgate.runtime.mqtt.messages import Outgoing
 from wasmgate.runtime.mqtt.topics import Topics
 from wasmgate.runtime.ops.config import MqttSettings, StoreSettings
@@ -70,18 +76,30 @@ def _dedupe_of(rec: Record) -> bytes | None:
     return bytes.fromhex(key) if isinstance(key, str) else None
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What the bridge needs to keep messages on disk (`MqttBridge(..., stored=...)`)."""
+
+    store: Store
+    settings: StoreSettings
+    cloud: CloudClient | None = None
+    """Set when deferred cloud fallbacks are on: the bridge drains the ``cloud`` stream."""
+    cloud_retry_s: float = 30.0
+    """Pause before retrying an unreachable cloud (``cloud.breaker_reset_s``)."""
+
+
 class Spool:
-    """The bridge's two stored streams and their forwarders (run with `running`)."""
+    """The bridge's stored streams and their forwarders (run with `running`)."""
 
     def __init__(
         self,
-        store: Store,
+        stored: Stored,
         client: MqttClient,
         topics: Topics,
-        settings: tuple[MqttSettings, StoreSettings],
+        mqtt: MqttSettings,
         on_answer_delivered: Callable[[bytes], None],
     ) -> None:
-        mqtt, drain = settings
+        store, drain = stored.store, stored.settings
         self._store = store
         self._client = client
         self._topics = topics
@@ -100,6 +118,14 @@ class Spool:
                 store, EVENTS, self._send_event, link, window=drain.drain_window, pace=pace
             ),
         }  # fmt: skip
+        self.deferred: DeferredSender | None = None
+        if stored.cloud is not None:  # one at a time: the cloud sees them in order
+            self.deferred = DeferredSender(
+                stored.cloud, client.publish, topics.deferred,
+                qos=mqtt.qos, retry_s=stored.cloud_retry_s,
+            )  # fmt: skip
+            send = self.deferred.send
+            self.forwarders[CLOUD] = Forwarder(store, CLOUD, send, link, window=1, pace=pace)
 
     async def load(self) -> None:
         """Remember the dedupe keys of answers a previous process stored (before connect)."""

@@ -98,6 +98,10 @@ class Topics:
     def events(self, adapter: str) -> str:
         return f"{self.root}/events/{adapter}"
 
+    def deferred(self, adapter: str) -> str:
+        """Where the answers of deferred cloud fallbacks of ``adapter`` are published."""
+        return f"{self.root}/deferred/{adapter}"
+
     def metadata(self, kind: Kind, name: str) -> str:
         head = _PAIRS[kind][0]
         return f"{self.root}/{head}/{name}/metadata"

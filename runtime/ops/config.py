@@ -236,6 +236,11 @@ class CloudSettings(_Section):
     """Calls the failure rate is measured over (the rate counts only once the window is full)."""
     breaker_probes: int = Field(default=1, gt=0)
     """Trial calls let through while half-open; one success closes the breaker."""
+    defer: bool = True
+    """Honour bundles whose ``fallback.defer`` asks to keep a request the cloud could not
+    take (cloud down, breaker open) and send it when the cloud is back; the client gets a
+    202 at once and the answer is published on MQTT ``deferred/<adapter>``. Needs
+    ``mqtt.host``. False: such requests fail as without deferral."""
     protocol: Literal["v2", "raw"] = "v2"
     """Adapter fallback call: ``v2`` POSTs ``/v2/models/<adapter>/infer`` (BYTES input
     ``payload``, output ``answer``; any KServe V2 server, or another wasmgate); ``raw`` POSTs

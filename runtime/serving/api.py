@@ -17,7 +17,9 @@ import numpy.typing as npt
 from wasmgate.runtime.serving.timeouts import check_deadline
 from wasmgate.sandbox.models import TensorSpec
 
-Source = Literal["local", "cloud"]
+Source = Literal["local", "cloud", "deferred"]
+"""``deferred``: the cloud was unreachable and the request is kept to be sent when it is
+back; the body says where its answer will be published (`wasmgate.runtime.field.deferral`)."""
 Namespace = Literal["http", "mqtt"]
 """Which of a bundle's routes (``routes.http`` / ``routes.mqtt``) an adapter name is in."""
 

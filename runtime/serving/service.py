@@ -17,7 +17,7 @@ from typing import Any
 
 from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel
 from wasmgate.runtime.bundles.table import ServingTable
-from wasmgate.runtime.cloud.policy import CloudClient, FallbackRunner
+from wasmgate.runtime.cloud.policy import CloudClient, Deferrer, FallbackRunner
 from wasmgate.runtime.errors import (
     BadRequest,
     Busy,
@@ -60,13 +60,15 @@ class InferenceService:
         metrics: Metrics | None = None,
         *,
         events: EventSink | None = None,
+        deferrer: Deferrer | None = None,
     ) -> None:
         self._table = table
         self._events = events
         self._pool = pool
         self._limits = limits
         self._metrics = metrics
-        self._fallback = FallbackRunner(cloud, metrics.observe_fallback if metrics else None)
+        observe = metrics.observe_fallback if metrics else None
+        self._fallback = FallbackRunner(cloud, observe, deferrer)
         self._gates: dict[str, Gate] = {}
         self._inline = InlinePolicy()
         self._draining = False

@@ -36,7 +36,7 @@ def _emit(daemon: Daemon, text: str) -> None:
     assert (got.status, got.body) == (200, b"v1:" + text.encode())
 
 
-def _stream(daemon: Daemon, name: str) -> dict[str, Any]:
+def stream_status(daemon: Daemon, name: str) -> dict[str, Any]:
     streams: dict[str, dict[str, Any]] = daemon.get_json("/v1/status")["components"]["store"][
         "streams"
     ]
@@ -48,7 +48,7 @@ def _mqtt(daemon: Daemon) -> dict[str, Any]:
     return section
 
 
-async def _until(check: Callable[[], bool], what: str, limit_s: float = 30) -> None:
+async def until(check: Callable[[], bool], what: str, limit_s: float = 30) -> None:
     for _ in range(int(limit_s * 10)):  # bounded
         if check():
             return
@@ -68,13 +68,13 @@ async def test_http_and_mqtt_events_reach_mqtt_at_qos1(
     with Requester(mosquitto.port).connect(EVENTS, "replies/#") as dev:
         _emit(daemon, "over-http")
         dev.request(REQ, b"Xover-mqtt", response_topic="replies/1", correlation=b"1")
-        await _until(lambda: len(dev.snapshot()) >= 3, "two events and one answer")
+        await until(lambda: len(dev.snapshot()) >= 3, "two events and one answer")
         await asyncio.sleep(0.3)  # room for a duplicate to show up
         got = dev.snapshot()
     assert sorted(_payloads(got, EVENTS)) == [b"over-http", b"over-mqtt"]
     assert _payloads(got, "replies/1") == [b"v1:over-mqtt"]
     assert all(r.props.get("store-id", "").isdigit() for r in got if r.topic == EVENTS)
-    assert _stream(daemon, "events")["depth"] == 0
+    assert stream_status(daemon, "events")["depth"] == 0
 
 
 async def test_broker_away_and_sigkill_every_answer_and_event_once_in_order(
@@ -90,22 +90,22 @@ async def test_broker_away_and_sigkill_every_answer_and_event_once_in_order(
         for i in range(slow):
             dev.request(REQ, b"L", response_topic=f"replies/{i}", correlation=b"%d" % i,
                         user=[("timeout_ms", "4000")])  # fmt: skip
-        await _until(lambda: _mqtt(daemon)["received"] >= slow, "the slow requests arrived")
+        await until(lambda: _mqtt(daemon)["received"] >= slow, "the slow requests arrived")
         await asyncio.to_thread(mosquitto.stop)
         for i in range(10):
             _emit(daemon, f"ev-{i:02d}")
-        await _until(lambda: _stream(daemon, "answers")["depth"] == slow, "answers stored")
-        assert _stream(daemon, "events")["depth"] == 10
+        await until(lambda: stream_status(daemon, "answers")["depth"] == slow, "answers stored")
+        assert stream_status(daemon, "events")["depth"] == 10
         daemon.kill()  # SIGKILL: no drain, no close
         daemon.start()
         for i in range(10, 20):
             _emit(daemon, f"ev-{i:02d}")
-        assert _stream(daemon, "events")["depth"] == 20
-        assert _stream(daemon, "answers")["depth"] == slow
+        assert stream_status(daemon, "events")["depth"] == 20
+        assert stream_status(daemon, "answers")["depth"] == slow
         await asyncio.to_thread(mosquitto.start)  # the unacked slow requests come back too
-        await _until(lambda: len(_payloads(watch.snapshot(), EVENTS)) >= 20, "events drained")
-        await _until(lambda: len(dev.snapshot()) >= slow, "answers drained")
-        await _until(lambda: _stream(daemon, "answers")["depth"] == 0, "answers acked")
+        await until(lambda: len(_payloads(watch.snapshot(), EVENTS)) >= 20, "events drained")
+        await until(lambda: len(dev.snapshot()) >= slow, "answers drained")
+        await until(lambda: stream_status(daemon, "answers")["depth"] == 0, "answers acked")
         await asyncio.sleep(1.0)  # room for a duplicate answer or event to show up
         events, answers = _payloads(watch.snapshot(), EVENTS), dev.snapshot()
     finally:
@@ -115,7 +115,7 @@ async def test_broker_away_and_sigkill_every_answer_and_event_once_in_order(
     by_topic = collections.Counter(r.topic for r in answers)
     assert by_topic == {f"replies/{i}": 1 for i in range(slow)}, answers
     assert {r.props["status"] for r in answers} == {"504"}
-    assert _stream(daemon, "events")["dropped_full"] == 0
+    assert stream_status(daemon, "events")["dropped_full"] == 0
     assert _mqtt(daemon)["duplicates"] == slow  # the redelivered requests were only acked
 
 
@@ -134,13 +134,13 @@ async def test_a_full_store_drops_the_oldest_and_counts_them(
         await asyncio.to_thread(mosquitto.stop)
         for i in range(12):
             _emit(daemon, f"event-number-{i:02d}-padding"[:25])
-        st = _stream(daemon, "events")
+        st = stream_status(daemon, "events")
         assert (st["depth"], st["dropped_full"], st["max_bytes"]) == (5, 7, 230)
         metrics = request(daemon.port, "GET", "/metrics").body.decode()
         assert 'wasmgate_store_dropped_total{reason="full",stream="events"} 7.0' in metrics
         assert 'wasmgate_store_depth{stream="events"} 5.0' in metrics
         await asyncio.to_thread(mosquitto.start)
-        await _until(lambda: len(watch.snapshot()) >= 5, "the kept events drained")
+        await until(lambda: len(watch.snapshot()) >= 5, "the kept events drained")
         await asyncio.sleep(0.5)
         got = _payloads(watch.snapshot(), EVENTS)
     assert got == [f"event-number-{i:02d}-padding"[:25].encode() for i in range(7, 12)]

@@ -9,8 +9,8 @@ import pytest
 
 from tests.runtime.mqtt.service import FakeService
 from wasmgate.runtime.field.setup import build_store
-from wasmgate.runtime.field.store import Store
-from wasmgate.runtime.ops.config import MqttSettings, Settings, StoreSettings
+from wasmgate.runtime.mqtt.spool import Stored
+from wasmgate.runtime.ops.config import MqttSettings, Settings
 
 ROOT = "wasmgate/v1/gw1"
 
@@ -21,11 +21,11 @@ def service() -> FakeService:
 
 
 @pytest.fixture
-async def spool(tmp_path: Path) -> AsyncIterator[tuple[Store, StoreSettings]]:
-    """The daemon's store, as `MqttBridge(..., store=spool)` takes it."""
+async def stored(tmp_path: Path) -> AsyncIterator[Stored]:
+    """The daemon's store, as `MqttBridge(..., stored=stored)` takes it."""
     settings = Settings.model_validate({"store": {"path": tmp_path / "store.db"}})
     async with build_store(settings) as store:
-        yield store, settings.store
+        yield Stored(store, settings.store)
 
 
 def bridge_settings(port: int, **over: object) -> MqttSettings:

@@ -11,9 +11,8 @@ from tests.fixtures.mosquitto import Broker
 from tests.runtime.mqtt.conftest import ROOT, bridge_settings
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.mqtt.service import FakeService
-from wasmgate.runtime.field.store import Store
 from wasmgate.runtime.mqtt import MqttBridge
-from wasmgate.runtime.ops.config import StoreSettings
+from wasmgate.runtime.mqtt.spool import Stored
 
 SUM = f"{ROOT}/adapters/sum/req"
 
@@ -59,7 +58,7 @@ async def test_status_will_and_retained_metadata(mosquitto: Broker, service: Fak
 
 
 async def test_broker_restart_mid_stream_every_request_answered(
-    mosquitto: Broker, service: FakeService, spool: tuple[Store, StoreSettings]
+    mosquitto: Broker, service: FakeService, stored: Stored
 ) -> None:
     """QoS 1 requests and answers, broker restarted mid-stream (persistent sessions on both
     sides): every request is answered and worked exactly once (answers made while the
@@ -68,7 +67,7 @@ async def test_broker_restart_mid_stream_every_request_answered(
     once), so the requester may see that answer twice, byte-identical, which it drops by
     correlation data."""
     total = 60
-    async with MqttBridge(bridge_settings(mosquitto.port), service, store=spool) as bridge:
+    async with MqttBridge(bridge_settings(mosquitto.port), service, stored=stored) as bridge:
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         dev = Requester(mosquitto.port, client_id="dev-restart", persistent=True).connect("c/r")
