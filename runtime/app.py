@@ -403,8 +403,8 @@ async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
     from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
-    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
     from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
 
     settings = app[SETTINGS]
     registry = app[REGISTRY]
