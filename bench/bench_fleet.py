@@ -80,7 +80,9 @@ class _Counter:
         self._client.connect(broker.host, broker.port)
         self._client.loop_start()
         self._client.subscribe(f"{PREFIX}/#", qos=0)
-        time.sleep(1.0)  # the retained burst is not idle traffic
+        time.sleep(1.0)  # the retained burst is not idle traffic, but proves we count
+        if not self.counts:
+            raise RuntimeError("the message counter saw no retained report: not subscribed")
         self.reset()
 
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
