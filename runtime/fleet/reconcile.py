@@ -170,7 +170,11 @@ class Reconciler:
             plan = self.record.plan
             if plan is None:
                 continue
-            await self._apply(plan)
+            try:
+                await self._apply(plan)
+            except Exception as e:  # a bug or a full disk must not end the fleet for good
+                log.exception("fleet: applying document %d failed", plan.serial)
+                self._set("pending", f"internal error, retrying: {describe_error(e)}")
             if self.state != "pending":
                 delay = self._backoff.initial_s
                 continue

@@ -21,7 +21,7 @@ from tests.runtime.fleet.reconcilekit import (
 )
 from tests.runtime.stack import open_stack
 from wasmgate.runtime.errors import DocumentRefused
-from wasmgate.runtime.fleet.state import FleetStateFile
+from wasmgate.runtime.fleet.state import FleetRecord, FleetStateFile
 from wasmgate.runtime.serving.api import AdapterRequest
 
 
@@ -161,3 +161,24 @@ async def test_a_granted_downgrade_installs_the_lower_version(tmp_path: Path, sh
         await settled(rec, lambda r: r.record.serial == 2 and done(r))
         assert (rec.state, serving(st)) == ("applied", {"probe": 1})
         assert st.store.floors() == {"probe": 1}  # the floor went down with it, signed
+
+
+async def test_an_unexpected_error_is_pending_and_retried_not_the_end_of_the_fleet(
+    tmp_path: Path, shelf: Shelf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_stack(tmp_path, shelf.kit) as st, reconciler(st, shelf) as rec:
+        await rec.offer(document(1), "test")  # saved while the disk still works
+        await settled(rec, done)
+        save, failures = FleetStateFile.save, [OSError(28, "No space left on device")]
+
+        def flaky(self: FleetStateFile, record: FleetRecord) -> None:
+            if failures and record.owned:
+                raise failures.pop()
+            save(self, record)
+
+        monkeypatch.setattr(FleetStateFile, "save", flaky)
+        await rec.offer(document(2, shelf.put("probe", 1)), "test")
+        await settled(rec, lambda r: r.state == "pending")
+        assert "No space left on device" in (rec.reason or "")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))  # retried, converged
+        assert (rec.state, serving(st), rec.record.owned) == ("applied", {"probe": 1}, ("probe",))
