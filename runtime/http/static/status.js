@@ -204,6 +204,15 @@ function renderBadges(components) {
     const up = components.mqtt.connected;
     box.append(el("span", up ? "mqtt connected" : "mqtt down", `badge ${up ? "ok" : "bad"}`));
   }
+  const streams = (components.store && components.store.streams) || {};
+  for (const [name, st] of Object.entries(streams)) {
+    // One line per store stream that holds or lost something: what waits for a link.
+    const dropped = st.dropped_full + st.dropped_expired;
+    if (!st.depth && !dropped) continue;
+    const age = st.depth ? `, oldest ${Math.round(st.oldest_age_s)} s` : "";
+    const lost = dropped ? `, ${dropped} dropped` : "";
+    box.append(el("span", `store ${name}: ${st.depth} waiting${age}${lost}`, `badge ${dropped ? "bad" : ""}`));
+  }
 }
 
 function render(status) {
