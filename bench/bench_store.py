@@ -60,30 +60,17 @@ def in_process(root: Path, n: int) -> list[Figure]:
     normal = asyncio.run(_append_rate(root / "normal.db", n, "normal", 64))
     full = asyncio.run(_append_rate(root / "full.db", n, "full", 64))
     single = asyncio.run(_append_rate(root / "single.db", n // 8, "normal", 1))
+    single_full = asyncio.run(_append_rate(root / "single-full.db", n // 8, "full", 1))
     drained = asyncio.run(_drain_rate(root / "normal.db"))
-    base = "append x64, sync=normal"
+    base, one = "append x64, sync=normal", "one at a time, sync=normal"
+    rows = [
+        ("append x64 concurrent, sync=full", full, base, normal),
+        ("append one at a time, sync=normal", single, base, normal),
+        ("append one at a time, sync=full", single_full, one, single),
+        ("drain (peek 256 + ack)", drained, base, normal),
+    ]
     return [
-        Figure(
-            "store",
-            "append x64 concurrent, sync=full",
-            full,
-            "ev/s",
-            base,
-            normal,
-            lower_is_better=False,
-        ),
-        Figure(
-            "store",
-            "append one at a time, sync=normal",
-            single,
-            "ev/s",
-            base,
-            normal,
-            lower_is_better=False,
-        ),
-        Figure(
-            "store", "drain (peek 256 + ack)", drained, "ev/s", base, normal, lower_is_better=False
-        ),
+        Figure("store", name, v, "ev/s", bn, b, lower_is_better=False) for name, v, bn, b in rows
     ]
 
 
