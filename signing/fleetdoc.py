@@ -16,7 +16,8 @@ Invariants (checked by :func:`verify_fleet`, in this order; each refusal is its 
 - Strict schema (unknown fields refused); then serial strictly above the last applied one
   (replay), not expired, every bundle and downgrade name inside the role's ``names``.
 - The bundle fetched from a ``ref`` must be exactly the name and version asked for
-  (:func:`check_delivered`; ``BundleStore.stage(..., expect=(name, version))``).
+  and claim no name outside the role's scope (:func:`check_delivered`;
+  ``BundleStore.stage(..., expect=(name, version))``).
 - A ``Downgrade`` is the only thing that lets a store install a lower version of a name
   (``BundleStore.stage(..., downgrades=doc.downgrades)``); it names the exact version, and
   that version must be the one the document asks for.
@@ -25,6 +26,7 @@ Invariants (checked by :func:`verify_fleet`, in this order; each refusal is its 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal, Self
 
@@ -48,7 +50,7 @@ from wasmgate.signing.errors import (
     FleetSignatureError,
 )
 from wasmgate.signing.manifest import NAME_RE, Manifest
-from wasmgate.signing.scope import matches
+from wasmgate.signing.scope import claimed_names, matches
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import verify_threshold
 
@@ -193,17 +195,24 @@ def parse_fleet(payload: bytes) -> FleetDoc:
         raise FleetFormatError(f"fleet document: {first_error(e)}") from e
 
 
-def check_delivered(name: str, version: int, manifest: Manifest) -> None:
+def check_delivered(name: str, version: int, manifest: Manifest, patterns: Sequence[str]) -> None:
     """Raise :class:`FleetScopeError` unless ``manifest`` is the bundle the document asked for.
 
     A ``ref`` is only where to fetch: the bundle found there must be exactly the name and
     version the signed document names, or a fleet key scoped to ``acme-*`` could point a
-    ref at another tenant's bundle and install it.
+    ref at another tenant's bundle and install it. Every name the bundle claims (routes,
+    models: ``scope.claimed_names``) must also lie inside the fleet role's ``patterns``.
     """
     if (manifest.name, manifest.version) != (name, version):
         raise FleetScopeError(
             f"bundle {manifest.label()}: the fleet document asks for {name}@{version} here"
         )
+    for field, claimed in claimed_names(manifest):
+        if not matches(claimed, patterns):
+            raise FleetScopeError(
+                f"bundle {manifest.label()}: {field} {claimed!r} is outside the fleet role's "
+                f"names {list(patterns)}"
+            )
 
 
 def peek_fleet(data: bytes) -> FleetDoc:

@@ -235,7 +235,8 @@ class BundleStore:
         permit a version below the floor; without a matching one that is a
         :class:`FleetDowngradeError` (a local install, None: :class:`RollbackError`).
         ``expect`` (a fleet install: the document's name and version for the ref it fetched)
-        refuses any other bundle with :class:`FleetScopeError`.
+        refuses any other bundle, or one claiming a name outside the fleet role's, with
+        :class:`FleetScopeError`.
         """
         with self._file_lock():
             state = self._load_state()
@@ -243,7 +244,8 @@ class BundleStore:
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged, downgrades)
                 if expect is not None:
-                    check_delivered(*expect, verified.manifest)
+                    role = self.trust.fleet_role()
+                    check_delivered(*expect, verified.manifest, role.names if role else [])
                 place_blobs(blobs, self.state_dir / "blobs")
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e

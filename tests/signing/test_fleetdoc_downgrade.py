@@ -130,16 +130,45 @@ def test_verified_fleet_document_drives_the_downgrade(kit: Kit, tmp_path: Path) 
     assert store.install(kit.build(4), downgrades=doc.downgrades).downgraded_from == 5
 
 
-@pytest.mark.parametrize("expect", [("digits-b", 6), ("digits", 7)], ids=["name", "version"])
+def fleet_store(kit: Kit, tmp_path: Path, names: list[str]) -> BundleStore:
+    """A store under a root-signed trust with a fleet role for ``names``; digits 5 installed."""
+    trust = FleetKit(signer=kit.key, names=names).trust()
+    store = BundleStore(tmp_path / "fleet-state", trust, max_bundle_bytes=MAX_BUNDLE)
+    store.install(kit.build(5))
+    return store
+
+
+@pytest.mark.parametrize(
+    ("names", "asked", "message"),
+    [
+        (["digits*"], ("digits-b", 6, "digits"), "asks for digits-b@6"),
+        (["digits*"], ("digits", 7, "digits"), "asks for digits@7"),
+        (["digits-b"], ("digits-b", 6, "digits-b"), "routes.http 'digits' is outside"),
+    ],
+    ids=["name", "version", "claimed-route"],
+)
 def test_fleet_install_of_another_bundle_than_asked(
-    kit: Kit, store: BundleStore, expect: tuple[str, int]
+    kit: Kit, tmp_path: Path, names: list[str], asked: tuple[str, int, str], message: str
 ) -> None:
-    """A ref pointing at another (validly signed) bundle: scope and version still hold."""
+    """A ref pointing at another (validly signed) bundle, or at one that also claims a name
+    outside the fleet role: refused before anything is stored. ``asked``: the document's
+    name and version, and the name of the bundle actually found at the ref."""
+    store = fleet_store(kit, tmp_path, names)
+    data = kit.build(6, name=asked[2])
     before = snapshot(store)
-    with pytest.raises(FleetScopeError, match=r"digits@6: the fleet document asks for"):
-        store.install(kit.build(6), downgrades=[], expect=expect)
+    with pytest.raises(FleetScopeError, match=message):
+        store.install(data, downgrades=[], expect=asked[:2])
     assert snapshot(reopen(store)) == before
+    assert store.install(data).manifest.version == 6  # a local install: signer scope only
+
+
+def test_fleet_install_of_the_bundle_asked_for(kit: Kit, tmp_path: Path) -> None:
+    store = fleet_store(kit, tmp_path, ["digits*"])
     assert store.install(kit.build(6), expect=("digits", 6)).manifest.version == 6
+    plain = TrustStore.empty().with_signer(kit.key.verify_key, ["digits*"], {})
+    unsigned = BundleStore(tmp_path / "plain", plain, max_bundle_bytes=MAX_BUNDLE)
+    with pytest.raises(FleetScopeError):  # no fleet role: no fleet install at all
+        unsigned.install(kit.build(6), expect=("digits", 6))
 
 
 CHILD = """
