@@ -198,6 +198,8 @@ def describe(info: BundleInfo) -> list[str]:
         _row("targets", targets),
         _row("fallback", _on(m.fallback.model_dump())),
         _row("params", json.dumps(m.params) if m.params else "-"),
+        _row("variables", ", ".join(sorted(m.variables or {})) or "-"),
+        _row("state", f"{m.state.max_bytes} bytes, {m.state.max_keys} keys" if m.state else "-"),
         _row("files", f"{len(m.files)}, {m.total_size()} bytes"),
     ]
     width = max((len(n) for n in m.files), default=0)
