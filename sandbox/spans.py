@@ -19,7 +19,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -42,7 +41,9 @@ _TRACER_KEY = otel_context.create_key("wasmgate-tracer")
 _NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
 
 
-def with_tracer(tracer: trace.Tracer, ctx: otel_context.Context | None = None) -> Any:
+def with_tracer(
+    tracer: trace.Tracer, ctx: otel_context.Context | None = None
+) -> otel_context.Context:
     """``ctx`` (default: the current context) with ``tracer`` as the request's tracer."""
     return otel_context.set_value(_TRACER_KEY, tracer, ctx)
 

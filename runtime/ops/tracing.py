@@ -105,21 +105,19 @@ class Tracing:
         None when off)."""
         ctx = _PROPAGATOR.extract(carrier) if TRACEPARENT in carrier else otel_context.Context()
         tracer = self._tracer
-        if tracer is None:
-            token = otel_context.attach(ctx)
-            try:
-                yield None
-            finally:
-                otel_context.detach(token)
-            return
-        token = otel_context.attach(with_tracer(tracer, ctx))
+        token = otel_context.attach(ctx if tracer is None else with_tracer(tracer, ctx))
         try:
-            name = f"{transport} receive"
+            if tracer is None:
+                yield None
+                return
             attrs = {"wasmgate.transport": transport, **attributes}
             # The answer's status marks the span (`mark_status`), not an exception passing
             # through: a client's mistake (a gRPC abort for a 4xx) is not the server's error.
             with tracer.start_as_current_span(
-                name, kind=trace.SpanKind.SERVER, attributes=attrs, set_status_on_exception=False
+                f"{transport} receive",
+                kind=trace.SpanKind.SERVER,
+                attributes=attrs,
+                set_status_on_exception=False,
             ) as current:
                 yield current
         finally:
@@ -129,7 +127,7 @@ class Tracing:
     def answer_carrier() -> dict[str, str]:
         """``traceparent`` (+ ``tracestate``) for the answer of the request being received."""
         carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
+        inject(carrier)
         return carrier
 
 
