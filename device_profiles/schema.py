@@ -27,6 +27,7 @@ KNOWN_PROVIDERS = frozenset(
         "OpenVINOExecutionProvider",
         "DnnlExecutionProvider",
         "VitisAIExecutionProvider",
+        "TIDLExecutionProvider",
         "QNNExecutionProvider",
         "NnapiExecutionProvider",
         "VSINPUExecutionProvider",
@@ -99,6 +100,11 @@ KNOWN_PROVIDER_OPTIONS: dict[str, frozenset[str]] = {
         }
     ),
     "XnnpackExecutionProvider": frozenset({"intra_op_num_threads"}),
+    # TI's onnxruntime build (Processor SDK Edge AI): the fields of its c_api_tidl_options.
+    "TIDLExecutionProvider": frozenset(
+        {"artifacts_folder", "debug_level", "priority", "max_pre_empt_delay", "core_number"}
+    ),
+    "VitisAIExecutionProvider": frozenset({"config_file", "cacheDir", "cacheKey", "target"}),
 }  # fmt: skip
 
 
@@ -288,6 +294,11 @@ class DeviceProfile(_Strict):
     )
     detect: DetectionRules = Field(
         default_factory=DetectionRules, description="How `wasmgate profiles detect` finds it."
+    )
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="Which values come from vendor documentation and were not run on the real "
+        "board (shown by `wasmgate profiles show`).",
     )
 
     @model_validator(mode="after")

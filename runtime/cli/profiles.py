@@ -118,6 +118,7 @@ def describe(p: DeviceProfile) -> list[str]:
     rules = p.detect.model_dump(exclude={"priority"}, exclude_defaults=True)
     shown = "; ".join(f"{k} {', '.join(v)}" for k, v in rules.items()) or "arch and CPU flags only"
     lines.append(f"detection (priority {p.detect.priority}): {shown}")
+    lines += [f"unverified on real hardware: {u}" for u in p.unverified]
     return lines
 
 

@@ -17,6 +17,9 @@ EXPECTED_EVIDENCE = {
     "qualcomm-qcs6490": "path /dev/fastrpc-cdsp",
     "intel-core-ultra-npu": "accel driver intel_vpu",
     "aws-graviton3": "CPU part 0xd40",
+    "ti-am62a": "device-tree compatible ti,am62a7",
+    "amd-kria-k26": "device-tree compatible xlnx,zynqmp-smk-k26",
+    "google-coral-devboard": "path /dev/apex_0",
 }
 
 

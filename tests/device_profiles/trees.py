@@ -116,6 +116,29 @@ TREES: dict[str, Tree] = {
         "sys/class/accel/accel0/device/driver": Link("../../../../bus/pci/drivers/intel_vpu"),
         "dev/accel/accel0": "",
     },
+    "ti-am62a": {
+        "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+        **_dt("Texas Instruments AM62A7 SK", "ti,am62a7-sk", "ti,am62a7"),
+        "lib/firmware/am62a-c71_0-fw": b"\x7fELF",
+        "sys/class/remoteproc/remoteproc2/name": "7e000000.dsp\n",
+    },
+    "amd-kria-k26": {
+        "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+        **_dt(
+            "ZynqMP SMK-K26 Rev1/B/A",
+            "xlnx,zynqmp-smk-k26-rev1",
+            "xlnx,zynqmp-smk-k26-revB",
+            "xlnx,zynqmp-smk-k26-revA",
+            "xlnx,zynqmp-smk-k26",
+            "xlnx,zynqmp",
+        ),
+        "sys/bus/platform/drivers/zocl/uevent": "",
+    },
+    "google-coral-devboard": {
+        "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+        **_dt("Freescale i.MX8MQ Phanbell", "fsl,imx8mq-phanbell", "fsl,imx8mq"),
+        "dev/apex_0": "",
+    },
     "aws-graviton3": {
         "proc/cpuinfo": _arm_cpus(("0xd40", V1, 2)),
         "sys/class/dmi/id/sys_vendor": "Amazon EC2\n",
@@ -132,6 +155,28 @@ NEAR_MISSES: dict[str, tuple[Tree, str]] = {
     "core-ultra-without-npu-driver": (
         {"proc/cpuinfo": _x86_cpus("Intel(R) Core(TM) Ultra 7 155H", METEOR_LAKE)},
         "generic-x86_64",
+    ),
+    # Same SoC families as the boards, without the accelerator board's identity.
+    "plain-imx8mq-is-not-a-coral": (
+        {
+            "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+            **_dt("NXP i.MX8MQ EVK", "fsl,imx8mq-evk", "fsl,imx8mq"),
+        },
+        "generic-arm64",
+    ),
+    "zynqmp-zcu102-is-not-a-kria": (
+        {
+            "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+            **_dt("ZynqMP ZCU102 Rev1.0", "xlnx,zynqmp-zcu102-rev1.0", "xlnx,zynqmp"),
+        },
+        "generic-arm64",
+    ),
+    "am62x-without-c7x-is-not-am62a": (
+        {
+            "proc/cpuinfo": _arm_cpus(("0xd03", A53, 4)),
+            **_dt("Texas Instruments AM625 SK", "ti,am625-sk", "ti,am625"),
+        },
+        "generic-arm64",
     ),
     "pi5-dt-but-a53-flags": (
         {

@@ -39,6 +39,15 @@ def test_show_json_round_trips(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["precision"] == ["bf16", "int8", "fp32"]
 
 
+def test_show_says_what_is_unverified_on_real_hardware(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _run(["show", "ti-am62a"], capsys)
+    assert code == 0
+    assert "  - TIDLExecutionProvider (artifacts_folder=/opt/model_zoo/artifacts" in out
+    assert "unverified on real hardware: onnxruntime.providers: TIDLExecutionProvider" in out
+
+
 def test_show_unknown_profile_fails(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["show", "nope"], capsys)
     assert code == 1

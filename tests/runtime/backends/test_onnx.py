@@ -51,6 +51,21 @@ def test_absent_providers_are_dropped_by_us_and_reported() -> None:
     assert any("QNNExecutionProvider not in this ONNX Runtime build" in n for n in model.notes)
 
 
+@pytest.mark.parametrize(
+    ("profile", "provider"),
+    [("ti-am62a", "TIDLExecutionProvider"), ("amd-kria-k26", "VitisAIExecutionProvider")],
+)
+def test_board_providers_absent_here_fall_back_to_cpu(
+    profile: str, provider: str, batch: np.ndarray
+) -> None:
+    # The CI machine has neither TI's nor AMD's ONNX Runtime build: the board's provider is
+    # skipped with a note and the model still answers, from the CPU.
+    model = _load(load_profile(profile))
+    assert model.providers == ("CPUExecutionProvider",)
+    assert any(f"{provider} not in this ONNX Runtime build" in n for n in model.notes)
+    np.testing.assert_allclose(model.infer([batch])[0], mlp_reference(batch), rtol=1e-5)
+
+
 def test_accelerator_required_without_any_accelerator_refuses() -> None:
     profile = make_profile('[{ name = "QNNExecutionProvider" }]', "accelerator_required = true")
     with pytest.raises(BackendError, match="accelerator required"):

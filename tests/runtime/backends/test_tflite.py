@@ -85,6 +85,14 @@ def test_missing_delegate_falls_back_to_xnnpack(batch: np.ndarray) -> None:
     np.testing.assert_allclose(model.infer([batch])[0], mlp_reference(batch), atol=1e-5)
 
 
+def test_coral_dev_board_without_its_edge_tpu_runs_on_the_cpu(batch: np.ndarray) -> None:
+    model = _load(fc_tflite(int8=False), load_profile("google-coral-devboard"))
+    gc.collect()
+    assert model.providers == (CPU_PATH,)
+    assert any("libedgetpu.so.1 unavailable" in n for n in model.notes)
+    np.testing.assert_allclose(model.infer([batch])[0], mlp_reference(batch), atol=1e-5)
+
+
 def test_concurrent_infer_is_serialised_and_correct() -> None:
     model = _load(fc_tflite(int8=False))
     rng = np.random.default_rng(1)
