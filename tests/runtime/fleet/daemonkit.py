@@ -69,6 +69,17 @@ def retained(broker: Broker, topic: str, timeout: float = 10) -> bytes | None:
         client.disconnect()
 
 
+def wait_retained(broker: Broker, topic: str, timeout: float = 60) -> Report:
+    """The retained JSON of ``topic`` once there is one (polled: it may come later)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        payload = retained(broker, topic, timeout=1)
+        if payload:
+            found: Report = json.loads(payload)
+            return found
+    raise AssertionError(f"nothing retained on {topic} after {timeout}s")
+
+
 class Site:
     """The operator's keys, registry and broker, and the config of a member daemon."""
 

@@ -24,6 +24,7 @@ from tests.runtime.fleet.daemonkit import (
     retained,
     settled,
     wait_report,
+    wait_retained,
 )
 from tests.runtime.fleet.ocikit import flip_byte, raw_manifest
 from tests.runtime.trustkit import echo
@@ -61,6 +62,11 @@ def test_offline_gateway_converges_installs_removes_and_leaves_local_alone(
         metrics = r.read().decode()
     assert "wasmgate_fleet_serial 2.0" in metrics
     assert 'wasmgate_fleet_bundle_state{bundle="mine",state="local"} 1.0' in metrics
+    publish(mosquitto, REPORT, b"")  # the retained report is gone ...
+    mosquitto.stop()
+    mosquitto.start()  # ... and the daemon's reconnect puts it back
+    republished = wait_retained(mosquitto, REPORT)
+    assert (republished["serial"], republished["state"]) == (2, "applied")
 
 
 def test_registry_down_is_pending_then_converges_and_an_altered_blob_changes_nothing(
