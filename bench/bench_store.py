@@ -17,15 +17,13 @@ costs a request, in the same run.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.common import Figure, median, percentile, script_main
 from tests.fixtures.benchkit import BenchKit, payload
@@ -82,28 +80,11 @@ async def _backlog(path: Path, n: int) -> None:
             )
 
 
-class _Counter:
-    """Counts what arrives on one topic (paho's own thread: not what is measured)."""
-
-    def __init__(self, port: int, topic: str) -> None:
-        self.count = 0
-        self.last = 0.0
-        self._lock = threading.Lock()
-        # A persistent session: the broker keeps the subscription across its restart.
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, "bench-store", clean_session=False)
-        self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port)
-        self.client.subscribe(topic, qos=1)
-        self.client.loop_start()
-
-    def _on_message(self, *_: object) -> None:
-        with self._lock:
-            self.count += 1
-            self.last = time.perf_counter()
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+def _subscriber(port: int, topic: str, *count: str) -> subprocess.Popen[bytes]:
+    """``mosquitto_sub`` with a persistent session (a process of its own: a paho thread
+    in this process would take the GIL from the HTTP client being timed)."""
+    cmd = ["mosquitto_sub", "-p", str(port), "-t", topic, "-q", "1", "-i", "bench-store", "-c"]
+    return subprocess.Popen([*cmd, *count], stdout=subprocess.DEVNULL)
 
 
 def _request_ms(daemon: Daemon, body: bytes) -> float:
@@ -130,8 +111,10 @@ def with_daemon(root: Path, backlog: int, seconds: float) -> list[Figure]:
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": GATEWAY}
     daemon = kit.daemon(root / "daemon", config={"mqtt": mqtt | {"reconnect_max_s": 0.5}})
     asyncio.run(_backlog(root / "daemon" / "data" / "state" / "store.db", backlog))
-    counter = _Counter(broker.port, f"wasmgate/v1/{GATEWAY}/events/digits")
+    topic = f"wasmgate/v1/{GATEWAY}/events/digits"
+    _subscriber(broker.port, topic, "-E").wait(30)  # the session the broker keeps for it
     body = payload(np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32))
+    counter: subprocess.Popen[bytes] | None = None
     try:
         broker.stop()
         daemon.start(timeout=120)
@@ -139,11 +122,15 @@ def with_daemon(root: Path, backlog: int, seconds: float) -> list[Figure]:
         idle = _latencies_until(daemon, body, lambda: False, seconds)
         broker.start()
         back = time.perf_counter()  # the rate includes the daemon's reconnect (<= 0.5 s)
-        during = _latencies_until(daemon, body, lambda: counter.count >= backlog, 600)
-        rate = counter.count / (counter.last - back) if counter.count else 0.0
+        counter = _subscriber(broker.port, topic, "-C", str(backlog))
+        sub = counter
+        during = _latencies_until(daemon, body, lambda: sub.poll() is not None, 600)
+        rate = backlog / (time.perf_counter() - back) if counter.returncode == 0 else 0.0
     finally:
         daemon.stop()
-        counter.close()
+        if counter is not None and counter.poll() is None:
+            counter.kill()
+            counter.wait()
         broker.stop()
     configured = StoreSettings().drain_rate
     base_p50, base_p99 = median(idle), percentile(idle, 99)  # the backlog waiting
