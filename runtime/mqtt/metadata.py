@@ -60,6 +60,10 @@ class MetadataPublisher:
         self._published: set[str] = set()
 
     def publish(self) -> None:
+        if not self._client.connected:
+            # Nothing is queued while disconnected: the publish after the next connect
+            # sends every document and clears what was removed meanwhile.
+            return
         try:
             infos = self._service.list_models()
         except Exception:
