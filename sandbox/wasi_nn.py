@@ -20,12 +20,19 @@ Invariants:
   returns ``too_large`` and copies nothing. Without this, one request could pin
   contexts x tensor size of host memory (14 x 48 MiB from a 200 MiB guest).
 - Only models the ``ModelProvider`` hands out can run: the sandbox never loads bytes itself.
+- WasmEdge's single-step calls work on every model: a model has exactly one step, so the first
+  ``compute_single`` of a context runs it and the next returns ``END_OF_SEQUENCE`` (100) until
+  ``fini_single`` or a new ``set_input`` starts a new sequence. A WasmEdge streaming loop
+  (``while compute_single == 0: get_output_single``) therefore ends after one pass. WasmEdge
+  itself answers ``invalid_argument`` for these on non-GGML backends (documented difference).
+- ``load_by_name_with_config``'s config must be empty or a strict JSON object of at most
+  64 KiB (no duplicate keys, NaN or Infinity: else ``invalid_argument``); its keys are backend
+  options of WasmEdge's GGML backend and are logged as ignored. As in WasmEdge, a name already
+  loaded returns its graph whatever the config.
 """
 
 from __future__ import annotations
 
-import math
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,64 +40,43 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import wasmtime
 
-from wasmgate.sandbox.host_api import HOST_MODULE
-from wasmgate.sandbox.memory import GuestMemory, GuestPointerError, MissingMemoryError
-from wasmgate.sandbox.models import (
-    ModelHandle,
-    ModelProvider,
-    TensorSpec,
-    numpy_dtype,
-    shape_matches,
-)
-from wasmgate.sandbox.rawcall import CallbackKeeper, caller_memory, define_raw
+from wasmgate.sandbox.memory import GuestMemory
+from wasmgate.sandbox.models import ModelHandle, ModelProvider
 from wasmgate.sandbox.spans import span
+from wasmgate.sandbox.wasi_nn_abi import (
+    ENCODINGS,
+    F32,
+    TARGETS,
+    TENSOR,
+    UNSUPPORTED_ENCODINGS,
+    NnErrno,
+    NnError,
+    checked,
+    encoding_of,
+)
+from wasmgate.sandbox.wasi_nn_link import (
+    HOST_NN_FUNCTIONS,
+    NN_FUNCTIONS,
+    NN_MODULE,
+    define_wasi_nn,
+)
+from wasmgate.signing.envelope import EnvelopeFormatError, loads_strict
 
 __all__ = [
+    "ENCODINGS",
     "HOST_NN_FUNCTIONS",
     "NN_FUNCTIONS",
     "NN_MODULE",
+    "UNSUPPORTED_ENCODINGS",
     "NnErrno",
+    "NnError",
     "NnSession",
     "define_wasi_nn",
 ]
 
-NN_MODULE = "wasi_ephemeral_nn"
-
-
-class NnErrno:
-    """witx ``nn_errno`` values."""
-
-    SUCCESS = 0
-    INVALID_ARGUMENT = 1
-    INVALID_ENCODING = 2
-    MISSING_MEMORY = 3
-    BUSY = 4
-    RUNTIME_ERROR = 5
-    UNSUPPORTED_OPERATION = 6
-    TOO_LARGE = 7
-    NOT_FOUND = 8
-
-
-ENCODINGS = {1: "onnx", 4: "tensorflowlite", 5: "autodetect"}
-UNSUPPORTED_ENCODINGS = {0: "openvino", 2: "tensorflow", 3: "pytorch"}
-TARGETS = {0: "cpu", 1: "gpu", 2: "tpu"}
-_CURRENT_TYPES = {0: "FP16", 1: "FP32", 2: "FP64", 3: "UINT8", 4: "INT32", 5: "INT64"}
-_LEGACY_TYPES = {0: "FP16", 1: "FP32", 2: "UINT8", 3: "INT32"}
-_TENSOR = struct.Struct("<IIB3xII")
-_MAX_RANK = 16
-_F32 = 1  # wasi-nn tensor type FP32 (both numberings)
 _E = NnErrno
-
-
-class NnError(Exception):
-    """An errno with the reason logged for the operator."""
-
-    def __init__(self, errno: int, reason: str) -> None:
-        """``errno`` goes back to the guest, ``reason`` into the request log."""
-        super().__init__(reason)
-        self.errno = errno
+_MAX_CONFIG = 64 * 1024
 
 
 @dataclass
@@ -129,13 +115,15 @@ class NnSession:
         self._contexts: dict[int, _ExecContext] = {}
         self._next_graph = 0
         self._next_ctx = 0
+        self._stepped: set[int] = set()
+        """Contexts whose one single-step ran (``compute_single`` answers end of sequence)."""
 
     def load(  # noqa: PLR0917 - wasm ABI argument order
         self, mem: GuestMemory, builders: int, count: int, enc: int, tgt: int, out: int
     ) -> None:
         """``load``: build a graph from raw model bytes the provider accepts."""
         mem.check(out, 4)
-        encoding = _encoding(enc)
+        encoding = encoding_of(enc)
         if tgt not in TARGETS:
             raise NnError(_E.INVALID_ARGUMENT, f"unknown execution target {tgt}")
         if count != 1:
@@ -147,6 +135,22 @@ class NnSession:
         if handle is None:
             raise NnError(_E.NOT_FOUND, "model bytes are not a model this guest may load")
         mem.put_u32(out, self._add_graph(handle))
+
+    def load_by_name_with_config(  # noqa: PLR0917 - wasm ABI argument order
+        self, mem: GuestMemory, name_ptr: int, name_len: int, cfg_ptr: int, cfg_len: int, out: int
+    ) -> None:
+        """``load_by_name_with_config`` (WasmEdge): ``load_by_name`` after checking the config."""
+        mem.check(out, 4)
+        if cfg_len > _MAX_CONFIG:
+            raise NnError(_E.TOO_LARGE, f"config of {cfg_len} bytes, above {_MAX_CONFIG}")
+        raw = mem.read(cfg_ptr, cfg_len)
+        try:
+            config = loads_strict(raw) if raw.strip() else {}
+        except EnvelopeFormatError as e:
+            raise NnError(_E.INVALID_ARGUMENT, f"config: {e}") from e
+        if config:
+            self.log(f"wasi-nn load_by_name_with_config: ignored {sorted(config)[:8]}")
+        self.load_by_name(mem, name_ptr, name_len, out)
 
     def load_by_name(self, mem: GuestMemory, name_ptr: int, name_len: int, out: int) -> None:
         """``load_by_name``: a named model; the same name gives the same handle."""
@@ -180,9 +184,10 @@ class NnSession:
         specs = ec.graph.inputs
         if not 0 <= index < len(specs):
             raise NnError(_E.INVALID_ARGUMENT, f"input index {index} out of range")
-        fields = _TENSOR.unpack(mem.read(tensor_ptr, 20))
-        dims, dtype = _checked(mem, specs[index], fields)
+        fields = TENSOR.unpack(mem.read(tensor_ptr, 20))
+        dims, dtype = checked(mem, specs[index], fields)
         old = ec.inputs.pop(index, None)
+        self._stepped.discard(ctx)  # new input, new sequence
         self._release(ec.outputs)
         ec.outputs = None
         self._release([] if old is None else [old])
@@ -242,8 +247,8 @@ class NnSession:
         if len(model.inputs) != 1:
             raise NnError(_E.INVALID_ARGUMENT, f"nn_infer_f32 needs one input, model has "
                           f"{len(model.inputs)}")  # fmt: skip
-        fields = (dims_ptr, rank, _F32, data_ptr, data_len)
-        dims, dtype = _checked(mem, model.inputs[0], fields)
+        fields = (dims_ptr, rank, F32, data_ptr, data_len)
+        dims, dtype = checked(mem, model.inputs[0], fields)
         x = self._copy_in(mem, dims, dtype, data_ptr, data_len)
         try:
             outputs = self._infer(model, [x])
@@ -279,6 +284,28 @@ class NnSession:
         mem.put_u32(out, arr.nbytes)
         return _E.SUCCESS
 
+    def compute_single(self, ctx: int) -> int:
+        """``compute_single`` (WasmEdge): the one step of the model, then end of sequence."""
+        self._ctx(ctx)
+        if ctx in self._stepped:
+            return _E.END_OF_SEQUENCE
+        self.compute(ctx)
+        self._stepped.add(ctx)
+        return _E.SUCCESS
+
+    def get_output_single(  # noqa: PLR0917 - wasm ABI argument order
+        self, mem: GuestMemory, ctx: int, index: int, buf: int, cap: int, out: int
+    ) -> int:
+        """``get_output_single`` (WasmEdge): the output of the last step (``get_output``)."""
+        return self.get_output(mem, ctx, index, buf, cap, out)
+
+    def fini_single(self, ctx: int) -> None:
+        """``fini_single`` (WasmEdge): end the sequence; the context stays usable."""
+        ec = self._ctx(ctx)
+        self._release(ec.outputs)
+        ec.outputs = None
+        self._stepped.discard(ctx)
+
     def unload(self, graph: int) -> None:
         """``unload`` (WasmEdge): forget a graph handle."""
         self._graph(graph)
@@ -290,6 +317,7 @@ class NnSession:
         ec = self._ctx(ctx)
         self._release([*ec.inputs.values(), *(ec.outputs or [])])
         del self._contexts[ctx]
+        self._stepped.discard(ctx)
 
     def _charge(self, nbytes: int, what: str) -> None:
         held = self.host_bytes + nbytes
@@ -327,107 +355,3 @@ class NnSession:
         if ctx not in self._contexts:
             raise NnError(_E.INVALID_ARGUMENT, f"no execution context {ctx & 0xFFFF_FFFF}")
         return self._contexts[ctx]
-
-
-def _checked(
-    mem: GuestMemory, spec: TensorSpec, fields: tuple[int, int, int, int, int]
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    """Check a tensor (dims pointer, rank, type, data pointer, length) against ``spec``."""
-    dims_ptr, rank, ty, _data_ptr, data_len = fields
-    if rank > _MAX_RANK:
-        raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {_MAX_RANK}")
-    dims = struct.unpack(f"<{rank}I", mem.read(dims_ptr, 4 * rank))
-    dtype = _check_type(ty, spec.datatype)
-    _check_shape(dims, spec.shape)
-    if math.prod(dims) * dtype.itemsize != data_len:
-        need = math.prod(dims) * dtype.itemsize
-        raise NnError(_E.INVALID_ARGUMENT, f"data is {data_len} bytes, dims need {need}")
-    return dims, dtype
-
-
-def _encoding(enc: int) -> str:
-    if enc in ENCODINGS:
-        return ENCODINGS[enc]
-    name = UNSUPPORTED_ENCODINGS.get(enc, f"#{enc & 0xFFFF_FFFF}")
-    raise NnError(_E.INVALID_ENCODING, f"graph encoding {name} is not supported")
-
-
-def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
-    accepted = {_CURRENT_TYPES.get(ty), _LEGACY_TYPES.get(ty)}
-    if datatype == "INT8" and "UINT8" in accepted:
-        accepted.add("INT8")
-    if datatype not in accepted:
-        named = " or ".join(sorted({t for t in accepted if t is not None})) or "unknown"
-        msg = f"tensor type {named} (wasi-nn type {ty}) does not match the model's {datatype}"
-        raise NnError(_E.INVALID_ARGUMENT, msg)
-    return numpy_dtype(datatype)
-
-
-def _check_shape(dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
-    if not shape_matches(shape, dims):
-        raise NnError(
-            _E.INVALID_ARGUMENT, f"dims {list(dims)} do not fit model shape {list(shape)}"
-        )
-
-
-Call = Callable[..., int]
-NN_FUNCTIONS: dict[str, int] = {
-    "load": 5,
-    "load_by_name": 3,
-    "init_execution_context": 2,
-    "set_input": 3,
-    "compute": 1,
-    "get_output": 5,
-    "unload": 1,
-    "finalize_execution_context": 1,
-}
-_NEEDS_MEMORY = {
-    "load",
-    "load_by_name",
-    "init_execution_context",
-    "set_input",
-    "get_output",
-    "infer_f32",
-}
-HOST_NN_FUNCTIONS: dict[str, tuple[str, int]] = {"nn_infer_f32": ("infer_f32", 8)}
-"""The fused calls in the ``wasmgate`` module: import name -> (session method, arity)."""
-
-
-def define_wasi_nn(
-    linker: wasmtime.Linker, keeper: CallbackKeeper, current: Callable[[], NnSession]
-) -> None:
-    """Define the 8 ``wasi_ephemeral_nn`` functions and the fused ``wasmgate.nn_*`` ones;
-    ``current()`` gives the caller's session."""
-    for name, arity in NN_FUNCTIONS.items():
-        call = _host(name, current)
-        define_raw(linker, keeper, NN_MODULE, name, (arity, 1), call, error=_E.RUNTIME_ERROR)
-    for name, (method, arity) in HOST_NN_FUNCTIONS.items():
-        call = _host(method, current)
-        define_raw(linker, keeper, HOST_MODULE, name, (arity, 1), call, error=_E.RUNTIME_ERROR)
-
-
-def _host(name: str, current: Callable[[], NnSession]) -> Call:
-    needs_memory = name in _NEEDS_MEMORY
-
-    def call(caller: Any, *args: int) -> int:
-        try:
-            session = current()
-        except Exception:
-            return _E.RUNTIME_ERROR  # no request is bound to this thread: never raise
-        try:
-            method = getattr(session, name)
-            result = method(caller_memory(caller), *args) if needs_memory else method(*args)
-        except NnError as e:
-            session.log(f"wasi-nn {name}: {e}")
-            return e.errno
-        except GuestPointerError as e:
-            session.log(f"wasi-nn {name}: bad pointer: {e}")
-            return _E.INVALID_ARGUMENT
-        except MissingMemoryError:
-            return _E.MISSING_MEMORY
-        except Exception as e:
-            session.log(f"wasi-nn {name}: host error: {e!r}")
-            return _E.RUNTIME_ERROR
-        return int(result) if isinstance(result, int) else _E.SUCCESS
-
-    return call

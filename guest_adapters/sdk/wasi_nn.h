@@ -90,6 +90,8 @@ int32_t wasi_nn_get_output(wasi_nn_context ctx, uint32_t index, uint8_t *buf, ui
 #define WASI_NN_ERRNO_UNSUPPORTED_OPERATION 6
 #define WASI_NN_ERRNO_TOO_LARGE 7
 #define WASI_NN_ERRNO_NOT_FOUND 8
+/* WasmEdge: compute_single has no further step (wasmgate: after a model's one step). */
+#define WASI_NN_ERRNO_END_OF_SEQUENCE 100
 
 /* One part of a model given to load(): ONNX and TFLite use exactly one (the file bytes). */
 typedef struct {
@@ -105,5 +107,19 @@ WASI_NN_IMPORT("unload")
 int32_t wasi_nn_unload(wasi_nn_graph graph);
 WASI_NN_IMPORT("finalize_execution_context")
 int32_t wasi_nn_finalize_execution_context(wasi_nn_context ctx);
+/* load_by_name with a JSON object of backend options (WasmEdge's GGML keys are accepted and
+ * ignored; the config must be empty or strict JSON of at most 64 KiB). */
+WASI_NN_IMPORT("load_by_name_with_config")
+int32_t wasi_nn_load_by_name_with_config(const char *name, uint32_t name_len, const char *config,
+                                         uint32_t config_len, wasi_nn_graph *graph);
+/* Single-step calls: a wasmgate model has one step, so the first compute_single runs it,
+ * the next returns WASI_NN_ERRNO_END_OF_SEQUENCE until fini_single or a new set_input. */
+WASI_NN_IMPORT("compute_single")
+int32_t wasi_nn_compute_single(wasi_nn_context ctx);
+WASI_NN_IMPORT("get_output_single")
+int32_t wasi_nn_get_output_single(wasi_nn_context ctx, uint32_t index, uint8_t *out_buffer,
+                                  uint32_t out_buffer_max_size, uint32_t *bytes_written);
+WASI_NN_IMPORT("fini_single")
+int32_t wasi_nn_fini_single(wasi_nn_context ctx);
 
 #endif /* WASMGATE_WASI_NN_H */

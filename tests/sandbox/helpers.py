@@ -102,6 +102,10 @@ FN = {
     "unload": 6,
     "finalize_execution_context": 7,
     "nn_infer_f32": 8,
+    "load_by_name_with_config": 9,
+    "compute_single": 10,
+    "get_output_single": 11,
+    "fini_single": 12,
 }
 
 

@@ -160,7 +160,7 @@ def test_initial_table_above_request_limit(engine: SandboxEngine) -> None:
         (lambda: module('(table 200000 funcref) (export "t" (table 0))'), "initial table"),
         (lambda: module('(import "env" "system" (func))'), "unknown import `env::system`"),
         (
-            lambda: module('(import "wasi_ephemeral_nn" "load_by_name_with_config" (func))'),
+            lambda: module('(import "wasi_ephemeral_nn" "set_input_by_name" (func))'),
             "unsupported wasi-nn extension",
         ),
         (

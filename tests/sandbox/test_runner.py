@@ -145,6 +145,17 @@ def test_cli_like_wasmedge(command: Path, workdir: Path) -> None:
     assert (proc.returncode, proc.stdout) == (3, EXPECTED), proc.stderr
 
 
+def test_cli_runs_a_guest_using_wasmedges_single_step_calls(command: Path, workdir: Path) -> None:
+    # The guest imports load_by_name_with_config, compute_single, get_output_single and
+    # fini_single (a WasmEdge LLM-style loop); run-guest links them and the loop ends after
+    # the model's one step (exit 0 only if exactly one step ran and fini_single succeeded).
+    proc = cli(
+        str(command), "--dir", ".:.", "--nn-preload", "default:ONNX:CPU:model.onnx",
+        "--", "single", "input.bin", cwd=workdir,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, EXPECTED), proc.stderr
+
+
 def test_cli_errors(command: Path, workdir: Path) -> None:
     proc = cli(str(command), "--nn-preload", "default:ONNX:CPU:missing.onnx", cwd=workdir)
     assert proc.returncode == 1

@@ -7,7 +7,9 @@
  * kind 0 = the value itself; kind 1 = payload base + value (a pointer into the payload,
  * where the host's out-values land). Output: nops errnos (u32) then the payload as the host
  * left it. fn ids: 0 load, 1 load_by_name, 2 init_execution_context, 3 set_input,
- * 4 compute, 5 get_output, 6 unload, 7 finalize_execution_context, 8 wasmgate.nn_infer_f32. */
+ * 4 compute, 5 get_output, 6 unload, 7 finalize_execution_context, 8 wasmgate.nn_infer_f32,
+ * and WasmEdge's 9 load_by_name_with_config, 10 compute_single, 11 get_output_single,
+ * 12 fini_single. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,10 @@ static int32_t call(uint32_t fn, const uint32_t *a) {
     case 6: return wasi_nn_unload(a[0]);
     case 7: return wasi_nn_finalize_execution_context(a[0]);
     case 8: return wg_nn_infer_f32_raw(a[0], P(1), a[2], P(3), a[4], P(5), a[6], P(7));
+    case 9: return wasi_nn_load_by_name_with_config(P(0), a[1], P(2), a[3], P(4));
+    case 10: return wasi_nn_compute_single(a[0]);
+    case 11: return wasi_nn_get_output_single(a[0], a[1], P(2), a[3], P(4));
+    case 12: return wasi_nn_fini_single(a[0]);
     default: return -1;
     }
 }
