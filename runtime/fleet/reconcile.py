@@ -60,6 +60,8 @@ class BundleOutcome:
     state: BundleState
     error: str | None = None
     staged_percent: int | None = None
+    downgraded_from: int | None = None
+    """The version a signed downgrade replaced (the event is also logged by the store)."""
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,8 @@ class Reconciler:
         except Exception as e:  # a refused artifact (digest, size), a bad ref, ...
             log.warning("fleet: pulling %s failed: %s", want.ref, e)
             return _outcome(want, "failed", describe_error(e))
-        takeover = want.name in self._registry.table.slots()
-        if not takeover:
+        slot = self._registry.table.slots().get(want.name)
+        if slot is None:
             await self._own(want.name, owned=True)  # before: a crash right after must not orphan it
         try:
             await self._registry.install(
@@ -220,7 +222,10 @@ class Reconciler:
         except BundleRejected as e:
             return _outcome(want, "failed", str(e))
         await self._own(want.name, owned=True)
-        return _outcome(want, "applied")
+        outcome = _outcome(want, "applied")
+        if slot is not None and slot.current.version > want.version:
+            outcome.downgraded_from = slot.current.version
+        return outcome
 
     async def _satisfied(self, want: Want) -> bool:
         """Whether ``want`` already serves as asked (promoting or aborting a candidate)."""

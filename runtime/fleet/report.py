@@ -121,6 +121,7 @@ class Reporter:
                     "state": "local",
                     "error": None,
                     "staged_percent": None,
+                    "downgraded_from": None,
                 }
         return dict(sorted(out.items()))
 

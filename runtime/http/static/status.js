@@ -176,7 +176,8 @@ function fleetCard(report) {
     const row = table.insertRow();
     row.dataset.name = name;
     const pct = b.staged_percent ? ` (${b.staged_percent}%)` : "";
-    [name, `v${b.version}${pct}`].forEach((t) => row.append(el("td", t)));
+    const down = b.downgraded_from ? ` (down from v${b.downgraded_from})` : "";
+    [name, `v${b.version}${pct}${down}`].forEach((t) => row.append(el("td", t)));
     const state = el("td");
     state.append(el("span", b.state, `badge ${FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""}`));
     row.append(state, el("td", b.error || "–"));

@@ -161,6 +161,7 @@ async def test_a_granted_downgrade_installs_the_lower_version(tmp_path: Path, sh
         await settled(rec, lambda r: r.record.serial == 2 and done(r))
         assert (rec.state, serving(st)) == ("applied", {"probe": 1})
         assert st.store.floors() == {"probe": 1}  # the floor went down with it, signed
+        assert rec.bundles["probe"].downgraded_from == 2  # reported
 
 
 async def test_an_unexpected_error_is_pending_and_retried_not_the_end_of_the_fleet(

@@ -49,6 +49,7 @@ async def test_report_format_local_bundles_refusals_and_metrics(
             "state": "applied",
             "error": None,
             "staged_percent": None,
+            "downgraded_from": None,
         }
         assert report["bundles"]["mine"]["state"] == "local"
         assert report["time"].endswith("Z")
