@@ -6,6 +6,7 @@ its own time and request count.
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -33,9 +34,20 @@ def kit(tmp_path: Path, models: object) -> BenchKit:
     return kit
 
 
-def example_bundle(kit: BenchKit, name: str, version: int = 1) -> Path:
-    """Sign the bundled example adapter ``name`` (``guest_adapters/examples``) into the kit."""
+def example_bundle(
+    kit: BenchKit, name: str, version: int = 1, *, deadline_ms: int | None = None
+) -> Path:
+    """Sign the bundled example adapter ``name`` (``guest_adapters/examples``) into the kit.
+
+    ``deadline_ms`` replaces the manifest's ``[limits] deadline_ms`` (the examples ask for
+    1 s, which queueing alone can spend on a loaded machine: then 504 tells nothing)."""
     src = stage_example(name, kit.root / "examples")
+    if deadline_ms is not None:
+        manifest = src / "bundle.toml"
+        line = f"deadline_ms = {deadline_ms}"
+        text, n = re.subn(r"(?m)^deadline_ms = \d+$", line, manifest.read_text())
+        assert n == 1, f"{manifest}: no single [limits] deadline_ms to replace"
+        manifest.write_text(text)
     out = kit.bundle_dir / f"{name}-{version}.wgb"
     build_bundle(src, kit.key, out, version=version)
     return out

@@ -7,6 +7,12 @@ Payloads: random bytes, empty, huge (beyond ``mqtt.max_payload_bytes``), malform
 JSON of the wrong types, bad binary-header properties. Proves: no crash, every MQTT 5
 request with a reply address gets an error answer (4xx, never 5xx), and the bridge still
 answers a good request afterwards.
+
+Several hundred requests arrive at once, so the last ones queue for seconds on a loaded
+machine: the bundle and the daemon get a deadline far beyond that (``DEADLINE_MS``), so a
+504 (deadline exceeded) can only be a real hang and fails the test like any other 5xx. A
+requester's ``timeout_ms`` cannot do this: it only shortens the deadline the bundle's
+``[limits] deadline_ms`` and the daemon's ``limits.deadline_ms`` allow.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from tests.runtime.mqtt.requester import Requester
 ROOT = "wasmgate/v1/gw-fuzz"
 REPLIES = "fuzz/replies"
 MAX_PAYLOAD = 64 * 1024
+DEADLINE_MS = 90_000  # beyond the waits below: an answer that late fails them, never as 504
 GOOD = json.dumps([0, 0, 2, 14, 13, 3, 0, 0] * 8).encode()
 
 
@@ -79,10 +86,11 @@ async def test_fuzzed_payloads_on_every_topic_kind(
     daemon_factory: Callable[..., Daemon],
 ) -> None:
     kit = BenchKit(tmp_path_factory.mktemp("kit"))
-    example_bundle(kit, "digits")
+    example_bundle(kit, "digits", deadline_ms=DEADLINE_MS)
     mqtt = {"host": "127.0.0.1", "port": mosquitto.port, "gateway_id": "gw-fuzz",
             "max_payload_bytes": MAX_PAYLOAD}  # fmt: skip
-    daemon = daemon_factory(config=kit.config({"mqtt": mqtt}))
+    limits = {"deadline_ms": DEADLINE_MS}
+    daemon = daemon_factory(config=kit.config({"mqtt": mqtt, "limits": limits}))
     rng = random.Random(9)
     payloads = _payloads(rng)
     dev = Requester(mosquitto.port, client_id="fuzzer").connect(REPLIES)
