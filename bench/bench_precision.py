@@ -1,4 +1,6 @@
-"""INT8 vs FP32 latency (and digits accuracy); LiteRT vs ONNX Runtime on the same INT8 model.
+"""INT8 vs FP32 latency (and digits accuracy); LiteRT vs ONNX Runtime on the same INT8 model;
+INT4 weight-only vs INT8 vs FP32 on the generated transformer-style model (latency, size and
+agreement with FP32).
 
 ``python -m bench.bench_precision [--rounds R] [--json OUT]``
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +25,10 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from bench.common import Figure, format_table, median, write_json
-from tests.fixtures.models import get_models
+from tests.fixtures.models import generator, get_models
 from wasmgate.device_profiles import DeviceProfile, detect
+from wasmgate.guest_adapters.quantize import quantize_model
+from wasmgate.guest_adapters.quantize_int4 import quantize_int4
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 
 Array = npt.NDArray[Any]
@@ -95,11 +100,37 @@ def digits_figures(profile: DeviceProfile, rounds: int) -> list[Figure]:
     ]  # fmt: skip
 
 
+def transformer_figures(profile: DeviceProfile, rounds: int) -> list[Figure]:
+    """FP32, dynamic INT8 and INT4 (block 32) variants of the transformer-style model."""
+    gen = generator("gen_transformer")
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "t-fp32.onnx"
+        fp32.write_bytes(gen.transformer_onnx())
+        x, y = gen.labelled(fp32.read_bytes())
+        quantize_model(fp32, Path(tmp) / "t-int8.onnx")
+        quantize_int4(fp32, Path(tmp) / "t-int4.onnx", block_size=32)
+        paths = {p: Path(tmp) / f"t-{p}.onnx" for p in ("fp32", "int8", "int4")}
+        models = {p: load("onnx", path, profile, p) for p, path in paths.items()}
+        size = {p: path.stat().st_size / 1024 for p, path in paths.items()}
+    t = {k: v * 1e6 for k, v in interleaved(models, x[:1], rounds).items()}
+    acc = {k: accuracy(v, x, y)[0] * 100 for k, v in models.items()}
+    name = "transformer"
+    return [
+        Figure(name, "ORT int4 latency", t["int4"], "us", "ORT int8", t["int8"]),
+        Figure(name, "ORT int4 latency ", t["int4"], "us", "ORT fp32", t["fp32"]),
+        Figure(name, "int4 file size", size["int4"], "KiB", "int8 file", size["int8"]),
+        Figure(name, "int4 file size ", size["int4"], "KiB", "fp32 file", size["fp32"]),
+        Figure(name, "int4 agrees with fp32 %", acc["int4"], "%", "int8", acc["int8"],
+               lower_is_better=False),
+    ]  # fmt: skip
+
+
 def run(quick: bool) -> list[Figure]:
     """The suite's entry: 100 rounds (``quick``: 5)."""
     rounds = 5 if quick else 100
     profile = detect().profile
-    return mobilenet_figures(profile, max(5, rounds // 4)) + digits_figures(profile, rounds * 10)
+    figures = mobilenet_figures(profile, max(5, rounds // 4)) + digits_figures(profile, rounds * 10)
+    return figures + transformer_figures(profile, rounds * 4)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -110,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     profile = detect().profile
     figures = mobilenet_figures(profile, max(20, args.rounds // 4))
     figures += digits_figures(profile, args.rounds * 10)
+    figures += transformer_figures(profile, args.rounds * 4)
     print(f"profile {profile.name}, ORT {ort.__version__}, {os.cpu_count()} CPUs, batch 1")
     print("ratio = value / baseline (latency: < 1 means faster than the baseline)")
     print(format_table(figures))

@@ -12,7 +12,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Arch = Literal["x86_64", "aarch64"]
-Precision = Literal["int8", "bf16", "fp16", "fp32"]
+Precision = Literal["int4", "int8", "bf16", "fp16", "fp32"]
 GraphOptimization = Literal["disable", "basic", "extended", "layout", "all"]
 OptionValue = str | int | float | bool
 

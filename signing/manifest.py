@@ -34,7 +34,7 @@ FILE_NAME_RE = NAME_RE
 MAX_FILES = 256
 Name = Annotated[str, Field(pattern=NAME_RE)]
 FileName = Annotated[str, Field(pattern=FILE_NAME_RE)]
-Precision = Literal["fp32", "int8", "bf16", "fp16"]
+Precision = Literal["fp32", "int8", "int4", "bf16", "fp16"]
 Datatype = Literal[
     "FP32", "FP16", "BF16", "FP64", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL", "BYTES"
 ]

@@ -1,7 +1,10 @@
-"""`wasmgate quantize`: quantize an ONNX model to INT8 (static QDQ with calibration data).
+"""`wasmgate quantize`: quantize an ONNX model to INT8 (static QDQ with calibration data),
+or its MatMul weights to INT4.
 
     wasmgate quantize MODEL.onnx --calibration TRAIN.npz [--labels TEST.npz] --out MODEL-int8.onnx
     wasmgate quantize MODEL.onnx --out MODEL-int8.onnx          # dynamic; refused for CNNs
+    wasmgate quantize MODEL.onnx --int4 [--block-size 32] [--asymmetric] [--labels TEST.npz] \
+        --out MODEL-int4.onnx                                   # weight-only, MatMulNBits
 
 ``.npz`` files hold one float array per model input (by input name, or ``x`` for a one-input
 model); ``--labels`` files also hold ``y`` (class per row; for a one-output sigmoid model,
@@ -24,6 +27,7 @@ from wasmgate.guest_adapters.quantize import (
     load_npz,
     quantize_model,
 )
+from wasmgate.guest_adapters.quantize_int4 import BLOCK_SIZES, quantize_int4
 from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers, plain_text
 
 DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
@@ -32,7 +36,7 @@ DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "quantize",
-        help="Quantize an ONNX model to INT8.",
+        help="Quantize an ONNX model to INT8 (or its MatMul weights to INT4).",
         description=plain_text(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,6 +62,27 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="one weight scale per tensor instead of per channel",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    int4 = parser.add_argument_group("INT4 weight-only (MatMulNBits)")
+    int4.add_argument(
+        "--int4",
+        action="store_true",
+        help="4-bit weights for every constant-weight MatMul, fp32 activations (no calibration)",
+    )
+    int4.add_argument(
+        "--block-size",
+        type=int,
+        default=32,
+        choices=BLOCK_SIZES,
+        help="weights per scale along K (default 32; smaller: more accurate, larger file)",
+    )
+    sym = int4.add_mutually_exclusive_group()
+    sym.add_argument(
+        "--symmetric", dest="symmetric", action="store_true", default=True,
+        help="no zero points (default)",
+    )  # fmt: skip
+    sym.add_argument(
+        "--asymmetric", dest="symmetric", action="store_false", help="a zero point per block"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -89,6 +114,8 @@ def _quantize(args: argparse.Namespace) -> int:
         raise CliError(
             "--out must differ from the input model (it would be overwritten)", EXIT_USAGE
         )
+    if args.int4:
+        return _int4(args, model, out)
     calibration = load_npz(args.calibration) if args.calibration else None
     labelled, label_note = None, ""
     if args.labels:
@@ -138,3 +165,25 @@ def _report(
             f"({delta:+.2f} points)"
         )
     print(f"wrote {out}")
+
+
+def _int4(args: argparse.Namespace, model: Path, out: Path) -> int:
+    if args.calibration:
+        raise CliError("--int4 quantizes weights only: --calibration does not apply", EXIT_USAGE)
+    labelled = _labelled(load_npz(args.labels), args.labels) if args.labels else None
+    result = quantize_int4(
+        model, out, block_size=args.block_size, symmetric=args.symmetric, labelled=labelled
+    )
+    zero = "symmetric" if args.symmetric else "asymmetric, a zero point per block"
+    print(f"mode: int4 weight-only (MatMulNBits, block size {args.block_size}, {zero})")
+    print(f"matmuls: {result.quantized} of {result.matmuls} packed to 4 bits")
+    ratio = result.int4_bytes / result.fp32_bytes
+    print(f"size: fp32 {result.fp32_bytes:,} B -> int4 {result.int4_bytes:,} B ({ratio:.2f}x)")
+    if labelled is not None and result.accuracy_fp32 is not None:
+        acc4 = result.accuracy_int4 or 0.0
+        print(
+            f"accuracy on {len(labelled[1])} labelled samples: fp32 {result.accuracy_fp32:.4f}, "
+            f"int4 {acc4:.4f} ({(acc4 - result.accuracy_fp32) * 100:+.2f} points)"
+        )
+    print(f"wrote {out}")
+    return EXIT_OK

@@ -52,9 +52,18 @@ def test_profiles_are_complete(profile: DeviceProfile) -> None:
 
 def test_graviton3_is_the_bf16_profile() -> None:
     graviton = load_profile("aws-graviton3")
-    assert graviton.precision[0] == "bf16"
+    # INT4 weight-only first (a bundle ships it only for matmul-heavy models), then BF16.
+    assert graviton.precision[:2] == ["int4", "bf16"]
     assert {"bf16", "i8mm"} <= set(graviton.cpu.features)
     assert [p.name for p in load_all() if "bf16" in p.precision] == ["aws-graviton3"]
+
+
+def test_int4_only_where_the_cpu_ep_runs_matmulnbits() -> None:
+    # MatMulNBits is an ONNX Runtime CPU-EP kernel: NPU/GPU boards never ask for int4.
+    with_int4 = {p.name for p in load_all() if "int4" in p.precision}
+    assert with_int4 == {"generic-x86_64", "generic-arm64", "raspberry-pi-5", "aws-graviton3"}
+    for name in with_int4:
+        assert load_profile(name).onnxruntime.providers[0].name == "CPUExecutionProvider"
 
 
 def test_load_by_path_and_unknown_names(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def test_show_json_round_trips(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["show", "aws-graviton3", "--json"], capsys)
     assert code == 0
     data = json.loads(out)
-    assert data["precision"] == ["bf16", "int8", "fp32"]
+    assert data["precision"] == ["int4", "bf16", "int8", "fp32"]
 
 
 def test_show_says_what_is_unverified_on_real_hardware(
