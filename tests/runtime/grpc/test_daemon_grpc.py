@@ -162,6 +162,9 @@ def test_grpc_deadline_stops_the_run_and_overload_is_unavailable(
     while _metric(daemon, 'wasmgate_runs_cancelled_total{model="slow"}') <= before:
         assert time.monotonic() < end, "the slow run was not cancelled at its gRPC deadline"
         time.sleep(0.1)
+    while _metric(daemon, 'wasmgate_in_flight{name="slow"}') > 0:  # its slot is freed too
+        assert time.monotonic() < end, "the slow model's slot was never freed"
+        time.sleep(0.1)
     # The V2 timeout parameter is a server-side deadline too: the daemon answers it.
     late = _failure(lambda: client.infer("slow", _x(x), timeout=300_000))
     assert late.status() == "StatusCode.DEADLINE_EXCEEDED", late.message()
