@@ -14,7 +14,9 @@ from bench.suite import SCENARIOS
 from tests.fixtures.models import REPO
 
 
-@pytest.mark.timeout(600)
+# Hang guards only: the quick suite took ~8 min at load 12-16 on the 2-core CI VM (560 s
+# was too close); figures are never judged here.
+@pytest.mark.timeout(1260)
 def test_quick_suite_runs_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "quick.json"
     done = subprocess.run(
@@ -22,7 +24,7 @@ def test_quick_suite_runs_every_scenario(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=560,
+        timeout=1200,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
