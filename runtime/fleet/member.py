@@ -150,6 +150,10 @@ def plan_of(doc: FleetDoc) -> Plan:
     )
 
 
+PULL_CACHE_MAX_AGE_S = 24 * 3600.0
+"""Pulled bundles older than this are dropped from ``<state_dir>/pulled`` after each pull."""
+
+
 def registry_pull(settings: Settings) -> Pull:
     """oci's `BundlePuller` as the reconciler's `Pull`: an unreachable registry (after the
     puller's own retries) defers the bundle; every other error (a refused artifact) fails it."""
@@ -161,8 +165,11 @@ def registry_pull(settings: Settings) -> Pull:
 
     async def pull(ref: str) -> Path:
         try:
-            return (await puller.pull(ref)).path
+            pulled = await puller.pull(ref)
         except RegistryUnavailable as e:
             raise PullDeferred(str(e)) from e
+        keep = (pulled.digest, pulled.layer_digest)
+        await asyncio.to_thread(puller.cache.prune_stale, PULL_CACHE_MAX_AGE_S, keep)
+        return pulled.path
 
     return pull

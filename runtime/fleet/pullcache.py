@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,6 +88,20 @@ class PullCache:
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(self.root)
+
+    def prune_stale(self, max_age_s: float, keep: Iterable[str] = ()) -> list[str]:
+        """Delete held files older than ``max_age_s`` (by write time) unless in ``keep``.
+
+        Why by age: a pulled bundle is only needed until the store has installed it (or a
+        restart resumes the document that wanted it), so the cache must not grow with every
+        digest a long-lived gateway ever pulled; a day covers any resume."""
+        cutoff = time.time() - max_age_s
+        recent = [
+            f"sha256:{e.name}"
+            for e in self.root.iterdir()
+            if e.is_file() and e.stat().st_mtime >= cutoff
+        ]
+        return self.prune([*keep, *recent])
 
     def prune(self, keep: Iterable[str]) -> list[str]:
         """Delete every held file whose digest is not in ``keep``; returns the deleted."""
