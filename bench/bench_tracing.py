@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -116,8 +117,20 @@ def daemons(root: Path, digits: Path, before: bool) -> Iterator[dict[str, Daemon
             daemon = kit.daemon(root / name, config=config, env=env)
             daemon.start(timeout=120)
             stack.callback(daemon.stop)
+            if name == "before" and not _serves_digits(daemon):
+                # Bundles are built by this tree: an older daemon may refuse a newer format.
+                print("bench_tracing: the 'before' daemon refuses this tree's bundle; no figures")
+                continue
             started[name] = daemon
         yield started
+
+
+def _serves_digits(daemon: Daemon) -> bool:
+    try:
+        with urllib.request.urlopen(f"{daemon.url}/v2/models/digits/ready", timeout=30) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def _p50s(
