@@ -46,6 +46,7 @@ from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field import setup as field_setup
 from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.field.events import StoredEvents
+from wasmgate.runtime.field.samples import StoredSamples
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
@@ -267,9 +268,11 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     registry.on_change.append(lambda: m.set_expired(registry.expired))
     cloud = app.get(CLOUD)
     events = StoredEvents(app[STORE]) if settings.mqtt.host is not None else None
+    samples = StoredSamples(app[STORE], settings.samples)
+    status.add_provider(app, "samples", samples.status)
     service = InferenceService(
         registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m,
-        events=events, deferrer=_deferrer(app),
+        events=events, deferrer=_deferrer(app), samples=samples,
     )  # fmt: skip
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)

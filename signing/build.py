@@ -49,6 +49,11 @@ the key id, then signs. Every key except the file paths maps 1:1 to the manifest
     max_bytes = 65536                # keys + values
     max_keys = 1024
 
+    [samples]                        # hard examples kept for retraining (absent: none)
+    keep_payload = true              # the payload may be kept and shipped (default false)
+    rate = 0.1                       # share of low-confidence requests kept (0..1)
+    max_per_hour = 60                # max_bytes = one sample's cap (payload + answers)
+
     [selftest]
     payload_b64 = "..."
     expect_status = 0

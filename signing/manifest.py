@@ -171,6 +171,21 @@ class StateGrant(_Strict):
     max_keys: int = Field(ge=1, le=100_000)
 
 
+class SamplesGrant(_Strict):
+    """``[samples]``: hard examples (low confidence, cloud disagreement) may be kept on the
+    gateway and shipped for retraining. Absent or ``keep_payload = false``: nothing is kept.
+    The daemon's config ``[samples]`` may only tighten these (lower rate and caps)."""
+
+    keep_payload: bool = False
+    """The device payload may be kept on disk and leave the gateway with its answers."""
+    rate: float = Field(default=1.0, ge=0, le=1)
+    """Share of the eligible requests kept (0..1, drawn at random per request)."""
+    max_per_hour: int = Field(default=60, ge=0, le=1_000_000)
+    """Samples kept at most per rolling hour for this adapter."""
+    max_bytes: int = Field(default=64 * 1024, ge=1, le=16 * 1024 * 1024)
+    """Largest sample kept (payload plus both answers); a larger one is skipped and counted."""
+
+
 class SelfTest(_Strict):
     """A payload run once after loading; ``expect_status`` is the guest status expected."""
 
@@ -201,6 +216,8 @@ class Manifest(_Strict):
     """None (not written) when the bundle declares no gates, so older daemons still parse it."""
     state: StateGrant | None = None
     """None (not written): the adapter's ``state_*`` calls answer "not granted"."""
+    samples: SamplesGrant | None = None
+    """None (not written): no sample of this bundle's requests is ever kept."""
     variables: dict[Name, Variable] | None = Field(default=None, max_length=256)
     """The params an operator may override per site; None (not written): none may."""
 

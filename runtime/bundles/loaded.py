@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 from wasmgate.sandbox.state import AdapterState
+from wasmgate.signing.manifest import SamplesGrant
 from wasmgate.signing.variables import Variable
 
 log = logging.getLogger("wasmgate.bundles")
@@ -173,6 +174,8 @@ class LoadedBundle:
     """The params an operator may override (``[variables]``); ``params`` holds the result."""
     signed_params: Mapping[str, bool | int | float | str] = field(default_factory=dict)
     """The manifest's ``[params]`` as signed (typed)."""
+    samples: SamplesGrant | None = None
+    """The manifest's ``[samples]`` (hard examples it allows keeping); None: none."""
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False

@@ -218,6 +218,7 @@ def _assemble(
         params=_params(deps, manifest),
         declared=dict(manifest.variables or {}),
         signed_params=dict(manifest.params),
+        samples=manifest.samples,
         answer_content_type=str(
             manifest.params.get("answer_content_type", "application/octet-stream")
         ),

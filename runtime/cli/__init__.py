@@ -31,6 +31,7 @@ _COMMANDS = {
     "bench": "bench",
     "doctor": "doctor",
     "fleet": "fleet",
+    "samples": "samples",
 }
 """Subcommand name -> module under `wasmgate.runtime.cli` (its ``register`` adds it)."""
 

@@ -12,7 +12,7 @@ from wasmgate.runtime.ops.config import Settings
 
 log = logging.getLogger("wasmgate.field")
 
-STREAMS = ("answers", "events", "cloud")
+STREAMS = ("answers", "events", "cloud", "samples")
 """Every stream the daemon keeps (``store.streams`` may only name these)."""
 EXPIRE_EVERY_S = 30.0
 """How often age limits are applied while nothing is appended or drained."""

@@ -272,7 +272,8 @@ class StoreSettings(_Section):
     streams: dict[str, StreamSettings] = Field(default_factory=dict)
     """Per-stream limits by name: ``answers`` (MQTT answers while the broker is away),
     ``events`` (every adapter event on its way to MQTT), ``cloud`` (deferred cloud
-    fallbacks). An unknown name is refused at start."""
+    fallbacks), ``samples`` (hard examples kept for retraining). An unknown name is refused
+    at start."""
     drain_rate: float = Field(default=200.0, gt=0)
     """Stored entries published per second at most while draining a backlog, so a drain
     never starves live answers of the link."""
@@ -282,6 +283,26 @@ class StoreSettings(_Section):
 
     def limits_of(self, stream: str) -> StreamSettings:
         return self.streams.get(stream, self.defaults)
+
+
+class SamplesSettings(_Section):
+    """Hard examples kept for retraining (``[samples]``): these only tighten what each
+    bundle's manifest ``[samples]`` allows; they can never let a bundle keep more."""
+
+    enabled: bool = True
+    """False: no sample is kept, whatever the manifests allow."""
+    rate: float = Field(default=1.0, ge=0, le=1)
+    """Ceiling on every manifest's ``rate`` (the lower of the two applies)."""
+    max_per_hour: int | None = Field(default=None, ge=0)
+    """Ceiling on every manifest's ``max_per_hour``; None = the manifest's."""
+    max_bytes: int | None = Field(default=None, gt=0)
+    """Ceiling on every manifest's ``max_bytes`` (one sample); None = the manifest's."""
+    mqtt_topic: str | None = None
+    """MQTT topic samples are published to (``{adapter}`` is replaced by the adapter's MQTT
+    name); default ``<topic_prefix>/<gateway_id>/samples/<adapter>``."""
+    mqtt: bool = True
+    """Ship kept samples over MQTT (needs ``mqtt.host``); False keeps them on disk for
+    ``wasmgate samples export``."""
 
 
 class RegistrySettings(_Section):
@@ -397,6 +418,8 @@ class Settings(BaseSettings):
     """Cloud fallback endpoint."""
     store: StoreSettings = StoreSettings()
     """Store-and-forward on disk: what waits for the broker or the cloud to come back."""
+    samples: SamplesSettings = SamplesSettings()
+    """Hard examples kept for retraining (tightens each manifest's ``[samples]``)."""
     registry: RegistrySettings = RegistrySettings()
     """OCI registry for bundle pulls and ``wasmgate bundle push|pull``."""
     trust: TrustSettings = TrustSettings()

@@ -28,6 +28,7 @@ from wasmgate.runtime.errors import (
     PayloadTooLarge,
 )
 from wasmgate.runtime.field.events import EventSink
+from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.serving.admission import Gate, GateStats
@@ -61,9 +62,11 @@ class InferenceService:
         *,
         events: EventSink | None = None,
         deferrer: Deferrer | None = None,
+        samples: SampleKeeper | None = None,
     ) -> None:
         self._table = table
         self._events = events
+        self._samples = samples
         self._pool = pool
         self._limits = limits
         self._metrics = metrics
@@ -164,14 +167,18 @@ class InferenceService:
             if not self._fallback.wants(bundle.fallback, e):
                 raise
             return await self._fallback.adapter(bundle, req, str(e), req.deadline, timings, e)
-        if answer.fallback_reason is not None and self._fallback.enabled(
-            bundle.fallback.on_adapter_request
-        ):
-            reason = answer.fallback_reason
-            return await self._fallback.adapter(
-                bundle, req, reason, req.deadline, timings, local_answer=answer
+        if answer.fallback_reason is None:
+            return answer
+        final = answer
+        if self._fallback.enabled(bundle.fallback.on_adapter_request):
+            final = await self._fallback.adapter(
+                bundle, req, answer.fallback_reason, req.deadline, timings, local_answer=answer
             )
-        return answer
+        if self._samples is not None:  # a hard example: the guest was unsure
+            origin = Origin(bundle.name, bundle.version, bundle.mqtt_name or req.adapter,
+                            bundle.samples)  # fmt: skip
+            await self._samples.consider(origin, req, answer, final)
+        return final
 
     # -- models -----------------------------------------------------------------------
 
