@@ -429,6 +429,8 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
             settings.store,
             cloud=app[CLOUD] if _deferrer(app) is not None else None,
             cloud_retry_s=settings.cloud.breaker_reset_s,
+            samples=settings.samples.mqtt,
+            samples_topic=settings.samples.mqtt_topic,
         ),
         channels=[
             Channel((Topics(settings.mqtt).variables,), apply_variables),

@@ -12,6 +12,9 @@ together (live answers keep the link):
   acknowledged; once delivered, the key enters the in-memory dedupe window.
 - ``events``: appended by `wasmgate.runtime.field.events.StoredEvents` for every request;
   published to ``events/<adapter>`` at ``mqtt.events_qos``.
+- ``samples`` (with ``samples.mqtt``): hard examples kept for retraining
+  (`wasmgate.runtime.field.samples`), one JSON document each, published at QoS >= 1 to
+  ``samples/<adapter>`` or ``samples.mqtt_topic`` (``{adapter}`` replaced).
 - ``cloud`` (with a cloud client): deferred cloud fallbacks, sent one at a time by
   `wasmgate.runtime.mqtt.deferred.DeferredSender`, their answers published to
   ``deferred/<adapter>``.
@@ -31,6 +34,7 @@ from typing import Any
 from wasmgate.runtime.cloud.policy import CloudClient
 from wasmgate.runtime.field.deferral import CLOUD
 from wasmgate.runtime.field.forward import Forwarder, Pace
+from wasmgate.runtime.field.samples import SAMPLES
 from wasmgate.runtime.field.store import Record, Store
 from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.deferred import DeferredSender
@@ -86,6 +90,10 @@ class Stored:
     """Set when deferred cloud fallbacks are on: the bridge drains the ``cloud`` stream."""
     cloud_retry_s: float = 30.0
     """Pause before retrying an unreachable cloud (``cloud.breaker_reset_s``)."""
+    samples: bool = False
+    """Ship the ``samples`` stream (``samples.mqtt``); False leaves it for export."""
+    samples_topic: str | None = None
+    """``samples.mqtt_topic`` (``{adapter}`` replaced); None: ``samples/<adapter>``."""
 
 
 class Spool:
@@ -118,6 +126,12 @@ class Spool:
                 store, EVENTS, self._send_event, link, window=drain.drain_window, pace=pace
             ),
         }  # fmt: skip
+        if stored.samples:
+            self._samples_topic = stored.samples_topic or topics.samples("{adapter}")
+            self._samples_qos = max(1, mqtt.qos)
+            self.forwarders[SAMPLES] = Forwarder(
+                store, SAMPLES, self._send_sample, link, window=drain.drain_window, pace=pace
+            )
         self.deferred: DeferredSender | None = None
         if stored.cloud is not None:  # one at a time: the cloud sees them in order
             self.deferred = DeferredSender(
@@ -190,6 +204,15 @@ class Spool:
         return self._client.publish(
             Outgoing(topic, rec.payload, self._events_qos, user_properties=props)
         )
+
+    def _send_sample(self, rec: Record) -> asyncio.Future[None]:
+        topic = self._samples_topic.replace("{adapter}", str(rec.meta.get("adapter", "")))
+        props = ((STORE_ID, str(rec.id)),)
+        msg = Outgoing(
+            topic, rec.payload, self._samples_qos,
+            content_type="application/json", user_properties=props,
+        )  # fmt: skip
+        return self._client.publish(msg)
 
     def state(self) -> dict[str, Any]:
         return {name: asdict(f.stats) for name, f in self.forwarders.items()}

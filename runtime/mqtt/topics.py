@@ -98,6 +98,10 @@ class Topics:
     def events(self, adapter: str) -> str:
         return f"{self.root}/events/{adapter}"
 
+    def samples(self, adapter: str) -> str:
+        """Where the hard examples kept for ``adapter`` are shipped (``samples.mqtt_topic``)."""
+        return f"{self.root}/samples/{adapter}"
+
     def deferred(self, adapter: str) -> str:
         """Where the answers of deferred cloud fallbacks of ``adapter`` are published."""
         return f"{self.root}/deferred/{adapter}"

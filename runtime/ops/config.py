@@ -297,7 +297,7 @@ class SamplesSettings(_Section):
     """Ceiling on every manifest's ``max_per_hour``; None = the manifest's."""
     max_bytes: int | None = Field(default=None, gt=0)
     """Ceiling on every manifest's ``max_bytes`` (one sample); None = the manifest's."""
-    mqtt_topic: str | None = None
+    mqtt_topic: str | None = Field(default=None, pattern=r"^[^+#\x00]+$", max_length=1024)
     """MQTT topic samples are published to (``{adapter}`` is replaced by the adapter's MQTT
     name); default ``<topic_prefix>/<gateway_id>/samples/<adapter>``."""
     mqtt: bool = True

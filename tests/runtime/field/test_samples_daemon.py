@@ -17,9 +17,13 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import serving
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.edges.probe import request
+from tests.runtime.edges.test_mqtt_edges import GW, mqtt_config, wait_online
+from tests.runtime.field.test_store_daemon import stream_status, until
+from tests.runtime.mqtt.requester import Requester
 from tests.runtime.stack import host_profile_name
 
 FALLBACK = {"allowed": True, "on_adapter_request": True, "send_payload": True}
@@ -149,6 +153,43 @@ def test_manifest_forbids_and_config_only_tightens(
     for name in ("secret", "unsaid", "zero"):
         assert markers[name] not in on_disk
         assert base64.b64encode(markers[name])[:16] not in on_disk
+
+
+@pytest.mark.parametrize("custom", [None, "lab/hard/{adapter}"])
+async def test_samples_are_shipped_over_mqtt_once_the_broker_has_them(
+    tmp_path: Path,
+    mosquitto: Broker,
+    daemon_factory: Callable[..., Daemon],
+    cloud: tuple[AnsweringCloud, str],
+    custom: str | None,
+) -> None:
+    fake, url = cloud
+    fake.answer = b'{"label": "pump-worn"}'
+    bundles: dict[str, dict[str, Any]] = {
+        "probe": {"fallback": FALLBACK, "samples": KEEP},
+        "other": {"samples": KEEP},
+    }
+    config = {**mqtt_config(mosquitto), "cloud": {"url": url, "protocol": "raw"}}
+    samples = {"mqtt_topic": custom} if custom else {}
+    topic = custom or f"wasmgate/v1/{GW}/samples/{{adapter}}"
+    probe, other = topic.format(adapter="probe"), topic.format(adapter="other")
+    daemon = _daemon(tmp_path, daemon_factory, bundles, samples=samples, **config)
+    await wait_online(mosquitto)
+    with Requester(mosquitto.port).connect("lab/hard/#", f"wasmgate/v1/{GW}/samples/#") as sub:
+        assert _ask(daemon, "probe", b"F-over-mqtt")[1:] == (b'{"label": "pump-worn"}', "cloud")
+        assert _ask(daemon, "other", b"F-no-cloud")[1:] == (b"none:local", "local")
+        await until(lambda: len(sub.snapshot()) >= 2, "two samples published")
+        got = {r.topic: r for r in sub.snapshot()}
+    assert set(got) == {probe, other}
+    doc = json.loads(got[probe].payload)
+    assert base64.b64decode(doc["payload_b64"]) == b"F-over-mqtt"
+    assert (doc["bundle"], doc["version"], doc["reason"]) == ("probe", 1, "disagreement")
+    assert base64.b64decode(doc["cloud"]["body_b64"]) == b'{"label": "pump-worn"}'
+    assert json.loads(got[other].payload)["cloud"] is None
+    assert got[probe].props.get("store-id", "").isdigit()
+    # Acked once the broker had them: nothing left on the gateway.
+    await until(lambda: stream_status(daemon, "samples")["depth"] == 0, "samples acked")
+    assert json.loads(_cli(daemon, "list", "--json")) == []
 
 
 def _export_one(tmp: Path) -> dict[str, Any]:
