@@ -47,6 +47,7 @@ from wasmgate.runtime.field import setup as field_setup
 from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.samples import StoredSamples
+from wasmgate.runtime.field.samples_http import HttpSamples
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
@@ -209,12 +210,23 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
     m = app[METRICS]
-    async with CloudFallback(app[SETTINGS].cloud) as cloud:
+    settings = app[SETTINGS]
+    async with CloudFallback(settings.cloud) as cloud:
         app[CLOUD] = cloud
 
         m.watch_breaker(lambda: str(cloud.breaker.current()))
         status.add_provider(app, "cloud", lambda: cloud.state)
-        yield
+        path = settings.samples.http_path
+        if path is None:
+            yield
+            return
+        sink = HttpSamples(
+            app[STORE], cloud, path,
+            retry_s=settings.cloud.breaker_reset_s, rate=settings.store.drain_rate,
+        )  # fmt: skip
+        status.add_provider(app, "samples_http", sink.status)
+        async with background(sink.run(), "samples-http"):
+            yield
 
 
 def load_trust(settings: Settings) -> TrustStore:
@@ -429,7 +441,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
             settings.store,
             cloud=app[CLOUD] if _deferrer(app) is not None else None,
             cloud_retry_s=settings.cloud.breaker_reset_s,
-            samples=settings.samples.mqtt,
+            samples=settings.samples.mqtt and settings.samples.http_path is None,
             samples_topic=settings.samples.mqtt_topic,
         ),
         channels=[

@@ -181,6 +181,10 @@ class CloudFallback:
         item = answer.ravel()[0]
         return item if isinstance(item, bytes) else str(item).encode()
 
+    async def post_json(self, path: str, body: bytes) -> None:
+        """POST a JSON document to ``{url}{path}`` (hard-example samples); a 2xx or raise."""
+        await self._post(path, body, {"Content-Type": "application/json"})
+
     async def infer_model(
         self, model: str, inputs: Mapping[str, Array], outputs: Sequence[str] | None
     ) -> dict[str, Array]:

@@ -303,6 +303,9 @@ class SamplesSettings(_Section):
     mqtt: bool = True
     """Ship kept samples over MQTT (needs ``mqtt.host``); False keeps them on disk for
     ``wasmgate samples export``."""
+    http_path: str | None = Field(default=None, pattern=r"^/[^?#\s]*$", max_length=1024)
+    """Set (e.g. ``/v1/samples``): POST each sample (JSON) to ``cloud.url`` + this path
+    instead of MQTT, when the cloud is reachable; needs ``cloud.url``."""
 
 
 class RegistrySettings(_Section):

@@ -36,11 +36,23 @@ class AnsweringCloud:
     def __init__(self) -> None:
         self.answer = b"none:local"
         self.payloads: list[bytes] = []
+        self.samples: list[bytes] = []
+        self.sample_failures = 0
+        """The next POSTs of samples answered 503 (then they are taken)."""
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/adapters/{name}", self._handle)
+        app.router.add_post("/ingest/samples", self._sample)
         return app
+
+    async def _sample(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.sample_failures > 0:
+            self.sample_failures -= 1
+            return web.Response(status=503)
+        self.samples.append(body)
+        return web.Response(status=204)
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.payloads.append(await request.read())
@@ -190,6 +202,37 @@ async def test_samples_are_shipped_over_mqtt_once_the_broker_has_them(
     # Acked once the broker had them: nothing left on the gateway.
     await until(lambda: stream_status(daemon, "samples")["depth"] == 0, "samples acked")
     assert json.loads(_cli(daemon, "list", "--json")) == []
+
+
+async def test_samples_are_posted_to_the_cloud_and_retried_when_it_fails(
+    tmp_path: Path,
+    daemon_factory: Callable[..., Daemon],
+    cloud: tuple[AnsweringCloud, str],
+) -> None:
+    fake, url = cloud
+    fake.sample_failures = 2  # the cloud is down for the first tries: kept, then sent once
+    cloud_cfg = {"url": url, "protocol": "raw", "breaker_reset_s": 0.3}
+    sections = {"fallback": FALLBACK, "samples": KEEP}
+    daemon = _daemon(
+        tmp_path, daemon_factory, {"probe": sections},
+        cloud=cloud_cfg, samples={"http_path": "/ingest/samples"},
+    )  # fmt: skip
+    fake.answer = b"cloud:other"
+    assert _ask(daemon, "probe", b"F-over-http-1")[0] == 200
+    assert _ask(daemon, "probe", b"F-over-http-2")[0] == 200
+    await until(lambda: len(fake.samples) >= 2, "both samples posted")
+    await until(lambda: stream_status(daemon, "samples")["depth"] == 0, "samples acked")
+    docs = [json.loads(b) for b in fake.samples]
+    assert [base64.b64decode(d["payload_b64"]) for d in docs] == [
+        b"F-over-http-1",
+        b"F-over-http-2",
+    ]
+    assert {d["reason"] for d in docs} == {"disagreement"}
+    assert fake.sample_failures == 0
+    assert daemon.get_json("/v1/status")["components"]["samples_http"] == {
+        "shipped": 2,
+        "refused": 0,
+    }
 
 
 def _export_one(tmp: Path) -> dict[str, Any]:
