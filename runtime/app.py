@@ -48,6 +48,7 @@ from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.samples import StoredSamples
 from wasmgate.runtime.field.samples_http import HttpSamples
+from wasmgate.runtime.field.samples_oci import OciSamples
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
@@ -117,6 +118,8 @@ def build_app(
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
     app.cleanup_ctx.append(_store_ctx)
+    if settings.samples.sink == "oci":
+        app.cleanup_ctx.append(_samples_oci_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_service_ctx)
@@ -206,6 +209,13 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
                 yield
     except StoreError as e:
         raise ConfigError(str(e)) from e
+
+
+async def _samples_oci_ctx(app: web.Application) -> AsyncIterator[None]:
+    with OciSamples.of(app[STORE], app[SETTINGS]) as sink:
+        status.add_provider(app, "samples_oci", sink.status)
+        async with background(sink.run(), "samples-oci"):
+            yield
 
 
 async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -441,7 +451,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
             settings.store,
             cloud=app[CLOUD] if _deferrer(app) is not None else None,
             cloud_retry_s=settings.cloud.breaker_reset_s,
-            samples=settings.samples.mqtt and settings.samples.http_path is None,
+            samples=settings.samples.sink == "mqtt",
             samples_topic=settings.samples.mqtt_topic,
         ),
         channels=[

@@ -219,18 +219,63 @@ class OciClient:
         _check(r, url)
         return parse_manifest(body, sha256_digest(body), str(ref), len(data))
 
+    def push_bytes(
+        self, data: bytes, ref: Reference, kind: str, title: str, annotations: dict[str, str]
+    ) -> str:
+        """Upload ``data`` as the one layer (media type and ``artifactType`` ``kind``), the
+        empty config and the manifest tagged ``ref``; returns the manifest's digest.
+
+        Done only when the registry answered the manifest PUT ``201 Created`` (with our
+        digest, when it names one): a caller may delete its copy of ``data`` then."""
+        layer_digest = sha256_digest(data)
+        layer = {
+            "mediaType": kind,
+            "digest": layer_digest,
+            "size": len(data),
+            "annotations": {TITLE: title},
+        }
+        container = oras.container.Container(f"{ref.host}/{ref.repo}")
+        self._upload_bytes(data, layer_digest, container)
+        self._upload_bytes(b"{}", str(EMPTY_CONFIG["digest"]), container)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "artifactType": kind,
+            "config": EMPTY_CONFIG,
+            "layers": [layer],
+            "annotations": {TITLE: title, **annotations},
+        }
+        body = json.dumps(manifest, separators=(",", ":")).encode()
+        digest = sha256_digest(body)
+        url = f"{self._base}/{ref.repo}/manifests/{ref.tag}"
+        r = self._do(url, "PUT", data=body, headers={"Content-Type": MANIFEST_MEDIA_TYPE})
+        _check(r, url)
+        stored = r.headers.get("Docker-Content-Digest", digest)
+        if r.status_code != 201 or stored != digest:
+            # a 200 or a foreign digest is not the registry storing this manifest
+            raise RegistryUnavailable(
+                f"PUT {url}: HTTP {r.status_code}, digest {stored[:80]!r}: not stored as {digest}"
+            )
+        return digest
+
+    def _upload_bytes(self, data: bytes, digest: str, container: Any) -> None:
+        """One monolithic upload (POST, then PUT with the digest), unless the blob is there."""
+        url = f"{self._base}/{container.api_prefix}/blobs/{digest}"
+        if self._do(url, "HEAD").status_code == 200:
+            return
+        start = self._do(f"{self._base}/{container.api_prefix}/blobs/uploads/", "POST")
+        _check(start, "blob upload")
+        loc = self._reg._get_location(start, container)  # noqa: SLF001 - oras helper
+        if not loc:
+            raise RegistryUnavailable(f"blob upload: HTTP {start.status_code} without a Location")
+        sep = "&" if "?" in loc else "?"
+        put = f"{loc}{sep}digest={digest}"
+        headers = {"Content-Type": "application/octet-stream"}
+        _check(self._do(put, "PUT", data=data, headers=headers), put)
+
     def _upload(self, blob: Path | None, desc: dict[str, Any], container: Any) -> None:
         if blob is None:  # the 2-byte empty config "{}"
-            url = f"{self._base}/{container.api_prefix}/blobs/{desc['digest']}"
-            if self._do(url, "HEAD").status_code == 200:
-                return
-            start = self._do(f"{self._base}/{container.api_prefix}/blobs/uploads/", "POST")
-            _check(start, "blob upload")
-            loc = self._reg._get_location(start, container)  # noqa: SLF001 - oras helper
-            sep = "&" if "?" in loc else "?"
-            put = f"{loc}{sep}digest={desc['digest']}"
-            headers = {"Content-Type": "application/octet-stream"}
-            _check(self._do(put, "PUT", data=b"{}", headers=headers), put)
+            self._upload_bytes(b"{}", desc["digest"], container)
             return
         try:
             r = self._reg.upload_blob(str(blob), container, desc)

@@ -9,12 +9,20 @@ Unknown keys are errors, in the file and in the environment alike.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from wasmgate.runtime.errors import ConfigError
@@ -285,6 +293,14 @@ class StoreSettings(_Section):
         return self.streams.get(stream, self.defaults)
 
 
+_OCI_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_OCI_REPOSITORY = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])"
+    rf"(?::[0-9]{{1,5}})?/{_OCI_COMPONENT}(?:/{_OCI_COMPONENT})*"
+)
+"""distribution's grammar of ``HOST[:PORT]/REPO`` (as ``fleet.ocitypes`` parses references)."""
+
+
 class SamplesSettings(_Section):
     """Hard examples kept for retraining (``[samples]``): these only tighten what each
     bundle's manifest ``[samples]`` allows; they can never let a bundle keep more."""
@@ -306,6 +322,46 @@ class SamplesSettings(_Section):
     http_path: str | None = Field(default=None, pattern=r"^/[^?#\s]*$", max_length=1024)
     """Set (e.g. ``/v1/samples``): POST each sample (JSON) to ``cloud.url`` + this path
     instead of MQTT, when the cloud is reachable; needs ``cloud.url``."""
+    oci_repository: str | None = Field(default=None, max_length=512)
+    """Set (``HOST[:PORT]/REPO``, e.g. ``registry.lab:5000/wasmgate/samples``): push the
+    samples instead of MQTT as OCI artifacts to this repository, through ``[registry]``'s
+    insecure, credentials (when ``registry.host`` is this host), CA, timeout and backoff."""
+    oci_batch: int = Field(default=16, ge=1, le=1000)
+    """Samples per OCI artifact at most (consecutive ones of one adapter and bundle version;
+    at most 4 MiB); 1 = one artifact per sample."""
+
+    @field_validator("oci_repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(_OCI_REPOSITORY, value):
+            raise ValueError(
+                f"{value[:200]!r} is not HOST[:PORT]/REPO (lower-case repository path, no tag)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_sink(self) -> Self:
+        # A stream has one consumer (an acked sample is gone), so samples go to one sink.
+        if self.http_path is not None and self.oci_repository is not None:
+            raise ValueError(
+                "http_path and oci_repository are both set: samples go to one sink, keep one"
+            )
+        other = "http_path" if self.http_path is not None else "oci_repository"
+        if self.sink != "mqtt" and self.mqtt and "mqtt" in self.model_fields_set:
+            raise ValueError(
+                f"mqtt = true and {other} are both set: samples go to one sink "
+                f"(set mqtt = false or remove {other})"
+            )
+        return self
+
+    @property
+    def sink(self) -> Literal["mqtt", "http", "oci"] | None:
+        """Where kept samples go: the one configured sink (None: kept for export only)."""
+        if self.http_path is not None:
+            return "http"
+        if self.oci_repository is not None:
+            return "oci"
+        return "mqtt" if self.mqtt else None
 
 
 class RegistrySettings(_Section):
