@@ -3,8 +3,8 @@
 Config, paths and their permissions, the trust file and its signers, every file in the
 bundle directory (verifies, refused and why, older than installed), the device profile and
 the execution providers that really load a model, the MQTT broker and its round trip, the
-registry, the clock, and the systemd unit's paths against its own protections. Nothing is
-changed on disk.
+registry (and the samples' one, ``samples.oci_repository``), the clock, and the systemd
+unit's paths against its own protections. Nothing is changed on disk.
 
 Exit code = the worst finding: 0 all ok (or skipped), 1 a warning, 2 an error.
 """
@@ -30,7 +30,7 @@ from wasmgate.runtime.cli._checks import (
 )
 from wasmgate.runtime.cli._common import SubParsers, plain_text
 from wasmgate.runtime.cli._models import load_model
-from wasmgate.runtime.cli._registry_probe import probe_registry
+from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
 from wasmgate.runtime.errors import BackendError, ConfigError
 from wasmgate.runtime.ops.config import Settings, load_settings
 
@@ -64,6 +64,7 @@ def run_checks(config: Path | None) -> list[Finding]:
     findings += _check_profile(settings)
     findings.append(probe_broker(settings.mqtt))
     findings.append(probe_registry(settings.registry))
+    findings.append(probe_samples_registry(settings.samples, settings.registry))
     findings.append(check_clock(settings))
     findings.append(check_unit())
     return findings

@@ -19,9 +19,11 @@ from aiohttp import web
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import serving
+from tests.fixtures.registry import Registry
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.edges.probe import request
 from tests.runtime.edges.test_mqtt_edges import GW, mqtt_config, wait_online
+from tests.runtime.field.ocisamples import pulled
 from tests.runtime.field.test_store_daemon import stream_status, until
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.stack import host_profile_name
@@ -245,3 +247,47 @@ def _export_one(tmp: Path) -> dict[str, Any]:
     (doc,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert isinstance(doc, dict)
     return doc
+
+
+async def test_samples_are_pushed_to_a_registry_and_wait_while_it_is_down(
+    tmp_path: Path, registry: Registry, daemon_factory: Callable[..., Daemon]
+) -> None:
+    keep = {**KEEP, "max_per_hour": 10}
+    bundles: dict[str, dict[str, Any]] = {
+        "probe": {"samples": keep},
+        "secret": {"samples": {**keep, "keep_payload": False}},
+    }
+    fast = {"insecure": True, "backoff_s": 0.1, "backoff_max_s": 0.3, "timeout_s": 2.0}
+    daemon = _daemon(
+        tmp_path, daemon_factory, bundles,
+        samples={"oci_repository": f"{registry.address}/lab/samples"}, registry=fast,
+    )  # fmt: skip
+    assert _ask(daemon, "probe", b"F-oci-1")[1:] == (b"none:local", "local")
+    await until(lambda: stream_status(daemon, "samples")["depth"] == 0, "first sample pushed")
+    registry.stop()
+    for payload in (b"F-oci-2", b"F-oci-3"):
+        assert _ask(daemon, "probe", payload)[0] == 200  # the daemon serves on
+    assert _ask(daemon, "secret", b"F-MARK-secret-5e1a")[0] == 200
+
+    def oci() -> dict[str, Any]:
+        found: dict[str, Any] = daemon.get_json("/v1/status")["components"]["samples_oci"]
+        return found
+
+    await until(lambda: oci()["failed"] >= 2, "pushes failed while the registry is down")
+    assert stream_status(daemon, "samples")["depth"] == 2
+    registry.start()
+    await until(lambda: stream_status(daemon, "samples")["depth"] == 0, "pushed once back")
+    arts = pulled(registry.address, "lab/samples")
+    docs = [d for a in arts for d in a.docs]
+    assert [base64.b64decode(d["payload_b64"]) for d in docs] == [
+        b"F-oci-1",
+        b"F-oci-2",
+        b"F-oci-3",
+    ]
+    assert {(d["bundle"], d["version"], d["reason"]) for d in docs} == {
+        ("probe", 1, "low_confidence")
+    }
+    layers = b"".join(line for a in arts for line in a.lines)
+    assert b"F-MARK-secret" not in layers
+    assert base64.b64encode(b"F-MARK-secret-5e1a")[:16] not in layers
+    assert (oci()["shipped"], oci()["repository"]) == (3, f"{registry.address}/lab/samples")
