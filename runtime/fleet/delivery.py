@@ -22,12 +22,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wasmgate.runtime.bundles.watcher import FileKey, file_key
 from wasmgate.runtime.errors import DocumentRefused
 from wasmgate.runtime.fleet.state import peek_serial
-from wasmgate.runtime.mqtt.messages import Incoming
 from wasmgate.runtime.ops.tasks import background
+
+if TYPE_CHECKING:  # the mqtt package imports paho: only a daemon with MQTT needs it
+    from wasmgate.runtime.mqtt.messages import Incoming
 
 log = logging.getLogger("wasmgate.fleet")
 

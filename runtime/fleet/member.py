@@ -16,19 +16,22 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.fleet.delivery import Delivery, desired_topics
 from wasmgate.runtime.fleet.reconcile import Backoff, Pull, PullDeferred, Reconciler, Verify
 from wasmgate.runtime.fleet.report import Reporter
 from wasmgate.runtime.fleet.state import Plan, Want
-from wasmgate.runtime.mqtt.messages import Outgoing
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import FleetScopeError
 from wasmgate.signing.fleetdoc import FleetDoc, verify_fleet
 from wasmgate.signing.trust import TrustStore
+
+if TYPE_CHECKING:  # oras (pull) and paho (mqtt) load only in a daemon that uses them
+    from wasmgate.runtime.fleet.pull import BundlePuller
+    from wasmgate.runtime.mqtt.messages import Outgoing
 
 
 class Publisher(Protocol):
@@ -105,6 +108,8 @@ class FleetMember:
             self.reporter.attach(self._send)
 
     def _send(self, payload: bytes) -> None:
+        from wasmgate.runtime.mqtt.messages import Outgoing  # noqa: PLC0415 - paho with MQTT only
+
         client = self._client
         if client is None or not client.connected:
             return
@@ -157,13 +162,17 @@ PULL_CACHE_MAX_AGE_S = 24 * 3600.0
 def registry_pull(settings: Settings) -> Pull:
     """oci's `BundlePuller` as the reconciler's `Pull`: an unreachable registry (after the
     puller's own retries) defers the bundle; every other error (a refused artifact) fails it."""
-    # Imported here: oras and requests load only in the daemon, not with the HTTP keys.
-    from wasmgate.runtime.fleet.ocitypes import RegistryUnavailable  # noqa: PLC0415
-    from wasmgate.runtime.fleet.pull import BundlePuller  # noqa: PLC0415
-
-    puller = BundlePuller.for_daemon(settings)
+    # Built at the first pull: oras, requests and jsonschema (~70 ms, ~6 MB) load only in a
+    # daemon whose fleet document names a registry bundle, not at every start.
+    built: list[BundlePuller] = []
 
     async def pull(ref: str) -> Path:
+        from wasmgate.runtime.fleet.ocitypes import RegistryUnavailable  # noqa: PLC0415
+        from wasmgate.runtime.fleet.pull import BundlePuller  # noqa: PLC0415
+
+        if not built:
+            built.append(BundlePuller.for_daemon(settings))
+        puller = built[0]
         try:
             pulled = await puller.pull(ref)
         except RegistryUnavailable as e:
