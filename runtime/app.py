@@ -9,7 +9,8 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    un-batched models), the shared batch dispatcher, the watchdog that stops backend runs
    at their deadline, sandbox engine, device profile, backends;
 2. the store-and-forward queue (``[store]``, SQLite under the state dir): a corrupt or
-   locked file stops the start with one line naming it, nothing is deleted;
+   locked file stops the start with one line naming it, nothing is deleted; the samples'
+   OCI sink, when ``samples.oci_repository`` is set;
    the cloud fallback client, when ``cloud.url`` is set;
 3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
    listens) and the bundle-directory watcher; on close the service drains, then unloads;

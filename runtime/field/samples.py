@@ -10,8 +10,10 @@ Only if the bundle's manifest ``[samples] keep_payload = true``; then its ``rate
 ``max_per_hour`` and ``max_bytes``, each tightened (never loosened) by the config's
 ``[samples]`` (`SamplePolicy.of`). A kept sample is one JSON document (`SAMPLE_FIELDS`)
 appended to the store's ``samples`` stream: it survives restarts, is bounded by the stream's
-limits and is shipped by the MQTT bridge when connected (`wasmgate.runtime.mqtt.spool`), and
-read by ``wasmgate samples list|export`` (`wasmgate.runtime.field.samples_cli`).
+limits and is shipped by the one configured sink (``samples.sink``): the MQTT bridge when
+connected (`wasmgate.runtime.mqtt.spool`), the cloud endpoint (`samples_http`) or an OCI
+registry (`samples_oci`); it is read by ``wasmgate samples list|export``
+(`wasmgate.runtime.cli.samples`).
 
 The hourly cap counts in memory per bundle name (a restart starts a new hour); a sample the
 store refuses is logged and counted, and the request's answer stands either way.
