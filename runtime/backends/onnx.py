@@ -105,7 +105,6 @@ class OnnxBackend(InferenceBackend):
     def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> OnnxModel:
         settings = options.profile.onnxruntime
         notes: list[str] = []
-        sup.refuse_external_data(data)
         bf16 = _bf16_mode(options)
         providers = _choose_providers(settings, notes)
         if bf16:
@@ -134,11 +133,16 @@ class OnnxBackend(InferenceBackend):
         settings, extra = _ep_context(data, options, providers, notes)
         found = _optimized_cache(data, providers, options, notes, bf16=bf16)
         if found is None:
+            sup.refuse_external_data(data)
             return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
         cache, key, source = found
         name = f"{key}.onnx"
         cached = cache.load(name, source, key)  # None unless this daemon derived it from data
-        if cached is not None:
+        if cached is None:
+            sup.refuse_external_data(data)
+        else:
+            # No check again: this daemon saved the graph only after these very bytes (the
+            # key holds their SHA-256 and the checks' version) passed it.
             notes.append(f"optimized graph loaded from cache {key[:16]}")
             # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
             offline = settings.model_copy(update={"graph_optimization_level": "disable"})
@@ -177,7 +181,7 @@ def _session(
         extra=extra,
     )
     try:
-        return ort.InferenceSession(data, so, providers=list(providers))
+        return sup.open_session(data, so, list(providers))
     except Exception as e:
         names = ", ".join(p for p, _ in providers)
         raise BackendError(
@@ -277,7 +281,8 @@ def _optimized_cache(
     host = options.resolved_host()
     config = sorted(settings.session_config.items())
     extra = f"{host.machine}:{sorted(host.cpu_flags)}:{bf16}:{config}"
-    key = sup.cache_key(data, [p for p, _ in providers], settings, extra)
+    source = hashlib.sha256(data).hexdigest()
+    key = sup.cache_key(source, [p for p, _ in providers], settings, extra)
     # Imported here: the backends also run where only the inference stack is installed
     # (the arm64 probe under qemu has no PyNaCl), and only a cache needs wasmgate.signing.
     from wasmgate.signing.derived import DerivedCache  # noqa: PLC0415
@@ -288,7 +293,7 @@ def _optimized_cache(
     except SigningError as e:
         notes.append(f"optimized-model cache off: {e}")
         return None
-    return cache, key, hashlib.sha256(data).hexdigest()
+    return cache, key, source
 
 
 def _save_optimized(cache: DerivedCache, name: str, source: str, key: str, tmp: Path) -> None:
