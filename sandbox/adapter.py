@@ -1,18 +1,28 @@
 """A validated daemon adapter and its per-request run (Guest ABI v1).
 
 Invariants:
-- Load-time validation: every import is WASI preview1, ``wasi_ephemeral_nn`` or
-  ``wasmgate`` (else ``AdapterLoadError`` naming it), the v1 exports exist with their exact
-  types, initial memory/table fit the ceilings, and ``wasmgate_abi_version()`` returns 1.
-- ``fresh`` mode (default): every ``run`` gets a new ``Store`` + instance, so nothing leaks
-  between requests. ``pooled`` mode keeps one instance per worker thread and reuses it;
-  this saves instantiation and ``_initialize`` but lets guest globals, heap and wasi-nn
-  handles persist between requests served by that thread — only for adapters whose
-  authors ask for it. A pooled instance that fails in any way is discarded.
-- Every ``run`` is bounded: memory/table/instance limits on the store, an epoch deadline set
-  before instantiation (so start functions and ``_initialize`` are covered), fuel when
-  asked, capped output/log/events. Host functions run on the calling thread and find their
-  request through a thread-local, so one adapter serves many threads concurrently.
+- Load-time validation (`wasmgate.sandbox.validate`): only known imports, the v1 exports
+  with their exact types, initial memory/table within the ceilings, and
+  ``wasmgate_abi_version()`` returns 1.
+- ``fresh`` mode (default): every ``run`` gets an instance nobody used before, in its own
+  ``Store``, so nothing leaks between requests. It is usually a *spare*
+  (`wasmgate.sandbox.spares`) started on the engine's background thread after an earlier
+  request, under the same memory/table/fuel limits, its deadline re-armed when the request
+  takes it. Spares are only made while the adapter's start code (start function,
+  ``_initialize``) calls no host function and writes nothing (it would have seen the
+  request in fresh mode). A request with other limits, or with no spare ready,
+  instantiates on its own path as without spares. Used instances are closed off the path.
+- ``pooled`` mode keeps one instance per worker thread and reuses it; this saves
+  instantiation and ``_initialize`` but lets guest globals, heap and wasi-nn handles persist
+  between requests served by that thread — only for adapters whose authors ask for it. A
+  pooled instance that fails in any way is discarded.
+- Every ``run`` is bounded: memory/table/instance limits and fuel on the store before
+  instantiation, an epoch deadline armed before instantiation (so start functions and
+  ``_initialize`` are covered) and re-armed when a request takes a spare, capped
+  output/log/events. Host functions run on the calling thread and find their request
+  through a thread-local, so one adapter serves many threads at once.
+- ``close()`` closes the adapter's spares (its owner, the loaded bundle, calls it when the
+  version is unloaded); runs after ``close`` still work, without spares.
 """
 
 from __future__ import annotations
@@ -27,53 +37,27 @@ import wasmtime
 
 from wasmgate.sandbox.errors import (
     AdapterLoadError,
-    GuestDeadlineExceeded,
-    GuestOutputTooLarge,
     GuestResourceExhausted,
     GuestTrap,
     SandboxError,
 )
-from wasmgate.sandbox.host_api import (
-    HOST_FUNCTIONS,
-    HOST_MODULE,
-    HOST_STATE_FUNCTIONS,
-    RequestState,
-    define_host_api,
-)
+from wasmgate.sandbox.host_api import RequestState, define_host_api
+from wasmgate.sandbox.instance import Instance, arm, instantiate, limits_key, new_store
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestPointerError
-from wasmgate.sandbox.models import ModelHandle, ModelProvider
-from wasmgate.sandbox.rawcall import CallbackKeeper, RawFunc, RawMemory
+from wasmgate.sandbox.models import ModelProvider, NoModels
+from wasmgate.sandbox.rawcall import CallbackKeeper
+from wasmgate.sandbox.spares import Spares, Unbound
 from wasmgate.sandbox.state import AdapterState
-from wasmgate.sandbox.traps import translate
-from wasmgate.sandbox.wasi import WASI_FUNCTIONS, define_restricted_wasi, restricted_wasi_config
-from wasmgate.sandbox.wasi_nn import (
-    HOST_NN_FUNCTIONS,
-    NN_FUNCTIONS,
-    NN_MODULE,
-    NnSession,
-    define_wasi_nn,
-)
+from wasmgate.sandbox.traps import check_outcome, translate
+from wasmgate.sandbox.validate import ABI_VERSION, check_exports, check_imports, probe_abi
+from wasmgate.sandbox.wasi import define_restricted_wasi
+from wasmgate.sandbox.wasi_nn import NnSession, define_wasi_nn
 
 if TYPE_CHECKING:
     from wasmgate.sandbox.engine import SandboxEngine
 
 __all__ = ["ABI_VERSION", "Adapter", "GuestResult", "NoModels"]
-
-ABI_VERSION = 1
-_I32 = str(wasmtime.ValType.i32())
-_EXPORTS = {
-    "wasmgate_abi_version": ([], [_I32]),
-    "wasmgate_alloc": ([_I32], [_I32]),
-    "wasmgate_handle": ([_I32, _I32], [_I32]),
-}
-_KNOWN = {
-    "wasi_snapshot_preview1": WASI_FUNCTIONS,
-    NN_MODULE: frozenset(NN_FUNCTIONS),
-    HOST_MODULE: frozenset(HOST_FUNCTIONS)
-    | frozenset(HOST_NN_FUNCTIONS)
-    | frozenset(HOST_STATE_FUNCTIONS),
-}
 
 
 @dataclass
@@ -88,28 +72,9 @@ class GuestResult:
     instantiate_s: float = 0.0
     run_s: float = 0.0
     infer_s: float = 0.0
-
-
-class NoModels:
-    """A ``ModelProvider`` that provides nothing (load-time probe, model-less adapters)."""
-
-    def by_name(self, name: str) -> ModelHandle | None:  # noqa: ARG002
-        """No model has a name."""
-        return None
-
-    def from_bytes(self, data: bytes, encoding: str, target: str) -> ModelHandle | None:  # noqa: ARG002
-        """No bytes may be loaded."""
-        return None
-
-
-@dataclass
-class _Instance:
-    store: wasmtime.Store
-    nn: NnSession
-    memory: RawMemory
-    alloc: RawFunc
-    handle: RawFunc
-    slot: list[RequestState]  # the request its WASI stdout/stderr currently belong to
+    from_spare: bool = False
+    """The instance was a spare made ready before the request (``instantiate_s`` is then
+    only the time to take it)."""
 
 
 class Adapter:
@@ -126,8 +91,8 @@ class Adapter:
         self._engine = engine
         self._module = module
         self._tls = threading.local()
-        _check_imports(module, name)
-        self._has_initialize = _check_exports(module, name, engine)
+        check_imports(module, name)
+        self._has_initialize = check_exports(module, name, engine.ceilings)
         linker = wasmtime.Linker(engine.engine)
         self._keeper = CallbackKeeper()  # the raw host callbacks live as long as _pre
         define_restricted_wasi(linker, self._keeper, self._deadline, engine.ceilings.tick_s)
@@ -137,11 +102,22 @@ class Adapter:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as e:
             raise AdapterLoadError(f"{name}: cannot link: {e}") from e
-        self._probe()
+        cap = (lambda: engine.ceilings.spare_instances) if mode == "fresh" else (lambda: 0)
+        self._spares = Spares(self._make_spare, engine.background, cap)
+        probe_abi(self._engine, self._pre, self._tls, name)
 
     def with_mode(self, mode: str) -> Adapter:
         """Return this adapter in ``fresh`` or ``pooled`` mode (validation is repeated)."""
         return Adapter(self._engine, self._module, name=self.name, mode=mode)
+
+    @property
+    def spares_ready(self) -> int:
+        """Spare instances ready for the next requests (observability, tests)."""
+        return self._spares.ready
+
+    def close(self) -> None:
+        """Close the spare instances (idempotent); later runs instantiate on their path."""
+        self._spares.close()
 
     def run(
         self,
@@ -154,19 +130,19 @@ class Adapter:
     ) -> GuestResult:
         """Run one request; blocking, thread-safe. Raises ``GuestTrap`` (and subclasses).
 
-        The limits are first capped by the engine's ceilings. A fresh instance is used
-        unless the adapter is ``pooled``. Errors carry the logs captured so far. ``state``
-        is what the ``state_*`` imports reach (None: the adapter was granted none).
+        The limits are first capped by the engine's ceilings. An instance nobody used
+        before runs the request unless the adapter is ``pooled``. Errors carry the logs
+        captured so far. ``state`` is what the ``state_*`` imports reach (None: not granted).
         """
         lim = limits.capped(self._engine.ceilings)
         if lim.fuel is not None and not self._engine.ceilings.fuel_enabled:
             raise SandboxError("a fuel limit was requested but the engine has fuel disabled")
         req = RequestState(meta, lim, state=state)
         start = time.perf_counter()
-        inst: _Instance | None = None
+        inst: Instance | None = None
         try:
             with self._engine.guest_running():
-                inst = self._acquire(req, models)
+                inst, spare = self._acquire(req, models)
                 ready = time.perf_counter()
                 status = self._call(inst, req, payload)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
@@ -175,9 +151,11 @@ class Adapter:
         finally:
             self._tls.req = self._tls.nn = None
             req.flush()
+            self._retire(inst, lim)
         done = time.perf_counter()
-        _post_checks(req, status, lim)
-        self._release(inst)
+        check_outcome(req, status, lim)
+        if self.mode == "pooled":
+            self._tls.pooled = inst
         return GuestResult(
             status=status,
             output=req.output,
@@ -187,60 +165,77 @@ class Adapter:
             instantiate_s=ready - start,
             run_s=done - ready,
             infer_s=inst.nn.infer_s,
+            from_spare=spare,
         )
 
-    def _acquire(self, req: RequestState, models: ModelProvider) -> _Instance:
-        inst: _Instance | None = getattr(self._tls, "pooled", None)
+    def _acquire(self, req: RequestState, models: ModelProvider) -> tuple[Instance, bool]:
+        pooled: Instance | None = getattr(self._tls, "pooled", None)
         self._tls.pooled = None
-        if inst is None:
-            store = wasmtime.Store(self._engine.engine)
-            c = self._engine.ceilings
-            nn = NnSession(models, req.log, c.max_nn_handles, c.max_nn_contexts)
-            self._prepare(store, nn, req, models)
-            slot = [req]
-            store.set_wasi(
-                restricted_wasi_config(_slot_sink(slot, "stdout"), _slot_sink(slot, "stderr"))
-            )
-            return self._instantiate(store, nn, slot)
-        inst.slot[0] = req
-        self._prepare(inst.store, inst.nn, req, models)
-        return inst
-
-    def _prepare(
-        self, store: wasmtime.Store, nn: NnSession, req: RequestState, models: ModelProvider
-    ) -> None:
+        if pooled is not None:
+            self._reuse(pooled, req, models)
+            return pooled, False
+        c = self._engine.ceilings
         lim = req.limits
-        store.set_limits(
-            memory_size=lim.memory_bytes,
-            table_elements=lim.table_elements,
-            instances=1,
-            tables=4,
-            memories=1,
-        )
-        ticks = int(lim.deadline_s / self._engine.ceilings.tick_s) + 1
-        store.set_epoch_deadline(ticks)
-        if self._engine.ceilings.fuel_enabled:
+        nn = NnSession(models, req.log, c.max_nn_handles, c.max_nn_contexts)
+        nn.deadline, nn.host_budget = req.deadline, lim.memory_bytes  # host tensors count too
+        self._tls.req, self._tls.nn = req, nn  # before instantiation: _initialize may call us
+        key = limits_key(lim)
+        inst = self._spares.take(key) if self.mode == "fresh" else None
+        if inst is not None:
+            arm(inst.store, c, lim)  # the request's own deadline, from now
+            inst.slot[0], inst.nn = req, nn
+            return inst, True
+        slot = [req]
+        store = new_store(self._engine.engine, c, lim, slot)
+        return instantiate(self._pre, store, slot, key, nn, initialize=self._has_initialize), False
+
+    def _reuse(self, inst: Instance, req: RequestState, models: ModelProvider) -> None:
+        """Pooled mode: the same instance, this request's limits, deadline and bindings."""
+        lim, c, store = req.limits, self._engine.ceilings, inst.store
+        store.set_limits(lim.memory_bytes, lim.table_elements, instances=1, tables=4, memories=1)
+        if c.fuel_enabled:
             store.set_fuel(lim.fuel if lim.fuel is not None else 2**63 - 1)
+        arm(store, c, lim)
+        inst.slot[0] = req
+        nn = inst.nn
         nn.provider, nn.log, nn.infer_s, nn.deadline = models, req.log, 0.0, req.deadline
-        nn.host_budget = lim.memory_bytes  # host-side tensors count against the memory limit
+        nn.host_budget = lim.memory_bytes
         self._tls.req, self._tls.nn = req, nn
 
-    def _instantiate(
-        self, store: wasmtime.Store, nn: NnSession, slot: list[RequestState]
-    ) -> _Instance:
-        instance = self._pre.instantiate(store)
-        if self._has_initialize:
-            RawFunc(store, instance, "_initialize", (0, 0))(store)
-        return _Instance(
-            store,
-            nn,
-            RawMemory(store, instance, "memory"),
-            RawFunc(store, instance, "wasmgate_alloc", (1, 1)),
-            RawFunc(store, instance, "wasmgate_handle", (2, 1)),
-            slot,
-        )
+    def _retire(self, inst: Instance | None, lim: GuestLimits) -> None:
+        """Fresh mode: close the used instance off the path and make the next one ready."""
+        if self.mode != "fresh" or inst is None:
+            return  # no instance: instantiation failed, a spare would fail the same way
+        self._spares.bury(inst)
+        self._spares.refill(lim)
 
-    def _call(self, inst: _Instance, req: RequestState, payload: bytes) -> int:
+    def _make_spare(self, lim: GuestLimits) -> Instance | None:
+        """On the background thread: a started instance under ``lim``, or None if it failed
+        or its start code touched the host (then it would have depended on a request)."""
+        init = RequestState({}, lim)  # catches WASI output of the start code
+        unbound = Unbound()
+        slot = [init]
+        self._tls.req = self._tls.nn = unbound
+        store: wasmtime.Store | None = None
+        try:
+            store = new_store(self._engine.engine, self._engine.ceilings, lim, slot)
+            with self._engine.guest_running():
+                inst = instantiate(
+                    self._pre, store, slot, limits_key(lim), NnSession(NoModels(), init.log),
+                    initialize=self._has_initialize,
+                )  # fmt: skip
+        except (wasmtime.Trap, wasmtime.WasmtimeError):
+            if store is not None:
+                store.close()
+            return None
+        finally:
+            self._tls.req = self._tls.nn = None
+        if unbound.touched or init.logs or any(init.pending.values()):
+            inst.close()
+            return None
+        return inst
+
+    def _call(self, inst: Instance, req: RequestState, payload: bytes) -> int:
         store = inst.store
         ptr = inst.alloc(store, len(payload))
         if not isinstance(ptr, int) or (ptr == 0 and payload):
@@ -258,11 +253,7 @@ class Adapter:
         status = inst.handle(store, ptr, len(payload))
         return int(status) if isinstance(status, int) else -1
 
-    def _release(self, inst: _Instance) -> None:
-        if self.mode == "pooled":
-            self._tls.pooled = inst
-
-    def _near_memory_limit(self, inst: _Instance | None, lim: GuestLimits) -> bool:
+    def _near_memory_limit(self, inst: Instance | None, lim: GuestLimits) -> bool:
         if inst is None:
             return False
         return inst.memory.data_len(inst.store) + 65536 > lim.memory_bytes
@@ -272,95 +263,3 @@ class Adapter:
         if req is None:
             return None
         return req.deadline, lambda: setattr(req, "slept_past_deadline", True)
-
-    def _probe(self) -> None:
-        """Instantiate once under the ceilings and check ``wasmgate_abi_version() == 1``."""
-        c = self._engine.ceilings
-        lim = GuestLimits(
-            memory_bytes=c.memory_bytes,
-            table_elements=c.table_elements,
-            deadline_s=min(1.0, c.deadline_s),
-        )
-        req = RequestState({}, lim)
-        try:
-            store = wasmtime.Store(self._engine.engine)
-            nn = NnSession(NoModels(), req.log)
-            self._prepare(store, nn, req, NoModels())
-            store.set_wasi(restricted_wasi_config(req.sink("stdout"), req.sink("stderr")))
-            with self._engine.guest_running():
-                instance = self._pre.instantiate(store)
-                got = RawFunc(store, instance, "wasmgate_abi_version", (0, 1))(store)
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
-            err = translate(e, req, near_memory_limit=False)
-            raise AdapterLoadError(
-                f"{self.name}: fails at instantiation ({err.cause}): {err}"
-            ) from e
-        finally:
-            self._tls.req = self._tls.nn = None
-        if got != ABI_VERSION:
-            raise AdapterLoadError(
-                f"{self.name}: wasmgate_abi_version() is {got}, host supports {ABI_VERSION}"
-            )
-
-
-def _slot_sink(slot: list[RequestState], stream: str) -> Any:
-    def write(data: bytes) -> None:
-        slot[0].sink(stream)(data)
-
-    return write
-
-
-def _post_checks(req: RequestState, status: int, lim: GuestLimits) -> None:
-    if req.violation is not None:
-        raise GuestTrap(
-            f"guest passed a bad pointer to the host: {req.violation}", cause="oob", logs=req.logs
-        )
-    if time.monotonic() > req.deadline:
-        how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
-        raise GuestDeadlineExceeded(
-            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms{how}", logs=req.logs
-        )
-    if req.output_refused:
-        raise GuestOutputTooLarge(
-            f"adapter output exceeds the limit of {lim.max_output_bytes} bytes", logs=req.logs
-        )
-    if status not in (0, 1, 2):
-        raise GuestTrap(
-            f"wasmgate_handle returned unknown status {status}", cause="abi", logs=req.logs
-        )
-
-
-def _check_imports(module: wasmtime.Module, name: str) -> None:
-    for imp in module.imports:
-        known = _KNOWN.get(imp.module)
-        if known is None or imp.name not in known:
-            hint = " (an unsupported wasi-nn extension)" if imp.module == NN_MODULE else ""
-            raise AdapterLoadError(f"{name}: unknown import `{imp.module}::{imp.name}`{hint}")
-
-
-def _check_exports(module: wasmtime.Module, name: str, engine: SandboxEngine) -> bool:
-    exports = {e.name: e.type for e in module.exports}
-    mem = exports.get("memory")
-    if not isinstance(mem, wasmtime.MemoryType):
-        raise AdapterLoadError(f"{name}: missing export `memory`")
-    if mem.limits.min * 65536 > engine.ceilings.memory_bytes:
-        raise AdapterLoadError(
-            f"{name}: initial memory of {mem.limits.min} pages exceeds the ceiling"
-        )
-    for ext in exports.values():
-        if isinstance(ext, wasmtime.TableType) and ext.limits.min > engine.ceilings.table_elements:
-            raise AdapterLoadError(
-                f"{name}: initial table of {ext.limits.min} elements exceeds the ceiling"
-            )
-    for fn, (params, results) in _EXPORTS.items():
-        ty = exports.get(fn)
-        if not isinstance(ty, wasmtime.FuncType):
-            raise AdapterLoadError(f"{name}: missing export `{fn}`")
-        if [str(p) for p in ty.params] != params or [str(r) for r in ty.results] != results:
-            raise AdapterLoadError(f"{name}: export `{fn}` has the wrong signature")
-    init = exports.get("_initialize")
-    if init is not None and not (
-        isinstance(init, wasmtime.FuncType) and not init.params and not init.results
-    ):
-        raise AdapterLoadError(f"{name}: export `_initialize` must be () -> ()")
-    return init is not None

@@ -10,6 +10,9 @@ Invariants:
   0 times a second instead of 1/tick_s. Epoch deadlines are set relative to the epoch when
   a run starts, so a pause between runs changes no deadline (precision stays one tick).
   ``close()`` stops and joins it.
+- One background thread (`wasmgate.sandbox.background`, started on first use) builds the
+  adapters' spare instances and closes used stores off the request path; ``close()`` stops
+  it too. Each adapter owns (and closes) its spares.
 - ``Module.deserialize`` runs native code, so it is only ever called on entries this
   daemon wrote into its private cache directory (0700) and that carry its MAC over the
   wasm's sha256 *as hashed here* and the fingerprint of the engine settings and wasmtime
@@ -39,6 +42,7 @@ import wasmtime
 
 from wasmgate.sandbox import _wasmtime_private
 from wasmgate.sandbox.adapter import Adapter
+from wasmgate.sandbox.background import Background
 from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.limits import MIB, Ceilings
@@ -78,6 +82,8 @@ class SandboxEngine:
         self.ticks = 0
         """Epoch increments so far (observability: an idle engine does not tick)."""
         self._guests_cv = threading.Condition()
+        self.background = Background("wasmgate-spares")
+        """Off-request-path work: spare instances, closing used stores."""
         self._ticker = threading.Thread(target=self._tick, name="wasmgate-epoch", daemon=True)
         self._ticker.start()
 
@@ -197,8 +203,15 @@ class SandboxEngine:
                 removed += 1
         return removed
 
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the background thread is idle (spares built, stores closed); False on
+        timeout. For benchmarks and tests: requests never wait for it."""
+        return self.background.settle(timeout_s)
+
     def close(self) -> None:
-        """Stop the ticker thread (idempotent). Running guests then hit their deadline checks."""
+        """Stop the ticker and background threads (idempotent). Running guests then hit their
+        deadline checks."""
+        self.background.close()
         self._stop.set()
         with self._guests_cv:
             self._guests_cv.notify()

@@ -48,12 +48,17 @@ class Ceilings:
     """Compile in a child process killed after this long; None compiles in-process."""
     compile_memory_bytes: int = 512 * MIB
     """Memory the compile child may allocate (with ``compile_timeout_s`` only)."""
+    spare_instances: int = 2
+    """Never-used instances kept ready per fresh-mode adapter (0: instantiate per request
+    on its path). Each holds the adapter's initial memory and an address-space reservation."""
 
     def __post_init__(self) -> None:
         """Refuse nonsensical ceilings early (they come from the operator's config)."""
         for name in ("memory_bytes", "table_elements", "max_output_bytes", "max_module_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Ceilings.{name} must be positive")
+        if self.spare_instances < 0:
+            raise ValueError("Ceilings.spare_instances must not be negative")
         if self.deadline_s <= 0 or self.tick_s <= 0:
             raise ValueError("Ceilings.deadline_s and tick_s must be positive")
 

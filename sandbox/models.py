@@ -33,6 +33,7 @@ __all__ = [
     "InputMismatch",
     "ModelHandle",
     "ModelProvider",
+    "NoModels",
     "TensorSpec",
     "datatype_of",
     "numpy_dtype",
@@ -176,3 +177,15 @@ class ModelProvider(Protocol):
         their sha256 is a model the bundle declares; ``run-guest`` loads them.
         """
         ...
+
+
+class NoModels:
+    """A ``ModelProvider`` that provides nothing (load-time probe, model-less adapters)."""
+
+    def by_name(self, name: str) -> ModelHandle | None:  # noqa: ARG002
+        """No model has a name."""
+        return None
+
+    def from_bytes(self, data: bytes, encoding: str, target: str) -> ModelHandle | None:  # noqa: ARG002
+        """No bytes may be loaded."""
+        return None

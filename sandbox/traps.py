@@ -1,4 +1,5 @@
-"""Translate wasmtime's ``Trap`` / ``ExitTrap`` / ``WasmtimeError`` into sandbox errors.
+"""Translate wasmtime's ``Trap`` / ``ExitTrap`` / ``WasmtimeError`` into sandbox errors, and
+check what a finished request left behind (``check_outcome``).
 
 Invariants:
 - The cause is taken from ``trap_code`` (never from the message text) for traps; for
@@ -6,16 +7,27 @@ Invariants:
 - A trap after the guest filled its memory up to the limit (``memory.grow`` returned -1,
   then the guest gave up) is reported as memory exhaustion, not as the symptom.
 - The returned error carries the request's captured logs.
+- A request that returned normally still fails if it passed the host a bad pointer, ran past
+  its deadline (also inside a host call), ended on a refused output or returned an unknown
+  status, in that order of precedence.
 """
 
 from __future__ import annotations
 
+import time
+
 import wasmtime
 
-from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestResourceExhausted, GuestTrap
+from wasmgate.sandbox.errors import (
+    GuestDeadlineExceeded,
+    GuestOutputTooLarge,
+    GuestResourceExhausted,
+    GuestTrap,
+)
 from wasmgate.sandbox.host_api import RequestState
+from wasmgate.sandbox.limits import GuestLimits
 
-__all__ = ["translate"]
+__all__ = ["check_outcome", "translate"]
 
 _T = wasmtime.TrapCode
 _CAUSES = {
@@ -96,3 +108,24 @@ def _line(text: str) -> str:
     if "Caused by:" in lines:
         return " ".join(lines[lines.index("Caused by:") + 1 :])[:300]
     return (lines[0] if lines else "unknown")[:300]
+
+
+def check_outcome(req: RequestState, status: int, lim: GuestLimits) -> None:
+    """Raise the error a request that returned ``status`` still deserves (see invariants)."""
+    if req.violation is not None:
+        raise GuestTrap(
+            f"guest passed a bad pointer to the host: {req.violation}", cause="oob", logs=req.logs
+        )
+    if time.monotonic() > req.deadline:
+        how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
+        raise GuestDeadlineExceeded(
+            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms{how}", logs=req.logs
+        )
+    if req.output_refused:
+        raise GuestOutputTooLarge(
+            f"adapter output exceeds the limit of {lim.max_output_bytes} bytes", logs=req.logs
+        )
+    if status not in (0, 1, 2):
+        raise GuestTrap(
+            f"wasmgate_handle returned unknown status {status}", cause="abi", logs=req.logs
+        )

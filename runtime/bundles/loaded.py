@@ -51,6 +51,9 @@ class RunnableAdapter(Protocol):
         state: AdapterState | None = None,
     ) -> GuestOutcome: ...
 
+    def close(self) -> None:
+        """Free what the adapter keeps between runs (its spare instances)."""
+
 
 @dataclass(frozen=True)
 class AdmissionLimits:
@@ -215,11 +218,14 @@ class LoadedBundle:
         return self._closed
 
     def close(self) -> None:
-        """Unload the models (stops batchers, frees sessions). Idempotent."""
+        """Unload the models (stops batchers, frees sessions) and the adapter's spare
+        instances. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        if self.adapter is not None:
+            self.adapter.close()
         for served in self.models.values():
             for closer in served.closers:
                 try:

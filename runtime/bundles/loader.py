@@ -88,12 +88,15 @@ def load_bundle(
     """Build a ready `LoadedBundle` (blocking); `BundleRejected` on any failure."""
     _check_targets(manifest, deps.profile)
     models: dict[str, ServedModel] = {}
+    bundle: LoadedBundle | None = None
     try:
         for entry in manifest.models:
             models[entry.name] = _load_model(deps, blobs, manifest, entry)
         bundle = _assemble(deps, blobs, manifest, digest, models)
         _selftest(bundle, manifest)
     except BaseException:
+        if bundle is not None and bundle.adapter is not None:
+            bundle.adapter.close()  # its selftest may have left spare instances
         for served in models.values():
             for closer in served.closers:
                 closer()

@@ -1,0 +1,119 @@
+"""Spare instances: the next request's fresh instance, made ready off the request path.
+
+Invariants:
+- A spare is an instance nobody has used: it is built (store, limits, instantiation,
+  ``_initialize``) on the engine's background thread and handed to exactly one request,
+  which takes it out of the pool (``take``); after that request it is closed, never pooled
+  again. Isolation is that of ``fresh`` mode: no request sees what another left behind.
+- A spare is only handed to a request whose limits it was built under (`limits_key`:
+  memory, table elements, fuel); any other request gets a new instance on its own path and
+  the mismatched spare is closed. The deadline is re-armed by the request that takes it.
+- A spare whose instantiation failed (trap, deadline, limit) or that made any host call
+  while starting (its start code depended on a request: see ``Adapter``) is closed and turns
+  spares off for this pool for good; its requests then instantiate on their own path, as
+  before, so a bad ``_initialize`` costs background work at most once.
+- At most ``cap()`` spares exist or are being built. ``close()`` closes every ready spare;
+  one still being built is closed when its build ends: no store outlives its pool's owner.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wasmgate.sandbox.background import Background
+from wasmgate.sandbox.instance import Instance, LimitsKey
+
+if TYPE_CHECKING:
+    from wasmgate.sandbox.limits import GuestLimits
+
+__all__ = ["Spares", "Unbound"]
+
+Make = Callable[["GuestLimits"], "Instance | None"]
+
+
+class Unbound:
+    """The thread's "request" while a spare starts: any use means the start code made a host
+    call (which would have seen the request in fresh mode), so the spare is thrown away."""
+
+    def __init__(self) -> None:
+        """Untouched so far."""
+        self.touched = False
+
+    def __getattr__(self, name: str) -> Any:
+        self.touched = True
+        # The host callbacks turn this into an errno (their catch-all, see rawcall).
+        raise LookupError(f"no request while a spare instance starts (.{name})")
+
+
+class Spares:
+    """The spare instances of one adapter (see the module invariants)."""
+
+    def __init__(self, make: Make, background: Background, cap: Callable[[], int]) -> None:
+        """``make(limits)`` builds one spare on the background thread (None: it failed)."""
+        self._make = make
+        self._background = background
+        self._cap = cap
+        self._lock = threading.Lock()
+        self._ready: deque[Instance] = deque()
+        self._building = 0
+        self._closed = False
+        self.disabled = False
+        """True once a spare failed to start: no more spares for this adapter."""
+
+    @property
+    def ready(self) -> int:
+        """Spares ready for a request now."""
+        return len(self._ready)
+
+    def take(self, key: LimitsKey) -> Instance | None:
+        """A never-used instance built under ``key``, or None (then instantiate on the path)."""
+        with self._lock:
+            if not self._ready:
+                return None
+            inst = self._ready.popleft()
+        if inst.key != key:
+            self.bury(inst)
+            return None
+        return inst
+
+    def refill(self, lim: GuestLimits) -> None:
+        """Start building a spare under ``lim`` unless there are enough (called after a run)."""
+        with self._lock:
+            if self._closed or self.disabled or self._building + len(self._ready) >= self._cap():
+                return
+            self._building += 1
+        if not self._background.submit(lambda: self._build(lim)):
+            with self._lock:
+                self._building -= 1
+
+    def _build(self, lim: GuestLimits) -> None:
+        inst: Instance | None = None
+        try:
+            inst = self._make(lim)
+        finally:
+            with self._lock:
+                self._building -= 1
+                if inst is None:
+                    self.disabled = True
+                elif not self._closed:
+                    self._ready.append(inst)
+                    inst = None
+            if inst is not None:
+                inst.close()  # built while the pool was closing
+
+    def bury(self, inst: Instance) -> None:
+        """Close a used (or unusable) instance off the request path; here if no thread runs."""
+        if not self._background.submit(inst.close):
+            inst.close()
+
+    def close(self) -> None:
+        """Close every spare (idempotent); later refills do nothing."""
+        with self._lock:
+            self._closed = True
+            spares = list(self._ready)
+            self._ready.clear()
+        for inst in spares:
+            inst.close()
