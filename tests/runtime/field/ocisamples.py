@@ -59,7 +59,8 @@ def pulled(address: str, repo: str) -> list[Pulled]:
 class FlakyRegistry:
     """Forwards to ``upstream`` (``HOST:PORT``) in mode ``pass``; else misbehaves:
     ``500`` (every request), ``garbage`` (200 and random bytes to every request), ``hang``
-    (answers nothing while in that mode), ``refuse_big`` (413 to a blob PUT over ``big`` bytes)."""
+    (answers nothing while in that mode), ``unstored`` (a manifest PUT answered 200,
+    not forwarded), ``refuse_big`` (413 to a blob PUT over ``big`` bytes)."""
 
     upstream: str
     mode: str = "pass"
@@ -91,6 +92,8 @@ class FlakyRegistry:
                     break
                 await asyncio.sleep(0.05)
             return web.Response(status=503)
+        if mode == "unstored" and request.method == "PUT" and "/manifests/" in request.path:
+            return web.Response(status=200)  # says OK, stores nothing
         if mode == "refuse_big" and request.method == "PUT" and len(body) > self.big:
             return web.Response(status=413, text="too large")
         return await self._forward(request, body)

@@ -157,19 +157,22 @@ def flaky(registry: Registry) -> Iterator[tuple[FlakyRegistry, str]]:
 async def test_a_misbehaving_registry_loses_nothing(
     tmp_path: Path, registry: Registry, flaky: tuple[FlakyRegistry, str]
 ) -> None:
-    """500s, garbage with 200, silence past the deadline: kept; then each arrives once."""
+    """500s, garbage with 200, silence, a manifest "stored" with 200 but not: kept; then
+    each arrives once."""
     proxy, address = flaky
     conf = FAST.model_copy(update={"timeout_s": 0.3})
     async with shipping(tmp_path, address, conf=conf) as (store, kept, sink):
-        for i, mode in enumerate(("500", "garbage", "hang")):
+        for i, mode in enumerate(("500", "garbage", "hang", "unstored")):
             proxy.mode = mode
             await kept.keep("vision", b"F-%s-%d" % (mode.encode(), i))
             await _failing_twice(sink, mode)
             assert depth(store) == i + 1
         proxy.mode = "pass"
         await until(lambda: depth(store) == 0, "pushed once the registry behaves")
-    assert payloads(pulled(registry.address, REPO)) == [b"F-500-0", b"F-garbage-1", b"F-hang-2"]
-    assert set(proxy.seen) == {"500", "garbage", "hang", "pass"}
+    assert payloads(pulled(registry.address, REPO)) == [
+        b"F-500-0", b"F-garbage-1", b"F-hang-2", b"F-unstored-3",
+    ]  # fmt: skip
+    assert set(proxy.seen) == {"500", "garbage", "hang", "unstored", "pass"}
 
 
 async def test_a_refused_batch_goes_one_sample_at_a_time(
