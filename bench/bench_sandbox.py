@@ -7,8 +7,8 @@ spare, made ready on the engine's background thread between requests: the bench 
 finish, untimed, before each timed call; "back-to-back" is the same request in a tight loop,
 where the next spare is built while the next request runs), with one ``load_by_name`` and
 one fused ``wasmgate.nn_infer_f32`` on the same backend model (ONNX Runtime, generic CPU
-profile, as the daemon loads it) the raw baseline calls with the same input. Models: the digits MLP (64→32→10,
-``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class CNN (the shared
+profile, as the daemon loads it) the raw baseline calls with the same input. Models: the
+digits MLP (64→32→10, ``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class CNN (the shared
 ``mobilenet-fp32.onnx`` from the test cache, else built with ``gen_mobilenet.build()``).
 Also: the time to get the instance ready, the guest's own time (handler and host calls
 without the model run), the share of requests served on a spare, pooled mode, and cold

@@ -115,6 +115,11 @@ class Adapter:
         """Spare instances ready for the next requests (observability, tests)."""
         return self._spares.ready
 
+    @property
+    def spares_taken(self) -> int:
+        """Requests that ran on a spare so far, failed ones included (observability, tests)."""
+        return self._spares.taken
+
     def close(self) -> None:
         """Close the spare instances (idempotent); later runs instantiate on their path."""
         self._spares.close()

@@ -62,6 +62,8 @@ class Spares:
         self._closed = False
         self.disabled = False
         """True once a spare failed to start: no more spares for this adapter."""
+        self.taken = 0
+        """Spares handed to requests so far (observability, tests)."""
 
     @property
     def ready(self) -> int:
@@ -74,6 +76,7 @@ class Spares:
             if not self._ready:
                 return None
             inst = self._ready.popleft()
+            self.taken += inst.key == key
         if inst.key != key:
             self.bury(inst)
             return None
