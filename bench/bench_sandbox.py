@@ -8,8 +8,8 @@ finish, untimed, before each timed call; "back-to-back" is the same request in a
 where the next spare is built while the next request runs), with one ``load_by_name`` and
 one fused ``wasmgate.nn_infer_f32`` on the same backend model (ONNX Runtime, generic CPU
 profile, as the daemon loads it) the raw baseline calls with the same input. Models: the
-digits MLP (64→32→10, ``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class CNN (the shared
-``mobilenet-fp32.onnx`` from the test cache, else built with ``gen_mobilenet.build()``).
+digits MLP (64→32→10, ``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class
+CNN (the shared ``mobilenet-fp32.onnx`` from the test cache, else ``gen_mobilenet.build()``).
 Also: the time to get the instance ready, the guest's own time (handler and host calls
 without the model run), the share of requests served on a spare, pooled mode, and cold
 compile vs cached load of the adapter module.
@@ -117,8 +117,7 @@ def bench_model(  # noqa: PLR0917
         Figure(label, "overhead per request", (s - r) * 1e6, "us", *base),
         Figure(label, "instance ready (spare taken)", taken, "us", *base),
         Figure(label, "guest + host calls (no infer)", guest, "us", *base),
-        Figure(label, "requests on a spare (%)", spared, "%", "all requests", 100.0,
-               lower_is_better=False),
+        Figure(label, "on a spare", spared, "%", "all requests", 100.0, lower_is_better=False),
         Figure(label, "back-to-back request", median(burst) * 1e6, "us", *base),
         Figure(label, "pooled-mode request", p * 1e6, "us", *base),
     ]
