@@ -68,6 +68,7 @@ from wasmgate.runtime.http.keys import (
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.memory import trim_heap
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
@@ -324,6 +325,10 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = app[DEPS].engine
     _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
     registry.on_change.append(lambda: _prune_modules(registry, engine))
+    # Loading freed large model buffers in worker threads' malloc arenas (~20 MB idle with a
+    # MobileNet-class model); trim now and after every change of what serves.
+    trim_heap()
+    registry.on_change.append(trim_heap)
     app[REGISTRY], app[SERVICE], app[WATCHER], app[BUNDLE_STORE] = registry, service, watcher, store
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     status.add_provider(app, "trust", lambda: trust_status(store))
