@@ -1,25 +1,32 @@
-"""A real daemon's life: cold start, restart, hot swap under load, idle and loaded RSS.
+"""A real daemon's life: start to READY, hot swap under load, idle and loaded RSS.
 
 ``python -m bench.bench_daemon [--quick] [--json OUT]``
 
-- cold start: ``wasmgate serve`` spawned until ``/v2/health/ready`` answers 200, with the
-  digits and MobileNet-class bundles (verify, compile the adapter, load both models,
-  self-test) against the same daemon with an empty bundle directory (imports, listeners);
-- restart: the same data directory again (compiled adapter and optimized models cached);
+- the floor, measured in the same run: ``python -c "import numpy, onnxruntime, wasmtime,
+  aiohttp"`` (seconds and VmRSS), what any daemon with these libraries pays before its own
+  work; the start-up goals (READY in 0.5 s, idle 100 MB with 3 bundles) are read against it;
+- start to READY: ``wasmgate serve`` spawned until it sends systemd's ``READY=1`` (a
+  notification socket of our own), with no bundles and with 3 (digits, anomaly and the
+  MobileNet class: verify, compile the adapter, load the models, self-test); cold = a fresh
+  data directory, warm = a restart on it (compiled adapter and optimized models cached);
 - hot swap: ``PUT /v1/bundles`` of digits v2 while 4 clients stream sandboxed requests:
   time until the PUT answers (v2 serving), failed requests during the swap (must be 0), and
   the stream's p99 during the swap against its p99 before;
-- RSS (VmRSS) idle after start, and after a loaded phase (8 clients on MobileNet), against
-  the empty daemon's RSS.
+- RSS (VmRSS) idle a second after READY, and after a loaded phase (8 clients on MobileNet).
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -33,10 +40,72 @@ from tests.fixtures.models import get_models
 TOKEN = "bench-token"  # noqa: S105 - a throwaway daemon on loopback
 
 
-def timed_start(daemon: Daemon) -> float:
-    start = time.perf_counter()
-    daemon.start(timeout=180)
-    return time.perf_counter() - start
+FLOOR = "import numpy, onnxruntime, wasmtime, aiohttp"
+_RSS = "print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
+GOAL_READY_S, GOAL_RSS_MB = 0.5, 100.0
+
+
+class ReadyClock:
+    """A notification socket of our own: when did the daemon send ``READY=1``?
+
+    A thread stamps each datagram on arrival, so the HTTP poll of ``Daemon.start`` does not
+    blur the figure; ``address`` goes into the daemon's ``NOTIFY_SOCKET``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.address = str(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(self.address)
+        self._sock.settimeout(0.1)
+        self._ready: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._sock.recv(4096)
+            except TimeoutError:
+                continue
+            if b"READY=1" in data.split(b"\n"):
+                self._ready.append(time.perf_counter())
+
+    def start(self, daemon: Daemon) -> float:
+        """Seconds from spawning ``daemon`` to its READY=1 (it is then serving)."""
+        seen = len(self._ready)
+        began = time.perf_counter()
+        daemon.start(timeout=180)
+        deadline = time.monotonic() + 10
+        while len(self._ready) == seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if len(self._ready) == seen:
+            raise RuntimeError("the daemon answered ready but never sent READY=1")
+        return self._ready[seen] - began
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
+
+
+def floor(repeat: int) -> tuple[float, float]:
+    """(median seconds, VmRSS MiB) of a bare interpreter importing the daemon's libraries."""
+    seconds: list[float] = []
+    rss = 0.0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", f"{FLOOR}; {_RSS}"], capture_output=True, check=True, text=True
+        )
+        seconds.append(time.perf_counter() - start)
+        rss = int(out.stdout) / 1024
+    return median(seconds), rss
+
+
+def idle_rss(daemon: Daemon) -> float:
+    time.sleep(1.0)  # background start-up tasks (watchers, expiry) settle
+    return rss_mb(daemon_pid(daemon))
 
 
 async def _stream(url: str, body: bytes, stop: asyncio.Event) -> tuple[list[float], int]:
@@ -91,49 +160,78 @@ def _served_version(daemon: Daemon, body: bytes) -> str:
         return str(r.headers.get("X-Wasmgate-Version", "?"))
 
 
-def run(quick: bool) -> list[Figure]:
-    """Start, restart, swap and measure; ``quick`` uses one start each and short loads."""
-    m = get_models()
+def _start_twice(
+    clock: ReadyClock, kit: BenchKit, workdir: Path, config: dict[str, Any] | None = None
+) -> tuple[tuple[float, float, float], Daemon]:
+    """(cold READY s, warm READY s, idle RSS after the warm start); the daemon keeps running."""
+    daemon = kit.daemon(workdir, config=config, env={"NOTIFY_SOCKET": clock.address})
+    cold = clock.start(daemon)
+    daemon.stop()
+    warm = clock.start(daemon)
+    return (cold, warm, idle_rss(daemon)), daemon
+
+
+def _medians(rows: list[tuple[float, float, float]]) -> list[float]:
+    return [median(column) for column in zip(*rows, strict=True)]
+
+
+def _load_and_swap(daemon: Daemon, v2: Path, quick: bool) -> tuple[float, list[float]]:
+    """(RSS after an 8-client MobileNet load, the `_swap` figures); checks v2 serves."""
     x = np.random.default_rng(0).uniform(0, 16, (1, 64)).astype(np.float32)
     big = np.random.default_rng(1).standard_normal((1, 3, 128, 128)).astype(np.float32)
+    url = f"{daemon.url}/v1/adapters/mobilenet"
+    bench_http.http_run(url, payload(big), {}, 8, 0.5 if quick else 5.0)
+    loaded = rss_mb(daemon_pid(daemon))
+    swap = asyncio.run(_swap(daemon, v2, payload(x), 0.5 if quick else 3.0))
+    if _served_version(daemon, payload(x)) != "2":
+        raise RuntimeError("after the hot swap digits v2 is not serving")
+    return loaded, swap
+
+
+def run(quick: bool) -> list[Figure]:
+    """Floor, starts, swap and RSS; ``quick`` uses one start each and short loads."""
+    m = get_models()
     starts = 1 if quick else 3
+    floor_s, floor_rss = floor(3 if quick else 7)
     with tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp:
         root = Path(tmp)
-        empty = BenchKit(root / "empty")
-        kit = BenchKit(root / "kit")
-        kit.build("digits", m.digits_fp32)
-        kit.build("mobilenet", m.mobilenet_fp32)
-        v2 = kit.build("digits", m.digits_fp32, 2, out_dir=root)
-        bare_s, cold_s, warm_s = [], [], []
-        for i in range(starts):
-            bare = empty.daemon(root / f"bare{i}")
-            bare_s.append(timed_start(bare))
-            bare_rss = rss_mb(daemon_pid(bare))
-            bare.stop()
-            daemon = kit.daemon(root / f"d{i}", config={"http": {"management_token": TOKEN}})
-            cold_s.append(timed_start(daemon))
-            daemon.stop()
-            warm_s.append(timed_start(daemon))
-            if i < starts - 1:
-                daemon.stop()
+        clock = ReadyClock(root / "notify")
         try:
-            idle = rss_mb(daemon_pid(daemon))
-            seconds = 0.5 if quick else 5.0
-            url = f"{daemon.url}/v1/adapters/mobilenet"
-            bench_http.http_run(url, payload(big), {}, 8, seconds)
-            loaded = rss_mb(daemon_pid(daemon))
-            p99_before, p99_during, put_s, failed, total = asyncio.run(
-                _swap(daemon, v2, payload(x), 0.5 if quick else 3.0)
-            )
-            if _served_version(daemon, payload(x)) != "2":
-                raise RuntimeError("after the hot swap digits v2 is not serving")
+            empty, kit = BenchKit(root / "empty"), BenchKit(root / "kit")
+            for name, model in (("digits", m.digits_fp32), ("anomaly", m.anomaly_fp32),
+                                ("mobilenet", m.mobilenet_fp32)):  # fmt: skip
+                kit.build(name, model)
+            v2 = kit.build("digits", m.digits_fp32, 2, out_dir=root)
+            bare, full = [], []
+            for i in range(starts):
+                figures, daemon = _start_twice(clock, empty, root / f"bare{i}")
+                daemon.stop()
+                bare.append(figures)
+                config = {"http": {"management_token": TOKEN}}
+                figures, daemon = _start_twice(clock, kit, root / f"d{i}", config)
+                full.append(figures)
+                if i < starts - 1:
+                    daemon.stop()
+            try:
+                loaded, (p99_before, p99_during, put_s, failed, total) = _load_and_swap(
+                    daemon, v2, quick
+                )
+            finally:
+                daemon.stop()
         finally:
-            daemon.stop()
-    cold, bare_med = median(cold_s), median(bare_s)
+            clock.close()
+    (bare_cold, bare_warm, bare_rss), (cold, warm, idle) = _medians(bare), _medians(full)
     return [
-        Figure("daemon", "cold start, 2 bundles (s)", cold, "s", "no bundles", bare_med),
-        Figure("daemon", "restart, warm caches (s)", median(warm_s), "s", "cold start", cold),
-        Figure("daemon", "idle RSS, 2 bundles", idle, "MB", "no bundles", bare_rss),
+        Figure("floor", "import numpy+ort+wasmtime+aiohttp", floor_s, "s", "READY goal",
+               GOAL_READY_S),
+        Figure("floor", "VmRSS after those imports", floor_rss, "MB", "idle goal",
+               GOAL_RSS_MB),
+        Figure("daemon", "READY, no bundles, warm (s)", bare_warm, "s", "import floor",
+               floor_s),
+        Figure("daemon", "READY, 3 bundles, cold (s)", cold, "s", "no bundles", bare_cold),
+        Figure("daemon", "READY, 3 bundles, warm (s)", warm, "s", "goal", GOAL_READY_S),
+        Figure("daemon", "idle RSS, no bundles", bare_rss, "MB", "import floor", floor_rss),
+        Figure("daemon", "idle RSS, 3 bundles", idle, "MB", "goal", GOAL_RSS_MB),
         Figure("daemon", "RSS after 8-client load", loaded, "MB", "idle", idle),
         Figure("hot swap", "PUT v2 -> serving", put_s * 1e3, "ms", "cold start",
                cold * 1e3),
