@@ -1,34 +1,39 @@
 """Dynamic batching per model: many concurrent callers, one batched backend call.
 
 Requests queue in a bounded deque (full → `Busy`). A thread of the daemon's shared
-`BatchDispatcher` takes the oldest request once its batch is ready — ``max_batch_size`` rows
-queued or ``max_queue_delay_us`` since its arrival — concatenates compatible requests along
-axis 0 (same dtypes and trailing shapes; others wait for the next batch), runs the model
-once and splits the outputs back by row counts. A request larger than ``max_batch_size``
-runs alone, unsplit. Only models whose inputs and outputs all have a dynamic first
-dimension can be batched. ``workers`` > 1 lets that many batches of this model run at once
-(like Triton's instance count).
+`BatchDispatcher` takes the oldest request once its batch is ready, concatenates compatible
+requests along axis 0 (same dtypes and trailing shapes; others wait for the next batch),
+runs the model once and splits the outputs back by row counts. A request larger than
+``max_batch_size`` runs alone, unsplit. Only models whose inputs and outputs all have a
+dynamic first dimension can be batched. ``workers`` > 1 lets that many batches of this
+model run at once (like Triton's instance count).
+
+When a batch is ready is measured, not fixed (`wasmgate.runtime.serving.pacing`): a request
+that finds a worker free starts at once, unless the measured arrival rate says companions
+come within ``max_queue_delay_us`` and each saves more model time than it takes to arrive
+— then it waits for them, never longer than that delay. Requests that queue while the
+workers are busy form the next batch; a batch takes at most the rows that measurably pay
+(a conv net on 2 cores: often 1). A blocking `infer` that finds a worker free and nothing
+queued runs the model on its own thread (no hand-off to the dispatcher and back).
 
 Deadlines: a queued request whose deadline passes leaves the queue with `DeadlineExceeded`
-without running; a blocking `infer` caller waits at most until its deadline; a running batch
-gets the latest deadline of its requests, so the backend stops it (ONNX Runtime's
-terminate) only when every request in it has passed its deadline — one patient request
-keeps the batch going for itself. `close()` finishes what is queued, then detaches.
+without running; a blocking `infer` caller waits at most until its deadline (or, running
+the model itself, until the backend stops the run at it, as an unbatched model's caller
+does); a running batch gets the latest deadline of its requests, so the backend stops it
+(ONNX Runtime's terminate) only when every request in it has passed its deadline — one
+patient request keeps the batch going for itself. `close()` finishes what is queued, then
+detaches.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Self
 
-import numpy as np
 from opentelemetry import context as otel_context
 
-from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends.base import Array, LoadedModel
 from wasmgate.runtime.errors import (
     BackendError,
@@ -38,50 +43,17 @@ from wasmgate.runtime.errors import (
     DeadlineExceeded,
     NotReady,
 )
+from wasmgate.runtime.serving.batch_queue import BatcherStats, BatchQueue, Item, capped
+from wasmgate.runtime.serving.batch_run import infer_joined, resolve, span_attributes
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
+from wasmgate.runtime.serving.pacing import Pacer
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import joint_span
 
 BatchHook = Callable[[int, int, float], None]
 """Called after each batch with (rows, requests, seconds spent in the model)."""
 
-
-@dataclass
-class BatcherStats:
-    batches: int = 0
-    requests: int = 0
-    rows: int = 0
-    rejected_busy: int = 0
-    expired: int = 0
-    """Requests whose deadline passed while queued (never run)."""
-    batch_sizes: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def mean_batch_rows(self) -> float:
-        return self.rows / self.batches if self.batches else 0.0
-
-
-@dataclass
-class Item:
-    """One queued request."""
-
-    inputs: list[Array]
-    rows: int
-    key: tuple[tuple[str, tuple[int, ...]], ...]
-    future: Future[list[Array]]
-    arrived: float
-    deadline: float | None
-    context: otel_context.Context = field(default_factory=otel_context.Context)
-    """The caller's trace context: the batch span's parent (or link) runs on another thread."""
-
-
-def capped(
-    max_batch_size: int, max_queue_delay_us: int, cap: BatchingCap | None
-) -> tuple[int, int]:
-    """Apply a device profile's batching caps to a manifest's request."""
-    if cap is None:
-        return max_batch_size, max_queue_delay_us
-    return min(max_batch_size, cap.max_batch_size), min(max_queue_delay_us, cap.max_queue_delay_us)
+__all__ = ["BatchHook", "Batcher", "BatcherStats", "capped"]
 
 
 class Batcher:
@@ -120,11 +92,15 @@ class Batcher:
         self.queue_size = queue_size
         self.workers = workers
         self.running = 0
-        """Batches of this model running now (dispatcher lock held to read or write)."""
+        """Batches of this model the dispatcher runs now (its lock held to read or write)."""
+        self._inline = 0  # requests callers run on their own threads now
+        self.pacer = Pacer(max_batch_size, self.max_queue_delay)
+        """Arrival and cost measurements (dispatcher lock held to read or write)."""
         self._on_batch = on_batch
         self._stats = BatcherStats()
-        self._pending: deque[Item] = deque()
+        self._queue = BatchQueue(model.name)
         self._closed = False
+        self._held = False  # ready_at() held the next batch back for companions
         self._own = dispatcher is None
         self._dispatcher = dispatcher or BatchDispatcher(workers, f"batcher-{model.name}")
         self._cond = self._dispatcher.cond
@@ -140,45 +116,49 @@ class Batcher:
         ``deadline`` (``time.monotonic()`` based): a request still queued when it passes is
         failed with `DeadlineExceeded` at that moment, without being computed.
         """
-        rows = int(inputs[0].shape[0]) if inputs else 0
-        if any(int(a.shape[0]) != rows for a in inputs):
-            raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
-        key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
-        future: Future[list[Array]] = Future()
-        item = Item(
-            list(inputs), rows, key, future, time.monotonic(), deadline, otel_context.get_current()
-        )
+        item = self._item(inputs, deadline)
         with self._cond:
-            if self._closed:
-                raise NotReady(f"model {self.name} is shutting down (batcher closed)")
-            if len(self._pending) >= self.queue_size:
-                self._stats.rejected_busy += 1
-                raise Busy(
-                    f"model {self.name}: batch queue full ({self.queue_size} requests waiting); "
-                    "retry later"
-                )
-            self._pending.append(item)
+            self._admit(item)
+            self._queue.items.append(item)
             self._cond.notify_all()
-        return future
+        return item.future
 
     def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
         """Blocking `ModelHandle` call (wasi-nn compute): returns or raises by ``deadline``."""
-        future = self.submit(inputs, deadline=deadline)
+        item = self._item(inputs, deadline)
+        with self._cond:
+            self._admit(item)
+            alone = self._runs_alone_now(item)
+            if alone:
+                self._inline += 1
+                self._stats.at_once += 1
+                self._stats.inline += 1
+            else:
+                self._queue.items.append(item)
+                self._cond.notify_all()
+        if alone:
+            try:
+                self.run_batch([item])
+            finally:
+                self._release()
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            return future.result(timeout)
+            return item.future.result(timeout)
         except TimeoutError:
-            self._withdraw(future)
+            with self._cond:
+                self._queue.withdraw(item.future)
             message = f"model {self.name}: deadline passed waiting for the batch"
             raise DeadlineExceeded(message) from None
 
     def stats(self) -> BatcherStats:
-        """A snapshot of the counters (for metrics)."""
+        """A snapshot of the counters and the current pacing decisions (for metrics)."""
         with self._cond:
             s = self._stats
+            limit = self.pacer.limit()
             return BatcherStats(
-                s.batches, s.requests, s.rows, s.rejected_busy, s.expired, dict(s.batch_sizes)
-            )
+                s.batches, s.requests, s.rows, s.rejected_busy, s.expired, dict(s.batch_sizes),
+                s.at_once, s.waited, s.inline, limit, self.pacer.delay(1, limit, time.monotonic()),
+            )  # fmt: skip
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Stop accepting, finish the queued requests, then detach. Idempotent."""
@@ -186,12 +166,12 @@ class Batcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            while self._pending or self.running:
+            while self._queue or self.running or self._inline:
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 self._cond.wait(left)
-            self._abandon()
+            self._queue.abandon()
         self._dispatcher.detach(self)
         if self._own:
             self._dispatcher.close(timeout)
@@ -205,52 +185,38 @@ class Batcher:
     # -- called by the dispatcher (its lock held, except run_batch) ------------------------
 
     def pending_count(self) -> int:
-        return len(self._pending)
+        return len(self._queue)
 
     def ready_at(self, now: float) -> float | None:
         """When the next batch is ready (≤ now: ready), None with nothing to start."""
-        if not self._pending or self.running >= self.workers:
-            return None
-        if self._closed or self._compatible_rows() >= self.max_batch_size:
+        if not self._queue or self.running >= self.workers:
+            return None  # (a caller running the model itself takes no dispatcher worker)
+        limit = self.pacer.limit()
+        rows = self._queue.compatible_rows()
+        if self._closed or rows >= limit:
             return now
-        return self._pending[0].arrived + self.max_queue_delay
+        when = self.pacer.ready_at(self._queue.items[0].arrived, rows, limit, now)
+        if when is None or when <= now:
+            return now
+        self._held = True
+        return when
 
     def next_deadline(self) -> float | None:
-        deadlines = [i.deadline for i in self._pending if i.deadline is not None]
-        return min(deadlines, default=None)
+        return self._queue.next_deadline()
 
     def expire(self, now: float) -> None:
         """Fail queued requests whose deadline passed and drop cancelled ones."""
-        if not any(self._gone(item, now) for item in self._pending):
-            return
-        keep: deque[Item] = deque()
-        for item in self._pending:
-            if not self._gone(item, now):
-                keep.append(item)
-            elif item.future.set_running_or_notify_cancel():
-                self._stats.expired += 1
-                waited = (now - item.arrived) * 1e3
-                message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
-                item.future.set_exception(DeadlineExceeded(message))
-        self._pending = keep
-        self._cond.notify_all()
-
-    @staticmethod
-    def _gone(item: Item, now: float) -> bool:
-        return item.future.cancelled() or (item.deadline is not None and item.deadline <= now)
+        expired = self._queue.expire(now)
+        self._stats.expired += expired
+        if expired:
+            self._cond.notify_all()
 
     def take(self) -> list[Item]:
-        first = self._pending.popleft()
-        batch, rows, keep = [first], first.rows, deque[Item]()
-        while self._pending:
-            item = self._pending.popleft()
-            if item.key == first.key and rows + item.rows <= self.max_batch_size:
-                batch.append(item)
-                rows += item.rows
-            else:
-                keep.append(item)
-        self._pending = keep
-        return batch
+        """The next batch: the oldest request and the compatible ones behind it that fit."""
+        held, self._held = self._held, False
+        self._stats.waited += held
+        self._stats.at_once += not held
+        return self._queue.take(self.pacer.limit())
 
     def run_batch(self, batch: list[Item]) -> None:
         """Run one batch (no lock held) and resolve its futures."""
@@ -260,71 +226,63 @@ class Batcher:
         rows = sum(item.rows for item in live)
         started = time.perf_counter()
         try:
-            with joint_span("batch", [item.context for item in live], lambda: self._attrs(live)):
-                outputs = self._infer_batch(live, rows)
+            contexts = [item.context for item in live]
+            with joint_span("batch", contexts, lambda: span_attributes(self.name, live)):
+                outputs = infer_joined(self.model, self.outputs, live)
         except Exception as e:
+            self._record(rows, len(live), time.perf_counter() - started, ok=False)
             error = e if isinstance(e, DaemonError) else BackendError(f"{self.name}: {e}")
             for item in live:
                 item.future.set_exception(error)
             return
-        finally:
-            self._record(rows, len(live), time.perf_counter() - started)
-        offset = 0
-        for item in live:
-            item.future.set_result([out[offset : offset + item.rows] for out in outputs])
-            offset += item.rows
+        self._record(rows, len(live), time.perf_counter() - started, ok=True)
+        resolve(live, outputs)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _attrs(self, live: list[Item]) -> dict[str, str | int]:
-        return {
-            "wasmgate.model": self.name,
-            "wasmgate.batch.size": sum(item.rows for item in live),
-            "wasmgate.batch.requests": len(live),
-        }
+    def _item(self, inputs: Sequence[Array], deadline: float | None) -> Item:
+        rows = int(inputs[0].shape[0]) if inputs else 0
+        if any(int(a.shape[0]) != rows for a in inputs):
+            raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
+        key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
+        future: Future[list[Array]] = Future()
+        now = time.monotonic()
+        return Item(list(inputs), rows, key, future, now, deadline, otel_context.get_current())
 
-    def _abandon(self) -> None:
-        """Fail what is still queued after close() gave up waiting (lock held): once
-        detached nothing would ever run it, and its callers must not wait for nothing."""
-        for item in self._pending:
-            if item.future.set_running_or_notify_cancel():
-                item.future.set_exception(NotReady(f"model {self.name} closed before it ran"))
-        self._pending.clear()
+    def _admit(self, item: Item) -> None:
+        """Refuse when closed or full, else count the arrival (lock held)."""
+        if self._closed:
+            raise NotReady(f"model {self.name} is shutting down (batcher closed)")
+        if len(self._queue) >= self.queue_size:
+            self._stats.rejected_busy += 1
+            raise Busy(
+                f"model {self.name}: batch queue full ({self.queue_size} requests waiting); "
+                "retry later"
+            )
+        self.pacer.arrived(item.arrived)
 
-    def _withdraw(self, future: Future[list[Array]]) -> None:
-        """Take a caller's request out of the queue (it stopped waiting)."""
+    def _runs_alone_now(self, item: Item) -> bool:
+        """Nothing is queued, a worker is free (or batching does not pay, so callers run
+        side by side as unbatched ones would) and no companion is worth waiting for."""
+        if self.pacer.passthrough():
+            return True
+        if self._queue or self.running + self._inline >= self.workers:
+            return False
+        return self.pacer.delay(item.rows, self.pacer.limit(), item.arrived) <= 0
+
+    def _release(self) -> None:
         with self._cond:
-            if future.cancel():
-                self._pending = deque(i for i in self._pending if i.future is not future)
+            self._inline -= 1
+            self._cond.notify_all()
 
-    def _compatible_rows(self) -> int:
-        key = self._pending[0].key
-        return sum(item.rows for item in self._pending if item.key == key)
-
-    def _infer_batch(self, live: list[Item], rows: int) -> list[Array]:
-        deadlines = [item.deadline for item in live]
-        # Stop the run only once every request in it has given up (see module docstring).
-        deadline = None if None in deadlines else max(d for d in deadlines if d is not None)
-        if len(live) == 1:
-            outputs = self.model.infer(live[0].inputs, deadline=deadline)
-        else:
-            columns = zip(*(item.inputs for item in live), strict=True)
-            joined = [np.concatenate(col, axis=0) for col in columns]
-            outputs = self.model.infer(joined, deadline=deadline)
-        for spec, out in zip(self.outputs, outputs, strict=True):
-            if out.shape[:1] != (rows,):
-                raise BackendError(
-                    f"{self.name}: output {spec.name!r} has {out.shape[:1]} rows for a batch "
-                    f"of {rows}; cannot split it back"
-                )
-        return outputs
-
-    def _record(self, rows: int, requests: int, seconds: float) -> None:
+    def _record(self, rows: int, requests: int, seconds: float, *, ok: bool) -> None:
         with self._cond:
             s = self._stats
             s.batches += 1
             s.requests += requests
             s.rows += rows
             s.batch_sizes[rows] = s.batch_sizes.get(rows, 0) + 1
+            if ok:  # a failed or stopped run says nothing about what a batch costs
+                self.pacer.ran(rows, seconds, self.running + self._inline)
         if self._on_batch is not None:
             self._on_batch(rows, requests, seconds)

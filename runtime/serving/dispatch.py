@@ -16,7 +16,8 @@ import time
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
-    from wasmgate.runtime.serving.batcher import Batcher, Item
+    from wasmgate.runtime.serving.batch_queue import Item
+    from wasmgate.runtime.serving.batcher import Batcher
 
 
 class BatchDispatcher:

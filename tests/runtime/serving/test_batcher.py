@@ -13,6 +13,7 @@ from tests.runtime.backends.conftest import X86
 from tests.runtime.backends.models import mlp_onnx, mlp_reference, seq_onnx
 from tests.runtime.bundlekit import slow_model
 from tests.runtime.http.models import identity_model
+from tests.runtime.serving.gated import GatedModel
 from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
@@ -27,36 +28,6 @@ from wasmgate.sandbox.models import ModelHandle
 def _model(data: bytes | None = None) -> LoadedModel:
     options = LoadOptions(load_profile("generic-x86_64"), host=X86)
     return create_backend("onnx").load(data or mlp_onnx(), ModelSpec("mlp"), options)
-
-
-class GatedModel(LoadedModel):
-    """Wraps a real model; each infer waits for the gate (to hold the batch thread)."""
-
-    def __init__(self, inner: LoadedModel) -> None:
-        super().__init__(
-            name=inner.name,
-            inputs=inner.inputs,
-            outputs=inner.outputs,
-            backend=inner.backend,
-            providers=inner.providers,
-            precision=inner.precision,
-        )
-        self.inner = inner
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-        self.fail: Exception | None = None
-        self.calls = 0
-
-    def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
-        self.calls += 1
-        self.entered.set()
-        assert self.gate.wait(10)
-        if self.fail is not None:
-            raise self.fail
-        return self.inner.infer(inputs, deadline=deadline)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _batch_threads(prefix: str) -> list[threading.Thread]:
@@ -84,7 +55,7 @@ def test_concurrent_requests_are_batched_and_split_back() -> None:
     assert sum(r for r, _ in seen) == stats.rows
 
 
-def test_a_lone_request_is_answered_after_the_delay() -> None:
+def test_a_lone_request_is_answered() -> None:
     with Batcher(_model(), 8, 1_000) as b:
         x = _rows(2)
         np.testing.assert_allclose(
@@ -243,41 +214,64 @@ def test_a_waiting_caller_returns_at_its_deadline() -> None:
 
 def test_a_queued_request_leaves_at_its_deadline_without_running() -> None:
     gated = GatedModel(_model())
-    gated.gate.set()
-    with Batcher(gated, 8, 60_000_000) as b:  # a 60 s batching delay: it would wait
+    # Two dispatcher threads, one worker for the model: one thread is held by the blocker,
+    # the other keeps scanning the queue (as the daemon's shared dispatcher does).
+    with (
+        BatchDispatcher(2, "expiry") as dispatcher,
+        Batcher(gated, 8, 60_000_000, dispatcher=dispatcher) as b,  # a 60 s delay
+    ):
+        blocker = b.submit([_rows(1)])
+        assert gated.entered.wait(5)  # the worker is busy: the next request queues
         late = b.submit([_rows(1)], deadline=time.monotonic() + 0.2)
         with pytest.raises(DeadlineExceeded, match="deadline passed after"):
             late.result(30)
         assert b.stats().expired == 1
         assert b.pending_count() == 0
-    assert gated.calls == 0
+        gated.gate.set()
+        blocker.result(5)
+    assert gated.calls == 1
 
 
-def _slow_batcher(watchdog: Watchdog, iterations: int) -> Batcher:
+def _slow_batcher(watchdog: Watchdog, iterations: int) -> tuple[Batcher, GatedModel]:
+    """A slow model behind a blocker: the requests sent while it holds the only worker
+    queue up and run as one batch once the gate opens."""
     options = LoadOptions(load_profile("generic-x86_64"), host=X86, watchdog=watchdog)
     model = create_backend("onnx").load(slow_model(iterations), ModelSpec("slow"), options)
-    return Batcher(model, 8, 100_000)
+    gated = GatedModel(model, first_only=True)
+    return Batcher(gated, 8, 100_000), gated
 
 
 def test_a_batch_is_stopped_once_every_request_in_it_gave_up() -> None:
     x = np.ones((1, 4), np.float32)
-    with Watchdog() as dog, _slow_batcher(dog, 1_000_000) as b:
-        doomed = [b.submit([x], deadline=time.monotonic() + 0.3) for _ in range(2)]
-        for f in doomed:
-            with pytest.raises(DeadlineExceeded, match="run stopped at its deadline"):
-                f.result(60)
-        assert dog.fired == 1
-        assert b.stats().batch_sizes == {2: 1}  # one batch, stopped once
+    with Watchdog() as dog:
+        b, gated = _slow_batcher(dog, 1_000_000)
+        with b:
+            blocker = b.submit([x])
+            assert gated.entered.wait(5)
+            doomed = [b.submit([x], deadline=time.monotonic() + 0.3) for _ in range(2)]
+            gated.gate.set()
+            blocker.result(10)
+            for f in doomed:
+                with pytest.raises(DeadlineExceeded, match="run stopped at its deadline"):
+                    f.result(60)
+            assert dog.fired == 1
+            assert b.stats().batch_sizes == {1: 1, 2: 1}  # one batch, stopped once
 
 
 def test_one_patient_request_keeps_its_batch_running() -> None:
     x = np.ones((1, 4), np.float32)
-    with Watchdog() as dog, _slow_batcher(dog, 600) as b:
-        hasty = b.submit([x], deadline=time.monotonic() + 0.05)
-        patient = b.submit([x])
-        np.testing.assert_array_equal(patient.result(120)[0], x)
-        assert hasty.done()  # ran in the same batch (or left the queue at its deadline)
-        assert dog.fired == 0
+    with Watchdog() as dog:
+        b, gated = _slow_batcher(dog, 600)
+        with b:
+            blocker = b.submit([x])
+            assert gated.entered.wait(5)
+            hasty = b.submit([x], deadline=time.monotonic() + 0.05)
+            patient = b.submit([x])
+            gated.gate.set()
+            blocker.result(10)
+            np.testing.assert_array_equal(patient.result(120)[0], x)
+            assert hasty.done()  # ran in the same batch (or left the queue at its deadline)
+            assert dog.fired == 0
 
 
 def test_many_batchers_share_one_bounded_dispatcher() -> None:
