@@ -10,6 +10,7 @@ instead of an ``AttributeError`` in the middle of a request.
 
 from __future__ import annotations
 
+import ctypes
 from importlib.metadata import version
 from typing import Any
 
@@ -19,12 +20,15 @@ from wasmtime import _ffi as ffi
 from wasmgate.sandbox.errors import SandboxError
 
 __all__ = [
+    "FAST",
     "SUPPORTED",
     "check_wasmtime",
     "context",
     "error_from",
+    "error_ptr",
     "ffi",
     "instance_struct",
+    "raw_callback",
     "trap_from",
 ]
 
@@ -35,7 +39,7 @@ _FFI_NAMES = (
     "wasmtime_memory_data_size", "wasmtime_memory_data", "wasmtime_func_unchecked_callback_t",
     "wasmtime_linker_define_func_unchecked", "wasmtime_instance_export_get",
     "wasmtime_val_raw_t", "wasm_trap_t", "wasmtime_func_call_unchecked",
-    "WASMTIME_EXTERN_FUNC", "WASMTIME_EXTERN_MEMORY",
+    "WASMTIME_EXTERN_FUNC", "WASMTIME_EXTERN_MEMORY", "wasmtime_error_t", "dll",
 )  # fmt: skip
 _CLASS_NAMES = (
     (wasmtime.Store, "_context"),
@@ -44,12 +48,62 @@ _CLASS_NAMES = (
 )
 
 
+class _Fast:
+    """Own prototypes of a few C functions of wasmtime-py's library, with plain-address
+    (``c_void_p``) arguments: a host call then passes ints instead of building typed ctypes
+    pointers, and skips the wrapper frame wasmtime-py puts around each function. Fetched
+    with ``dll[name]``, which returns a new function object, so the prototypes wasmtime-py
+    set on its own (cached) ones stay untouched."""
+
+    def __init__(self) -> None:
+        p, n = ctypes.c_void_p, ctypes.c_size_t
+        self.caller_context = _proto("wasmtime_caller_context", p, [p])
+        self.caller_export_get = _proto(
+            "wasmtime_caller_export_get", ctypes.c_bool, [p, ctypes.c_char_p, n, p]
+        )
+        self.memory_data = _proto("wasmtime_memory_data", p, [p, p])
+        self.memory_data_size = _proto("wasmtime_memory_data_size", n, [p, p])
+        self.func_call_unchecked = _proto("wasmtime_func_call_unchecked", p, [p, p, p, n, p])
+
+
+def _proto(name: str, restype: Any, argtypes: list[Any]) -> Any:
+    fn = ffi.dll[name]
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
+def _fast_or_none() -> _Fast | None:
+    try:
+        return _Fast()
+    except AttributeError:
+        return None  # a wasmtime-py without these symbols: check_wasmtime refuses it
+
+
+FAST: _Fast = _fast_or_none()  # type: ignore[assignment]  # None only before the refusal
+RAW_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
+)
+"""The unchecked host-callback signature with every pointer as a plain address."""
+
+
+def raw_callback(fn: Any) -> tuple[Any, Any]:
+    """(the ctypes callback to keep alive, the same as wasmtime-py's callback type)."""
+    callback = RAW_CALLBACK(fn)
+    return callback, ctypes.cast(callback, ffi.wasmtime_func_unchecked_callback_t)
+
+
+def error_ptr(address: int) -> Any:
+    """A typed ``wasmtime_error_t*`` for an address returned by a `FAST` function."""
+    return ctypes.cast(address, ctypes.POINTER(ffi.wasmtime_error_t))
+
+
 def check_wasmtime(installed: str | None = None) -> None:
     """Refuse a wasmtime-py outside `SUPPORTED` (or one missing a private name we use)."""
     found = installed or version("wasmtime")
     major = found.split(".", 1)[0]
     missing = [name for name in _FFI_NAMES if not hasattr(ffi, name)]
     missing += [f"{cls.__name__}.{name}" for cls, name in _CLASS_NAMES if not hasattr(cls, name)]
+    missing += ["C functions of the fast path"] if _fast_or_none() is None else []
     if not major.isdigit() or int(major) not in _MAJORS or missing:
         gone = f" (missing: {', '.join(missing)})" if missing else ""
         raise SandboxError(

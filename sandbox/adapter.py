@@ -211,8 +211,7 @@ class Adapter:
         """Fresh mode: close the used instance off the path and make the next one ready."""
         if self.mode != "fresh" or inst is None:
             return  # no instance: instantiation failed, a spare would fail the same way
-        self._spares.bury(inst)
-        self._spares.refill(lim)
+        self._spares.recycle(inst, lim)
 
     def _make_spare(self, lim: GuestLimits) -> Instance | None:
         """On the background thread: a started instance under ``lim``, or None if it failed

@@ -25,13 +25,13 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import platform
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
@@ -82,6 +82,7 @@ class SandboxEngine:
         self.ticks = 0
         """Epoch increments so far (observability: an idle engine does not tick)."""
         self._guests_cv = threading.Condition()
+        self._running = _GuestRunning(self._enter_guest, self._leave_guest)
         self.background = Background("wasmgate-spares")
         """Off-request-path work: spare instances, closing used stores."""
         self._ticker = threading.Thread(target=self._tick, name="wasmgate-epoch", daemon=True)
@@ -123,18 +124,19 @@ class SandboxEngine:
             self.ticks += due
             last += due * tick_s
 
-    @contextlib.contextmanager
-    def guest_running(self) -> Iterator[None]:
+    def guest_running(self) -> AbstractContextManager[None]:
         """Hold around any guest code (instantiation, calls): the epoch ticks meanwhile."""
+        return self._running
+
+    def _enter_guest(self) -> None:
         with self._guests_cv:
             self._guests += 1
             if self._guests == 1:
                 self._guests_cv.notify()
-        try:
-            yield
-        finally:
-            with self._guests_cv:
-                self._guests -= 1
+
+    def _leave_guest(self) -> None:
+        with self._guests_cv:
+            self._guests -= 1
 
     def compile(self, wasm: bytes, sha256: str | None = None, *, name: str = "adapter") -> Adapter:
         """Validate ``wasm`` as a daemon adapter (imports, exports, ABI version) and return it.
@@ -227,6 +229,20 @@ class SandboxEngine:
     ) -> None:
         """Close the engine."""
         self.close()
+
+
+class _GuestRunning:
+    """``guest_running()``: a plain context manager, not a generator (it runs per request)."""
+
+    def __init__(self, enter: Callable[[], None], leave: Callable[[], None]) -> None:
+        self._enter = enter
+        self._leave = leave
+
+    def __enter__(self) -> None:
+        self._enter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._leave()
 
 
 def _check_binary(wasm: bytes, max_bytes: int, name: str) -> None:

@@ -105,6 +105,8 @@ class GuestLimits:
 
     def capped(self, ceilings: Ceilings) -> GuestLimits:
         """Return these limits with every value lowered to the daemon's ceiling."""
+        if self._within(ceilings):
+            return self  # the usual case, without rebuilding a dataclass per request
         fuel = self.fuel
         if ceilings.fuel is not None:
             fuel = ceilings.fuel if fuel is None else min(fuel, ceilings.fuel)
@@ -117,6 +119,17 @@ class GuestLimits:
             max_output_bytes=min(self.max_output_bytes, ceilings.max_output_bytes),
             max_log_bytes=min(self.max_log_bytes, ceilings.max_log_bytes),
             max_events=min(self.max_events, ceilings.max_events),
+        )
+
+    def _within(self, c: Ceilings) -> bool:
+        return (
+            c.fuel is None
+            and self.memory_bytes <= c.memory_bytes
+            and self.table_elements <= c.table_elements
+            and self.deadline_s <= c.deadline_s
+            and self.max_output_bytes <= c.max_output_bytes
+            and self.max_log_bytes <= c.max_log_bytes
+            and self.max_events <= c.max_events
         )
 
     @classmethod

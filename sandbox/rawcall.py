@@ -22,18 +22,31 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Callable
 from typing import Any
 
 import wasmtime
 
-from wasmgate.sandbox._wasmtime_private import context, error_from, ffi, instance_struct, trap_from
+from wasmgate.sandbox._wasmtime_private import (
+    FAST,
+    context,
+    error_from,
+    error_ptr,
+    ffi,
+    instance_struct,
+    raw_callback,
+    trap_from,
+)
 from wasmgate.sandbox.memory import GuestMemory, MissingMemoryError
 
 __all__ = ["CallbackKeeper", "RawFunc", "RawMemory", "caller_memory", "define_raw"]
 
 RawHost = Callable[..., int | None]
 _MEMORY = b"memory"
+FUNC = ffi.WASMTIME_EXTERN_FUNC.value
+MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
+_OF = ffi.wasmtime_extern_t.of.offset
 
 
 class CallbackKeeper:
@@ -45,19 +58,18 @@ class CallbackKeeper:
         self.finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _p: None)
 
 
-def caller_memory(caller: Any) -> GuestMemory:
+def caller_memory(caller: int) -> GuestMemory:
     """The calling instance's exported ``memory`` (``MissingMemoryError`` if none)."""
     item = ffi.wasmtime_extern_t()
-    if not ffi.wasmtime_caller_export_get(caller, _MEMORY, len(_MEMORY), ctypes.byref(item)):
+    if not FAST.caller_export_get(caller, _MEMORY, len(_MEMORY), ctypes.addressof(item)):
         raise MissingMemoryError("guest exports no memory")
     kind: Any = item.kind  # an int at run time (ctypes converts struct fields)
-    if kind != ffi.WASMTIME_EXTERN_MEMORY.value:
+    if kind != MEMORY:
         raise MissingMemoryError("guest export `memory` is not a memory")
-    ctx = ffi.wasmtime_caller_context(caller)
-    mem = ctypes.byref(item.of.memory)
-    size = ffi.wasmtime_memory_data_size(ctx, mem)
-    base = ctypes.addressof(ffi.wasmtime_memory_data(ctx, mem).contents) if size else 0
-    return GuestMemory(base, size)
+    ctx = FAST.caller_context(caller)
+    mem = ctypes.addressof(item) + _OF  # the wasmtime_memory_t inside the extern
+    size: int = FAST.memory_data_size(ctx, mem)
+    return GuestMemory((FAST.memory_data(ctx, mem) or 0) if size else 0, size)
 
 
 def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
@@ -79,17 +91,22 @@ def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
     i32 = wasmtime.ValType.i32()
     ty = wasmtime.FuncType([i32] * nparams, [i32] * nresults)
 
-    def trampoline(_env: Any, caller: Any, slots: Any, _n: int) -> int:
+    # Slots are 16-byte wasmtime_val_raw_t; an i32 is the first 4 bytes of its slot.
+    params = struct.Struct("<" + "i12x" * nparams)
+    result_slot = ctypes.c_int32
+
+    def trampoline(_env: int, caller: int, slots: int, _n: int) -> int:
         try:
-            result = fn(caller, *(slots[i].i32 for i in range(nparams)))
+            args = params.unpack(ctypes.string_at(slots, params.size)) if nparams else ()
+            result = fn(caller, *args)
         except Exception:
             result = error  # a host bug must not become an exception inside ctypes
         if nresults:
-            slots[0].i32 = result or 0
+            result_slot.from_address(slots).value = result or 0
         return 0  # never a trap: see the module invariants
 
-    callback = ffi.wasmtime_func_unchecked_callback_t(trampoline)
-    keeper.callbacks.append(callback)
+    keep, callback = raw_callback(trampoline)
+    keeper.callbacks.append(keep)
     mod, nm = module.encode(), name.encode()
     err = ffi.wasmtime_linker_define_func_unchecked(
         linker.ptr(), mod, len(mod), nm, len(nm), ty.ptr(), callback, None, keeper.finalizer
@@ -109,10 +126,6 @@ def export_of(store: wasmtime.Store, instance: wasmtime.Instance, name: str, kin
     if not found or kind_now != kind:
         raise KeyError(name)
     return item.of
-
-
-FUNC = ffi.WASMTIME_EXTERN_FUNC.value
-MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
 
 
 class RawMemory:
@@ -135,7 +148,10 @@ class RawMemory:
 
 
 class RawFunc:
-    """Calls an i32-only exported function without per-call type introspection."""
+    """Calls an i32-only exported function without per-call type introspection.
+
+    One instance serves one thread at a time (its instance's request): the argument slots
+    are allocated once."""
 
     def __init__(
         self, store: wasmtime.Store, instance: wasmtime.Instance, name: str, sig: tuple[int, int]
@@ -145,23 +161,24 @@ class RawFunc:
         self._func = export_of(store, instance, name, FUNC).func
         self._nparams = nparams
         self._nresults = nresults
-        self._slots = max(1, nparams, nresults)
+        self._nslots = max(1, nparams, nresults)
+        self._slots = (ffi.wasmtime_val_raw_t * self._nslots)()
+        self._args = struct.Struct("<" + "i12x" * nparams)
+        self._ctx = ctypes.cast(context(store), ctypes.c_void_p).value  # fixed for the store
 
-    def __call__(self, store: wasmtime.Store, *args: int) -> int | None:
-        """Call; raises ``wasmtime.Trap`` / ``WasmtimeError`` (``ExitTrap``) like ``Func``."""
-        slots = (ffi.wasmtime_val_raw_t * self._slots)()
-        for i, arg in enumerate(args[: self._nparams]):
-            slots[i].i32 = arg
+    def __call__(self, store: wasmtime.Store, *args: int) -> int | None:  # noqa: ARG002
+        """Call; raises ``wasmtime.Trap`` / ``WasmtimeError`` (``ExitTrap``) like ``Func``.
+
+        ``store`` must be the store the function was looked up in (its context is cached)."""
+        slots = self._slots
+        if self._nparams:
+            self._args.pack_into(slots, 0, *args[: self._nparams])
         trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        err = ffi.wasmtime_func_call_unchecked(
-            context(store),
-            ctypes.byref(self._func),
-            slots,
-            self._slots,
-            ctypes.byref(trap),
+        err = FAST.func_call_unchecked(
+            self._ctx, ctypes.addressof(self._func), slots, self._nslots, ctypes.addressof(trap)
         )
-        if bool(err):
-            raise error_from(err)
-        if bool(trap):
+        if err:
+            raise error_from(error_ptr(err))
+        if bool(trap):  # a NULL ctypes pointer is falsy
             raise trap_from(trap)
         return int(slots[0].i32) if self._nresults else None

@@ -82,15 +82,25 @@ class Spares:
             return None
         return inst
 
-    def refill(self, lim: GuestLimits) -> None:
-        """Start building a spare under ``lim`` unless there are enough (called after a run)."""
+    def recycle(self, used: Instance, lim: GuestLimits) -> None:
+        """After a request: close ``used`` and, unless there are enough spares, build one
+        under ``lim`` — one background job (one thread wake-up on the request's path)."""
         with self._lock:
-            if self._closed or self.disabled or self._building + len(self._ready) >= self._cap():
-                return
-            self._building += 1
-        if not self._background.submit(lambda: self._build(lim)):
-            with self._lock:
-                self._building -= 1
+            build = not (
+                self._closed or self.disabled or self._building + len(self._ready) >= self._cap()
+            )
+            self._building += build
+
+        def job() -> None:
+            used.close()
+            if build:
+                self._build(lim)
+
+        if not self._background.submit(job):
+            used.close()
+            if build:
+                with self._lock:
+                    self._building -= 1
 
     def _build(self, lim: GuestLimits) -> None:
         inst: Instance | None = None
