@@ -145,8 +145,9 @@ class Pacer:
         gap = self.gap(now)
         if rows >= limit or gap is None or gap >= self.max_delay:
             return 0.0
-        one, full = self.per_row(1), self.per_row(limit)
-        if one is None or full is None or bucket(limit) == 1 or gap >= one - full:
+        chosen = self.chosen()  # the bucket that measurably pays (limit may be a probe)
+        one, full = self.per_row(1), self.per_row(chosen)
+        if one is None or full is None or chosen == 1 or gap >= one - full:
             return 0.0
         return min(self.max_delay, gap * (limit - rows))
 

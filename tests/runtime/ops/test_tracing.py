@@ -17,11 +17,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
+from tests.runtime.serving.gated import GatedModel
 from tests.runtime.serving.test_batcher import _model, _rows
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.ops.config import TelemetrySettings
 from wasmgate.runtime.ops.tracing import Tracing, metadata_carrier
 from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.spans import span, with_tracer
 
@@ -80,8 +82,16 @@ def test_a_batch_is_a_child_of_its_first_request_and_links_the_others(
 ) -> None:
     tracer, exporter = recorded
     futures, parents = [], []
-    # max_batch_size 2 with a long delay: the batch runs once both requests are queued.
-    with Batcher(_model(), 2, 10_000_000) as batcher:
+    # A blocker holds the one dispatcher thread (an idle worker would run "first" at once);
+    # max_batch_size 2: the batch runs once both requests are queued and the thread is free.
+    held = GatedModel(_model())
+    with (
+        BatchDispatcher(1, "traced") as dispatcher,
+        Batcher(held, 1, 0, dispatcher=dispatcher) as holder,
+        Batcher(_model(), 2, 10_000_000, dispatcher=dispatcher) as batcher,
+    ):
+        blocker = holder.submit([_rows(1)])
+        assert held.entered.wait(5)
         for name in ("first", "second"):
             token = otel_context.attach(with_tracer(tracer, otel_context.Context()))
             try:
@@ -91,6 +101,8 @@ def test_a_batch_is_a_child_of_its_first_request_and_links_the_others(
                     futures.append(batcher.submit([_rows(1)]))
             finally:
                 otel_context.detach(token)
+        held.gate.set()
+        blocker.result(30)
         for future in futures:
             future.result(30)
     spans = _by_name(exporter)

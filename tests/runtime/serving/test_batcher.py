@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,7 +16,6 @@ from tests.runtime.serving.gated import GatedModel
 from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
-from wasmgate.runtime.backends.base import Array
 from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
 from wasmgate.runtime.serving.batcher import Batcher, capped

@@ -1,0 +1,107 @@
+"""The pacing decisions on explicit times and run costs (no clock, no threads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wasmgate.runtime.serving.pacing import PROBE_EVERY, QUIET, Pacer, bucket
+
+MS = 1e-3
+
+
+def _arrivals(pacer: Pacer, start: float, gap: float, count: int = 33) -> float:
+    """``count`` arrivals ``gap`` apart from ``start``; the last one's time."""
+    for i in range(count):
+        pacer.arrived(start + i * gap)
+    return start + (count - 1) * gap
+
+
+def _gemm_like(pacer: Pacer) -> None:
+    """Costs of a GEMM-bound model: per row, batch 16 is ~7x cheaper than batch 1."""
+    pacer.ran(1, 0.15 * MS)
+    pacer.ran(8, 0.30 * MS)
+    pacer.ran(16, 0.32 * MS)
+    pacer.ran(32, 0.90 * MS)
+
+
+def _conv_like(pacer: Pacer) -> None:
+    """Costs of a conv net on 2 cores: per row, bigger batches are no cheaper."""
+    pacer.ran(1, 1.6 * MS)
+    pacer.ran(2, 3.7 * MS)
+    pacer.ran(7, 12.0 * MS)
+
+
+def test_buckets_are_powers_of_two() -> None:
+    assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 31, 32)] == [1, 2, 2, 4, 4, 8, 16, 32]
+
+
+def test_with_nothing_measured_a_request_never_waits_and_batches_may_form() -> None:
+    pacer = Pacer(32, 2 * MS)
+    assert pacer.limit() == 32
+    assert pacer.delay(1, 32, 0.0) == 0.0
+    _arrivals(pacer, 0.0, 0.01 * MS)  # a flood, but no cost known: no wait on a guess
+    assert pacer.delay(1, 32, 0.33 * MS) == 0.0
+    assert not pacer.passthrough()
+
+
+def test_the_delay_is_zero_at_a_low_arrival_rate_and_grows_under_load() -> None:
+    pacer = Pacer(32, 2 * MS)
+    _gemm_like(pacer)
+    limit = pacer.limit()
+    assert limit == 31  # batch 16's bucket pays best; 32 measured just now, a bit worse
+    last = _arrivals(pacer, 0.0, 10 * MS)  # one request per 10 ms: none comes in 2 ms
+    assert pacer.delay(1, limit, last) == 0.0
+    assert pacer.ready_at(last, 1, limit, last) is None
+    last = _arrivals(pacer, 1.0, 0.02 * MS)  # every 20 µs: companions within the delay
+    wait = pacer.delay(1, limit, last)
+    assert wait == pytest.approx(0.02 * MS * 30)
+    heavier = _arrivals(pacer, 2.0, 0.05 * MS)
+    assert pacer.delay(1, limit, heavier) == pytest.approx(0.05 * MS * 30)
+    assert pacer.delay(1, limit, heavier) > wait > 0  # a longer gap: longer to fill
+    _arrivals(pacer, 3.0, 1 * MS)  # a companion per ms: each saves less than it costs
+    assert pacer.delay(1, limit, 3.032) == 0.0
+    assert pacer.delay(limit, limit, 3.032) == 0.0  # a full batch never waits
+
+
+def test_the_delay_never_exceeds_max_delay() -> None:
+    pacer = Pacer(32, 0.1 * MS)
+    _gemm_like(pacer)
+    last = _arrivals(pacer, 0.0, 0.02 * MS)
+    assert pacer.delay(1, pacer.limit(), last) == pytest.approx(0.1 * MS)
+
+
+def test_a_waiting_batch_starts_once_the_stream_pauses() -> None:
+    pacer = Pacer(32, 2 * MS)
+    _gemm_like(pacer)
+    last = _arrivals(pacer, 0.0, 0.02 * MS)
+    when = pacer.ready_at(last, 1, pacer.limit(), last)
+    assert when == pytest.approx(last + QUIET * 0.02 * MS)  # not the full 0.6 ms wait
+
+
+def test_conv_like_costs_pass_through_then_probe_again() -> None:
+    pacer = Pacer(32, 2 * MS)
+    _conv_like(pacer)
+    assert pacer.chosen() == 1
+    assert pacer.limit() == 1
+    assert pacer.passthrough()
+    assert pacer.delay(1, 1, 0.0) == 0.0
+    for _ in range(PROBE_EVERY):
+        pacer.ran(1, 1.6 * MS, concurrent=4)  # side by side: counted, not measured
+    assert pacer.per_row(1) == pytest.approx(1.6 * MS)
+    assert pacer.probing()  # no batch for a while: let one form to see whether it pays now
+    assert (pacer.limit(), pacer.passthrough()) == (32, False)
+    pacer.ran(12, 3.6 * MS)  # batch 12 now pays (the input mix changed)
+    assert not pacer.probing()
+    assert pacer.chosen() == 8
+    assert pacer.limit() == 31  # and the next bucket up is worth a try
+
+
+def test_only_runs_that_had_the_model_to_themselves_are_measured() -> None:
+    pacer = Pacer(8, 2 * MS)
+    pacer.ran(1, 5 * MS, concurrent=3)
+    pacer.ran(40, 1 * MS)  # oversized: ran alone, unsplit; not a batching choice
+    assert pacer.per_row(1) is None
+    assert pacer.runs == 2
+    pacer.ran(1, 2 * MS)
+    pacer.ran(1, 9 * MS)  # a shared machine's slow moment: the least sample stands
+    assert pacer.per_row(1) == pytest.approx(2 * MS)
