@@ -5,7 +5,8 @@
 Per request the sandbox runs a C adapter's handler in an instance nobody used before (a
 spare, made ready on the engine's background thread between requests: the bench lets it
 finish, untimed, before each timed call; "back-to-back" is the same request in a tight loop,
-where the next spare is built while the next request runs), with one ``load_by_name`` and
+where the next spare is built while the next request runs; "without spares" instantiates
+on the request's path, as before spares), with one ``load_by_name`` and
 one fused ``wasmgate.nn_infer_f32`` on the same backend model (ONNX Runtime, generic CPU
 profile, as the daemon loads it) the raw baseline calls with the same input. Models: the
 digits MLP (64→32→10, ``guest_adapters/models/digits-fp32.onnx``) and a MobileNet-class
@@ -37,7 +38,7 @@ from bench.common import Figure, format_table, median, timed, write_json
 from tests.fixtures.backends import load_model
 from tests.fixtures.zig import compile_c
 from wasmgate.runtime.backends import LoadedModel
-from wasmgate.sandbox import GuestLimits, GuestResult, SandboxEngine
+from wasmgate.sandbox import Ceilings, GuestLimits, GuestResult, SandboxEngine
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "guest_adapters" / "models"
@@ -75,8 +76,14 @@ def payload(x: npt.NDArray[np.float32]) -> bytes:
 
 
 def bench_model(  # noqa: PLR0917
-    engine: SandboxEngine, wasm: bytes, label: str, data: bytes, x: npt.NDArray[Any], rounds: int
+    engines: tuple[SandboxEngine, SandboxEngine],
+    wasm: bytes,
+    label: str,
+    data: bytes,
+    x: npt.NDArray[Any],
+    rounds: int,
 ) -> list[Figure]:
+    engine, spareless = engines
     model = load_model(data, label)
     # The baseline: a plain ONNX Runtime session on the same bytes and input.
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
@@ -88,7 +95,9 @@ def bench_model(  # noqa: PLR0917
     want = model.infer([x])[0].tobytes()
     assert adapter.run(body, meta, provider, limits).output == want
     pooled = adapter.with_mode("pooled")
+    inline = spareless.compile(wasm, name="bench")  # every instance made on the request path
     raw: list[float] = []
+    on_path: list[float] = []
     bare: list[float] = []
     results: list[GuestResult] = []
     sandboxed: list[float] = []
@@ -96,6 +105,7 @@ def bench_model(  # noqa: PLR0917
 
     def quiet(fn: Callable[[], object]) -> list[float]:
         engine.settle()  # the spare for the next request is built between requests, untimed
+        spareless.settle()  # (it closes used stores in the background too)
         return timed(fn, repeat=1, warmup=0)
 
     for _ in range(rounds):  # interleaved, so drift on a shared VM hits all alike
@@ -103,6 +113,7 @@ def bench_model(  # noqa: PLR0917
         bare += quiet(lambda: session.run(None, feed))
         sandboxed += quiet(lambda: results.append(adapter.run(body, meta, provider, limits)))
         reused += quiet(lambda: pooled.run(body, meta, provider, limits))
+        on_path += quiet(lambda: inline.run(body, meta, provider, limits))
     engine.settle()
     burst = timed(lambda: adapter.run(body, meta, provider, limits), repeat=rounds, warmup=0)
     adapter.close()
@@ -119,6 +130,7 @@ def bench_model(  # noqa: PLR0917
         Figure(label, "guest + host calls (no infer)", guest, "us", *base),
         Figure(label, "on a spare", spared, "%", "all requests", 100.0, lower_is_better=False),
         Figure(label, "back-to-back request", median(burst) * 1e6, "us", *base),
+        Figure(label, "request without spares", median(on_path) * 1e6, "us", *base),
         Figure(label, "pooled-mode request", p * 1e6, "us", *base),
     ]
 
@@ -150,10 +162,12 @@ def run(quick: bool, rounds: int = 300) -> list[Figure]:
     with (
         tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp,
         SandboxEngine(Path(tmp) / "cache") as engine,
+        SandboxEngine(Path(tmp) / "cache0", Ceilings(spare_instances=0)) as spareless,
     ):
-        figures += bench_model(engine, wasm, "digits", (MODELS / "digits-fp32.onnx").read_bytes(),
+        engines = (engine, spareless)
+        figures += bench_model(engines, wasm, "digits", (MODELS / "digits-fp32.onnx").read_bytes(),
                                digits_x, rounds)  # fmt: skip
-        figures += bench_model(engine, wasm, "mobilenet", mobilenet_bytes(), mobile_x,
+        figures += bench_model(engines, wasm, "mobilenet", mobilenet_bytes(), mobile_x,
                                max(5 if quick else 20, rounds // 10))  # fmt: skip
     return figures + bench_compile(wasm, 2 if quick else 10)
 

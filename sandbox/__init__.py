@@ -4,7 +4,8 @@ Invariants (details in each module's docstring):
 - Guests see only restricted WASI preview1, ``wasi_ephemeral_nn`` and ``wasmgate``; any other
   import fails at load time with an ``AdapterLoadError`` naming it.
 - Every request runs under memory/table/deadline (and optional fuel) limits capped by the
-  daemon's ``Ceilings``, in a fresh instance unless the adapter is explicitly pooled.
+  daemon's ``Ceilings``, in an instance nobody used before unless the adapter is explicitly
+  pooled (usually a spare made ready off the request path: `wasmgate.sandbox.spares`).
 - Precompiled native code is only ever loaded from the engine's private cache directory.
 - This package never imports ``wasmgate.runtime``: models arrive through ``ModelProvider``.
 
@@ -14,6 +15,7 @@ Using it from the daemon::
     adapter = engine.compile(wasm, sha256, name=bundle).with_mode(manifest.adapter.mode)
     limits = GuestLimits.from_manifest(manifest.limits, engine.ceilings, deadline_s=left)
     result = adapter.run(payload, meta, provider, limits)   # on a worker thread
+    adapter.close()                                          # unloaded: its spares go
 
 - ``run`` blocks for at most about ``limits.deadline_s`` plus one epoch tick, *except* while
   the guest is inside a host call: wasi-nn ``compute`` hands the request's deadline to
@@ -28,7 +30,9 @@ Using it from the daemon::
   with ``.logs``; ``SandboxError`` for misuse (fuel limit on a fuel-less engine, closed
   engine). Status 1/2 from the guest is *not* an exception: see ``GuestResult.status``.
 - ``GuestResult.infer_s`` is the time spent inside ``ModelHandle.infer``; sandbox time is
-  ``instantiate_s + run_s - infer_s``.
+  ``instantiate_s + run_s - infer_s`` (``from_spare``: the instance was ready beforehand).
+- ``SandboxEngine.settle()`` waits for the background thread (spares, closing used stores):
+  for tests and benchmarks; requests never wait for it.
 """
 
 from wasmgate.sandbox.adapter import ABI_VERSION, Adapter, GuestResult, NoModels
