@@ -1,19 +1,25 @@
-"""The batcher's queue (`BatchQueue`: bounded order, expiry, batch assembly) and its data.
+"""The batcher's queue (`BatchQueue`: order, expiry, batch assembly), its data, and one
+batch's run (join the requests' rows, run the model once, split the outputs back).
 
-Not thread-safe by itself: the owning `Batcher` calls it with its dispatcher's lock held.
+`BatchQueue` is not thread-safe by itself: the owning `Batcher` calls it under its
+dispatcher's lock; the run functions are called with no lock held.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import numpy as np
 from opentelemetry import context as otel_context
 
 from wasmgate.device_profiles.schema import BatchingCap
-from wasmgate.runtime.backends.base import Array
-from wasmgate.runtime.errors import DeadlineExceeded, NotReady
+from wasmgate.runtime.backends.base import Array, LoadedModel
+from wasmgate.runtime.errors import BackendError, BadRequest, DeadlineExceeded, NotReady
+from wasmgate.sandbox.models import TensorSpec
 
 
 @dataclass
@@ -36,6 +42,12 @@ class BatcherStats:
     delay_s: float = 0.0
     """How long a lone queued request would now wait for companions, at the snapshot."""
 
+    def count(self, rows: int, requests: int) -> None:
+        self.batches += 1
+        self.requests += requests
+        self.rows += rows
+        self.batch_sizes[rows] = self.batch_sizes.get(rows, 0) + 1
+
     @property
     def mean_batch_rows(self) -> float:
         return self.rows / self.batches if self.batches else 0.0
@@ -53,6 +65,17 @@ class Item:
     deadline: float | None
     context: otel_context.Context = field(default_factory=otel_context.Context)
     """The caller's trace context: the batch span's parent (or link) runs on another thread."""
+
+
+def new_item(name: str, inputs: Sequence[Array], deadline: float | None) -> Item:
+    """A request as queued: its rows, its compatibility key, a future, the caller's trace."""
+    rows = int(inputs[0].shape[0]) if inputs else 0
+    if any(int(a.shape[0]) != rows for a in inputs):
+        raise BadRequest(f"{name}: inputs disagree on the batch dimension")
+    key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
+    future: Future[list[Array]] = Future()
+    now = time.monotonic()
+    return Item(list(inputs), rows, key, future, now, deadline, otel_context.get_current())
 
 
 def capped(
@@ -129,3 +152,49 @@ class BatchQueue:
 
 def _gone(item: Item, now: float) -> bool:
     return item.future.cancelled() or (item.deadline is not None and item.deadline <= now)
+
+
+# -- one batch's run: join the rows, run once, hand each request its rows back -----------
+
+
+def latest_deadline(live: Sequence[Item]) -> float | None:
+    """The batch's deadline: the run is stopped only once every request in it gave up."""
+    deadlines = [item.deadline for item in live]
+    return None if None in deadlines else max(d for d in deadlines if d is not None)
+
+
+def infer_joined(
+    model: LoadedModel, outputs: Sequence[TensorSpec], live: list[Item]
+) -> list[Array]:
+    """Run ``live`` as one call (a single request's arrays go in as they are)."""
+    rows = sum(item.rows for item in live)
+    deadline = latest_deadline(live)
+    if len(live) == 1:
+        result = model.infer(live[0].inputs, deadline=deadline)
+    else:
+        columns = zip(*(item.inputs for item in live), strict=True)
+        joined = [np.concatenate(col, axis=0) for col in columns]
+        result = model.infer(joined, deadline=deadline)
+    for spec, out in zip(outputs, result, strict=True):
+        if out.shape[:1] != (rows,):
+            raise BackendError(
+                f"{model.name}: output {spec.name!r} has {out.shape[:1]} rows for a batch "
+                f"of {rows}; cannot split it back"
+            )
+    return result
+
+
+def resolve(live: list[Item], outputs: list[Array]) -> None:
+    """Give every request its rows of the outputs, in queue order."""
+    offset = 0
+    for item in live:
+        item.future.set_result([out[offset : offset + item.rows] for out in outputs])
+        offset += item.rows
+
+
+def span_attributes(name: str, live: list[Item]) -> dict[str, str | int]:
+    return {
+        "wasmgate.model": name,
+        "wasmgate.batch.size": sum(item.rows for item in live),
+        "wasmgate.batch.requests": len(live),
+    }

@@ -8,21 +8,20 @@ runs the model once and splits the outputs back by row counts. A request larger 
 dynamic first dimension can be batched. ``workers`` > 1 lets that many batches of this
 model run at once (like Triton's instance count).
 
-When a batch is ready is measured, not fixed (`wasmgate.runtime.serving.pacing`): a request
-that finds a worker free starts at once, unless the measured arrival rate says companions
-come within ``max_queue_delay_us`` and each saves more model time than it takes to arrive
-— then it waits for them, never longer than that delay. Requests that queue while the
-workers are busy form the next batch; a batch takes at most the rows that measurably pay
-(a conv net on 2 cores: often 1). A blocking `infer` that finds a worker free and nothing
-queued runs the model on its own thread (no hand-off to the dispatcher and back).
+When a batch is ready and how large it gets are measured (`wasmgate.runtime.serving.pacing`):
+a request that finds a worker free and nothing queued starts at once — a blocking `infer`
+on its caller's thread, no hand-off — unless the measured arrival rate says companions come
+within ``max_queue_delay_us`` and each saves more model time than it takes to arrive.
+Requests that queue while the workers are busy form the next batch, of at most the rows
+that measurably pay. Where batching does not pay (a conv net on 2 cores) callers pass
+through: batch-1 runs side by side, as with an unbatched model.
 
 Deadlines: a queued request whose deadline passes leaves the queue with `DeadlineExceeded`
-without running; a blocking `infer` caller waits at most until its deadline (or, running
-the model itself, until the backend stops the run at it, as an unbatched model's caller
-does); a running batch gets the latest deadline of its requests, so the backend stops it
-(ONNX Runtime's terminate) only when every request in it has passed its deadline — one
-patient request keeps the batch going for itself. `close()` finishes what is queued, then
-detaches.
+without running; a blocking `infer` caller waits at most until its deadline (running the
+model itself, until the backend stops the run at it, like an unbatched model's caller); a
+running batch gets the latest deadline of its requests, so the backend stops it (ONNX
+Runtime's terminate) only when every request in it has passed its deadline — one patient
+request keeps the batch going for itself. `close()` finishes what is queued, then detaches.
 """
 
 from __future__ import annotations
@@ -32,19 +31,24 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Self
 
-from opentelemetry import context as otel_context
-
 from wasmgate.runtime.backends.base import Array, LoadedModel
 from wasmgate.runtime.errors import (
     BackendError,
-    BadRequest,
     Busy,
     DaemonError,
     DeadlineExceeded,
     NotReady,
 )
-from wasmgate.runtime.serving.batch_queue import BatcherStats, BatchQueue, Item, capped
-from wasmgate.runtime.serving.batch_run import infer_joined, resolve, span_attributes
+from wasmgate.runtime.serving.batch_queue import (
+    BatcherStats,
+    BatchQueue,
+    Item,
+    capped,
+    infer_joined,
+    new_item,
+    resolve,
+    span_attributes,
+)
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.pacing import Pacer
 from wasmgate.sandbox.models import TensorSpec
@@ -116,7 +120,7 @@ class Batcher:
         ``deadline`` (``time.monotonic()`` based): a request still queued when it passes is
         failed with `DeadlineExceeded` at that moment, without being computed.
         """
-        item = self._item(inputs, deadline)
+        item = new_item(self.name, inputs, deadline)
         with self._cond:
             self._admit(item)
             self._queue.items.append(item)
@@ -125,7 +129,7 @@ class Batcher:
 
     def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
         """Blocking `ModelHandle` call (wasi-nn compute): returns or raises by ``deadline``."""
-        item = self._item(inputs, deadline)
+        item = new_item(self.name, inputs, deadline)
         with self._cond:
             self._admit(item)
             alone = self._runs_alone_now(item)
@@ -137,10 +141,7 @@ class Batcher:
                 self._queue.items.append(item)
                 self._cond.notify_all()
         if alone:
-            try:
-                self.run_batch([item])
-            finally:
-                self._release()
+            return self._run_alone(item)
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             return item.future.result(timeout)
@@ -189,8 +190,12 @@ class Batcher:
 
     def ready_at(self, now: float) -> float | None:
         """When the next batch is ready (≤ now: ready), None with nothing to start."""
-        if not self._queue or self.running >= self.workers:
-            return None  # (a caller running the model itself takes no dispatcher worker)
+        if not self._queue:
+            return None
+        # Passing through, batch-1 runs go side by side (up to the dispatcher's threads)
+        # as an unbatched model's do; a caller running the model itself takes no worker.
+        if self.running >= self.workers and not self.pacer.passthrough():
+            return None
         limit = self.pacer.limit()
         rows = self._queue.compatible_rows()
         if self._closed or rows >= limit:
@@ -240,14 +245,21 @@ class Batcher:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _item(self, inputs: Sequence[Array], deadline: float | None) -> Item:
-        rows = int(inputs[0].shape[0]) if inputs else 0
-        if any(int(a.shape[0]) != rows for a in inputs):
-            raise BadRequest(f"{self.name}: inputs disagree on the batch dimension")
-        key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
-        future: Future[list[Array]] = Future()
-        now = time.monotonic()
-        return Item(list(inputs), rows, key, future, now, deadline, otel_context.get_current())
+    def _run_alone(self, item: Item) -> list[Array]:
+        """Run one request on its caller's thread (no future to resolve, one lock taken
+        after the run: this path is the one a lightly loaded model takes every time)."""
+        started, ok = time.perf_counter(), False
+        try:
+            with joint_span("batch", [item.context], lambda: span_attributes(self.name, [item])):
+                outputs = infer_joined(self.model, self.outputs, [item])
+            ok = True
+        except DaemonError:
+            raise
+        except Exception as e:
+            raise BackendError(f"{self.name}: {e}") from e
+        finally:
+            self._record(item.rows, 1, time.perf_counter() - started, ok=ok, inline=True)
+        return outputs
 
     def _admit(self, item: Item) -> None:
         """Refuse when closed or full, else count the arrival (lock held)."""
@@ -270,19 +282,16 @@ class Batcher:
             return False
         return self.pacer.delay(item.rows, self.pacer.limit(), item.arrived) <= 0
 
-    def _release(self) -> None:
+    def _record(
+        self, rows: int, requests: int, seconds: float, *, ok: bool, inline: bool = False
+    ) -> None:
         with self._cond:
-            self._inline -= 1
-            self._cond.notify_all()
-
-    def _record(self, rows: int, requests: int, seconds: float, *, ok: bool) -> None:
-        with self._cond:
-            s = self._stats
-            s.batches += 1
-            s.requests += requests
-            s.rows += rows
-            s.batch_sizes[rows] = s.batch_sizes.get(rows, 0) + 1
+            self._stats.count(rows, requests)
             if ok:  # a failed or stopped run says nothing about what a batch costs
-                self.pacer.ran(rows, seconds, self.running + self._inline)
+                self.pacer.ran(rows, seconds)
+            if inline:
+                self._inline -= 1
+                if self._closed:  # only close() waits for callers' own runs
+                    self._cond.notify_all()
         if self._on_batch is not None:
             self._on_batch(rows, requests, seconds)

@@ -1,21 +1,24 @@
 """`Pacer`: when a batcher's queued requests should start, and how large a batch pays.
 
-Two measurements per batched model, both moving averages: the gap between arrivals, and
-the run time per row of each batch-size bucket (powers of two: rows 4..7 are bucket 4).
-From them two decisions, both recomputed at every dispatcher scan:
+Two measurements per batched model: the recent arrival times, and the least run time per
+row seen for each batch-size bucket (powers of two: rows 4..7 are bucket 4). From them, at
+every arrival and dispatcher scan:
 
-- `limit`, the most rows one batch takes. A bigger bucket is used only when its measured
-  per-row cost is within `PAYS` of the best measured one — preferring the smallest such
-  bucket. On 2 CPU cores a conv net's per-image cost does not fall (often rises) with the
-  batch, since ONNX Runtime already fills the cores at batch 1; a GEMM-bound MLP's falls
-  several-fold. The bucket just above the choice is allowed while it is unmeasured (that
-  is how it gets measured) and again every `PROBE_EVERY` batches, since load and inputs
-  change.
-- `delay`, how long the oldest queued request waits for companions: 0 unless companions
-  are expected within ``max_delay`` (mean gap < ``max_delay``) *and* a companion arrives
-  sooner than the run time it saves (gap < per-row cost at batch 1 - per-row cost at the
-  limit); then the time the missing rows take to arrive, capped by ``max_delay``. With
-  nothing measured yet it is 0: a lone request never waits on a guess.
+- whether batching pays at all (`chosen` > 1): only when some bucket's per-row cost is at
+  most `GAIN` of batch 1's. On 2 CPU cores a conv net's per-image cost does not fall (often
+  rises) with the batch, since ONNX Runtime already fills the cores at batch 1; a GEMM-bound
+  MLP's falls five- to tenfold. When it does not, callers *pass through*: each runs batch
+  1 side by side with the others, as an unbatched model's callers do. Batches may form
+  during the first `FIRST_PROBE` runs (a burst measures one at once) and, when none pays
+  or none formed, every `PROBE_EVERY` runs, to measure again.
+- `limit`, the most rows one batch takes: the largest bucket within 1/`PAYS` of the best
+  per-row cost, or the bucket above it while that one is unmeasured or not measured for
+  `PROBE_EVERY` runs.
+- `delay`, how long the oldest queued request waits for companions: 0 unless batching pays,
+  companions are expected within ``max_delay`` (mean gap < ``max_delay``) *and* one arrives
+  sooner than the model time it saves (gap < per-row cost at batch 1 - at the chosen
+  bucket); then the time the missing rows take to arrive, capped by ``max_delay`` and cut
+  short once the stream pauses (`QUIET` gaps without an arrival).
 
 Plain arithmetic on times the caller passes in (``time.monotonic()`` values): no clock, no
 lock; the batcher calls it under its dispatcher's lock.
@@ -28,14 +31,16 @@ from dataclasses import dataclass
 
 ARRIVALS = 33
 """Arrival times kept to measure the rate (32 gaps)."""
-GAIN = 0.5
+GAIN = 0.35
 """Batching is on only when some batch size measures at most this share of batch 1's
-per-row cost: smaller gains are within what a shared machine's noise and the overlap of
-side-by-side batch-1 runs give an unbatched model anyway."""
+per-row cost. Smaller gains are within a shared machine's noise, and side-by-side batch-1
+runs (what an unbatched model gets) take more of a loaded machine's CPU than one worker."""
 PAYS = 0.95
 """Of the batch sizes that pay, the largest within 1/`PAYS` of the best is used (fewer
 batches: less of the per-batch work the model's run time does not show)."""
-PROBE_EVERY = 128
+FIRST_PROBE = 16
+"""Runs before the first probe (a window in which batches may form), and its length."""
+PROBE_EVERY = 1024
 """Runs after which a bucket not measured since is tried again."""
 QUIET = 2.0
 """A batch waiting for companions starts once no request arrived for this many mean gaps."""
@@ -51,9 +56,9 @@ class _Cost:
     run: int
     """The pacer's run count when this bucket was last measured."""
     per_row: float
-    """The least run seconds per row measured. Other processes only ever add time to a
-    run: on a shared machine the least sample is the one nearest the model's own cost,
-    and buckets are compared on their own costs, not on when each happened to run."""
+    """The least run seconds per row seen. Other processes and side-by-side runs only ever
+    add time to a run: the least sample is the one nearest the model's own cost, and
+    buckets are compared on their own costs, not on how busy the machine was meanwhile."""
 
 
 class Pacer:
@@ -62,10 +67,11 @@ class Pacer:
     def __init__(self, max_batch: int, max_delay: float) -> None:
         self.max_batch = max_batch
         self.max_delay = max_delay
-        self._arrivals: deque[float] = deque(maxlen=ARRIVALS)
         self.runs = 0
         self._probed = 0  # run count when a batch of ≥ 2 rows last ran
+        self._arrivals: deque[float] = deque(maxlen=ARRIVALS)
         self._costs: dict[int, _Cost] = {}
+        self._chosen = bucket(max_batch)  # chosen(), recomputed after every run
 
     def arrived(self, now: float) -> None:
         """Count one request's arrival at ``now``."""
@@ -84,45 +90,56 @@ class Pacer:
             return None
         return (max(now, self._arrivals[-1]) - self._arrivals[0]) / (len(self._arrivals) - 1)
 
-    def ran(self, rows: int, seconds: float, concurrent: int = 1) -> None:
-        """Count one successful run of ``rows`` rows that took ``seconds`` while
-        ``concurrent`` runs of the model (itself included) were in flight."""
+    def ran(self, rows: int, seconds: float) -> None:
+        """Count one successful run of ``rows`` rows that took ``seconds``."""
         self.runs += 1
         if rows > 1:
             self._probed = self.runs
-        # Only a run that had the model to itself says what a batch size costs: runs side
-        # by side share the cores in proportions no count of them tells.
-        if concurrent != 1 or not 1 <= rows <= self.max_batch:
-            return
-        per_row = seconds / rows
-        cost = self._costs.setdefault(bucket(rows), _Cost(self.runs, per_row))
-        cost.per_row = min(cost.per_row, per_row)
-        cost.run = self.runs
+        if 1 <= rows <= self.max_batch:  # (an oversized request ran alone, unsplit)
+            per_row = seconds / rows
+            cost = self._costs.setdefault(bucket(rows), _Cost(self.runs, per_row))
+            cost.per_row = min(cost.per_row, per_row)
+            cost.run = self.runs
+        self._chosen = self._choose()
 
     def per_row(self, size: int) -> float | None:
-        """The measured per-row seconds of ``size``'s bucket (None: not measured)."""
+        """The least per-row seconds seen in ``size``'s bucket (None: not measured)."""
         cost = self._costs.get(bucket(size))
         return None if cost is None else cost.per_row
 
     def chosen(self) -> int:
-        """The bucket batches are formed up to: 1 = batching measurably does not pay."""
+        """The bucket batches are formed up to: 1 = batching does not (yet) pay."""
+        return self._chosen
+
+    def _choose(self) -> int:
         one = self.per_row(1)
         bigger = {b: c.per_row for b, c in self._costs.items() if b > 1}
-        if one is None or not bigger:
-            return bucket(self.max_batch)  # nothing to compare yet: let batches form
-        best = min(bigger.values())
-        if best > GAIN * one:
+        if not bigger:
+            # No batch measured: for the first runs let batches form (a burst shows what
+            # a batch costs at once), then pass through until a probe measures one.
+            return bucket(self.max_batch) if self.runs < FIRST_PROBE else 1
+        if one is None or min(bigger.values()) > GAIN * one:
             return 1
+        best = min(bigger.values())
         return max(b for b, per_row in bigger.items() if per_row * PAYS <= best)
 
     def probing(self) -> bool:
-        """No batch of ≥ 2 rows ran for `PROBE_EVERY` runs: while passing through, time to
-        see again whether batching pays (load and inputs change)."""
-        return self.max_batch > 1 and self.runs - self._probed >= PROBE_EVERY
+        """Batching does not pay so far and no batch ran for a while: let one form."""
+        if self._chosen != 1 or self.max_batch < 2:
+            return False
+        # A window of FIRST_PROBE runs, every PROBE_EVERY runs (the first one early): if
+        # requests never overlap within it, no batch forms and callers pass through again.
+        since = self.runs - self._probed
+        first = PROBE_EVERY if len(self._costs) > 1 else FIRST_PROBE
+        return since >= first and (since - first) % PROBE_EVERY < FIRST_PROBE
+
+    def passthrough(self) -> bool:
+        """Callers run batch 1 side by side, as an unbatched model's callers do."""
+        return self._chosen == 1 and not self.probing()
 
     def limit(self) -> int:
         """The most rows worth joining into one batch now."""
-        chosen = self.chosen()
+        chosen = self._chosen
         if chosen == 1:
             return self.max_batch if self.probing() else 1
         if self._due(2 * chosen):  # the next size up: unmeasured, or not for a while
@@ -135,19 +152,13 @@ class Pacer:
             return False
         return cost is None or self.runs - cost.run >= PROBE_EVERY
 
-    def passthrough(self) -> bool:
-        """Batching measurably does not pay: callers run batch 1 side by side, as an
-        unbatched model's callers do (not while big batches are due to be measured)."""
-        return 1 in self._costs and self.chosen() == 1 and not self.probing()
-
     def delay(self, rows: int, limit: int, now: float) -> float:
         """Seconds the oldest of ``rows`` queued rows should wait for companions."""
         gap = self.gap(now)
-        if rows >= limit or gap is None or gap >= self.max_delay:
+        if rows >= limit or gap is None or gap >= self.max_delay or self._chosen == 1:
             return 0.0
-        chosen = self.chosen()  # the bucket that measurably pays (limit may be a probe)
-        one, full = self.per_row(1), self.per_row(chosen)
-        if one is None or full is None or chosen == 1 or gap >= one - full:
+        one, full = self.per_row(1), self.per_row(self._chosen)
+        if one is None or full is None or gap >= one - full:
             return 0.0
         return min(self.max_delay, gap * (limit - rows))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wasmgate.runtime.serving.pacing import PROBE_EVERY, QUIET, Pacer, bucket
+from wasmgate.runtime.serving.pacing import FIRST_PROBE, PROBE_EVERY, QUIET, Pacer, bucket
 
 MS = 1e-3
 
@@ -86,7 +86,7 @@ def test_conv_like_costs_pass_through_then_probe_again() -> None:
     assert pacer.passthrough()
     assert pacer.delay(1, 1, 0.0) == 0.0
     for _ in range(PROBE_EVERY):
-        pacer.ran(1, 1.6 * MS, concurrent=4)  # side by side: counted, not measured
+        pacer.ran(1, 6.4 * MS)  # side by side with three others: slower, the least stands
     assert pacer.per_row(1) == pytest.approx(1.6 * MS)
     assert pacer.probing()  # no batch for a while: let one form to see whether it pays now
     assert (pacer.limit(), pacer.passthrough()) == (32, False)
@@ -96,12 +96,30 @@ def test_conv_like_costs_pass_through_then_probe_again() -> None:
     assert pacer.limit() == 31  # and the next bucket up is worth a try
 
 
-def test_only_runs_that_had_the_model_to_themselves_are_measured() -> None:
+def test_the_least_sample_of_a_bucket_is_its_cost() -> None:
     pacer = Pacer(8, 2 * MS)
-    pacer.ran(1, 5 * MS, concurrent=3)
     pacer.ran(40, 1 * MS)  # oversized: ran alone, unsplit; not a batching choice
     assert pacer.per_row(1) is None
-    assert pacer.runs == 2
     pacer.ran(1, 2 * MS)
-    pacer.ran(1, 9 * MS)  # a shared machine's slow moment: the least sample stands
+    pacer.ran(1, 9 * MS)  # a shared machine's slow moment does not raise it
     assert pacer.per_row(1) == pytest.approx(2 * MS)
+    assert pacer.runs == 3
+
+
+def test_without_a_batch_measured_callers_pass_through_after_the_first_runs() -> None:
+    pacer = Pacer(32, 2 * MS)
+    for _ in range(FIRST_PROBE - 1):
+        pacer.ran(1, 1 * MS)  # callers never overlapped: no batch formed
+    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # batches may still form
+    pacer.ran(1, 1 * MS)
+    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # probing: may form one
+    for _ in range(FIRST_PROBE - 1):
+        pacer.ran(1, 1 * MS)  # still none: requests never overlap
+    assert (pacer.limit(), pacer.passthrough()) == (32, False)
+    pacer.ran(1, 1 * MS)  # the probe window is over
+    assert (pacer.limit(), pacer.passthrough()) == (1, True)
+    for _ in range(PROBE_EVERY - FIRST_PROBE):
+        pacer.ran(1, 1 * MS)
+    assert pacer.probing()  # the next window
+    pacer.ran(2, 2 * MS)  # a batch formed; per row no cheaper than batch 1
+    assert (pacer.limit(), pacer.passthrough()) == (1, True)
