@@ -38,6 +38,7 @@ from tests.fixtures.mosquitto import Broker
 from tests.fixtures.registry import Registry
 from tests.reliability.conftest import put_bundle
 from tests.runtime.fleet.e2ekit import PREFIX, RealFleet, dump
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 
 def cpu_seconds(pid: int) -> float:
@@ -95,8 +96,7 @@ class _Counter:
             self.counts = {}
 
     def close(self) -> None:
-        self._client.loop_stop()
-        self._client.disconnect()
+        close_threaded(self._client)
 
 
 def _put(daemon: Daemon, bundle: Path) -> None:

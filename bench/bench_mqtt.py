@@ -45,6 +45,7 @@ from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 from tests.fixtures.mosquitto import Broker
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 GATEWAY = "bench"
 NODELAY_CONF = "set_tcp_nodelay true\n"
@@ -110,8 +111,7 @@ class MqttRequester:
         return elapsed
 
     def close(self) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
+        close_threaded(self._client)
 
 
 def _nodelay(_c: paho.Client, _u: Any, sock: Any) -> None:
@@ -195,8 +195,7 @@ def _figures(broker: str, port: int, body: bytes, seconds: float, echo: bool) ->
         try:
             p50 = median(latencies(port, "bench/echo", body, seconds, NODELAY_QOS0)) * 1e3
         finally:
-            client.disconnect()
-            client.loop_stop()
+            close_threaded(client)
         figures.append(Figure(f"mqtt {broker}", f"bare paho echo p50, {NODELAY_QOS0.label}",
                               p50, "ms", "broker round trip", base))  # fmt: skip
     return figures

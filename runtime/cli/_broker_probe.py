@@ -22,6 +22,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from wasmgate.runtime.cli._checks import Finding
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 from wasmgate.runtime.ops.config import MqttSettings
 
 SLOW_MS = 10.0
@@ -93,8 +94,7 @@ def probe_broker(mqtt: MqttSettings, timeout: float = 5.0) -> Finding:
         )
     finally:
         for client in started:
-            client.disconnect()
-            client.loop_stop()
+            close_threaded(client)
 
 
 def _measure(

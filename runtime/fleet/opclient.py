@@ -26,6 +26,8 @@ from typing import Self
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
+from wasmgate.runtime.mqtt._paho_private import close_threaded
+
 _CONNECT_TIMEOUT_S = 10.0
 _QUIET_S = 0.3
 
@@ -97,8 +99,7 @@ class OperatorClient:
         self.close()
 
     def close(self) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
+        close_threaded(self._client)
 
     def _on_connect(self, _c: object, _u: object, _f: object, rc: object, _p: object) -> None:
         with self._cond:

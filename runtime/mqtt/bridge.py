@@ -79,6 +79,9 @@ class BridgeState:
     answered: int = 0
     errors: int = 0
     duplicates: int = 0
+    redelivered: int = 0
+    """Requests the broker marked as redelivered (DUP) that were worked, not deduplicated: a
+    restarted daemon cannot know it answered them before it died."""
     expired: int = 0
     in_flight: int = 0
     busy_retries: int = 0
@@ -286,6 +289,8 @@ class MqttBridge:
                 return False
             return True
         _ = self._recent.remember(key)
+        if msg.dup:
+            self.state.redelivered += 1
         try:
             answered = await self._answer_or_drop(msg, route, obj, reply, key)
         except BaseException as e:

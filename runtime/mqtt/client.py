@@ -60,6 +60,10 @@ class ClientState:
     connects: int = 0
     disconnects: int = 0
     session_present: bool = False
+    resent: int = 0
+    """QoS>0 messages in flight at a disconnect, re-sent by paho after the reconnect: each may
+    reach its subscribers twice (at least once), which is why requesters match answers by
+    correlation data."""
     last_error: str | None = None
     since: float = field(default_factory=time.time)
 
@@ -373,6 +377,7 @@ class MqttClient:
         self.state.connected = True
         self.state.connects += 1
         self.state.session_present = bool(flags.session_present)
+        self.state.resent += len(self._pending)  # paho re-sends every unacked QoS>0 publish
         self.state.since = time.time()
         self._connected.set()
         if self._connack is not None and not self._connack.done():

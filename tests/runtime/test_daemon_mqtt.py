@@ -15,6 +15,7 @@ from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 ROOT = "wasmgate/v1/gw-test"
 
@@ -61,5 +62,4 @@ def test_mqtt_and_http_share_the_service(
         assert daemon.stop() == 0
         assert got.get(timeout=20) == (f"{ROOT}/status", b"offline")
     finally:
-        client.loop_stop()
-        client.disconnect()
+        close_threaded(client)

@@ -24,6 +24,7 @@ from tests.fixtures.mosquitto import Broker
 from tests.reliability.conftest import TOKEN, post
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust
 
 GATEWAY = "gw-trust"
@@ -113,5 +114,4 @@ def mqtt_call(broker: Broker, adapter: str, payload: bytes, timeout: float = 20)
         except queue.Empty:
             return None
     finally:
-        client.loop_stop()
-        client.disconnect()
+        close_threaded(client)

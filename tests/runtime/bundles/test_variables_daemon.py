@@ -24,6 +24,7 @@ from tests.fixtures.mosquitto import Broker
 from tests.reliability.conftest import TOKEN, put_bundle, wait_until
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.trustkit import GATEWAY, ROOT, daemon_config, echo
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 DECLARED = {
     "tag": {"type": "string", "max_length": 16},
@@ -63,8 +64,7 @@ def publish_retained(broker: Broker, payload: bytes) -> None:
     try:
         client.publish(f"{ROOT}/variables", payload, qos=1, retain=True).wait_for_publish(10)
     finally:
-        client.loop_stop()
-        client.disconnect()
+        close_threaded(client)
 
 
 @pytest.fixture

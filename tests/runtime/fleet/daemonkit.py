@@ -29,6 +29,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.fleet.ocikit import push
 from tests.runtime.stack import host_profile_name
 from tests.signing.fleetkit import FleetKit
+from wasmgate.runtime.mqtt._paho_private import close_threaded
 from wasmgate.signing import DesiredBundle
 
 GATEWAY, GROUP, PREFIX = "gw-1", "g1", "wasmgate/v1"
@@ -48,8 +49,7 @@ def publish(broker: Broker, topic: str, payload: bytes) -> None:
     try:
         client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
     finally:
-        client.loop_stop()
-        client.disconnect()
+        close_threaded(client)
 
 
 def retained(broker: Broker, topic: str, timeout: float = 10) -> bytes | None:
@@ -65,8 +65,7 @@ def retained(broker: Broker, topic: str, timeout: float = 10) -> bytes | None:
     except queue.Empty:
         return None
     finally:
-        client.loop_stop()
-        client.disconnect()
+        close_threaded(client)
 
 
 def wait_retained(broker: Broker, topic: str, timeout: float = 60) -> Report:

@@ -15,6 +15,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from wasmgate.runtime.mqtt._paho_private import close_threaded
+
 _ids = itertools.count()
 
 
@@ -74,6 +76,7 @@ class Requester:
             getattr(props, "ContentType", None),
             user,
             bool(msg.retain),
+            bool(msg.dup),
         )
         with self._lock:
             self.replies.append(reply)
@@ -96,8 +99,7 @@ class Requester:
         return self
 
     def close(self) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
+        close_threaded(self._client)
 
     def __enter__(self) -> Self:
         return self
