@@ -193,8 +193,9 @@ class Batcher:
         if not self._queue:
             return None
         # Passing through, batch-1 runs go side by side (up to the dispatcher's threads)
-        # as an unbatched model's do; a caller running the model itself takes no worker.
-        if self.running >= self.workers and not self.pacer.passthrough():
+        # as an unbatched model's do. Batching, a caller running the model on its own
+        # thread holds a worker too: a batch then runs (and is measured) on its own.
+        if self.running + self._inline >= self.workers and not self.pacer.passthrough():
             return None
         limit = self.pacer.limit()
         rows = self._queue.compatible_rows()
@@ -291,7 +292,7 @@ class Batcher:
                 self.pacer.ran(rows, seconds)
             if inline:
                 self._inline -= 1
-                if self._closed:  # only close() waits for callers' own runs
+                if self._closed or self._queue:  # close() or a queued batch waits for it
                     self._cond.notify_all()
         if self._on_batch is not None:
             self._on_batch(rows, requests, seconds)

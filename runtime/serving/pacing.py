@@ -42,6 +42,9 @@ FIRST_PROBE = 16
 """Runs before the first probe (a window in which batches may form), and its length."""
 PROBE_EVERY = 1024
 """Runs after which a bucket not measured since is tried again."""
+PROBE_MAX = 16 * PROBE_EVERY
+"""Probes that find no gain come at doubling intervals, up to this many runs apart (a probe
+of a conv net queues every caller behind one slow batch)."""
 QUIET = 2.0
 """A batch waiting for companions starts once no request arrived for this many mean gaps."""
 
@@ -55,6 +58,9 @@ def bucket(rows: int) -> int:
 class _Cost:
     run: int
     """The pacer's run count when this bucket was last measured."""
+    samples: int
+    """Runs measured; the first of a batch size is not trusted (ONNX Runtime sizes its
+    buffers for a new shape on that run, several times its usual cost)."""
     per_row: float
     """The least run seconds per row seen. Other processes and side-by-side runs only ever
     add time to a run: the least sample is the one nearest the model's own cost, and
@@ -72,6 +78,7 @@ class Pacer:
         self._arrivals: deque[float] = deque(maxlen=ARRIVALS)
         self._costs: dict[int, _Cost] = {}
         self._chosen = bucket(max_batch)  # chosen(), recomputed after every run
+        self._probe_every = PROBE_EVERY
 
     def arrived(self, now: float) -> None:
         """Count one request's arrival at ``now``."""
@@ -92,20 +99,32 @@ class Pacer:
 
     def ran(self, rows: int, seconds: float) -> None:
         """Count one successful run of ``rows`` rows that took ``seconds``."""
+        probing = self.probing()
         self.runs += 1
         if rows > 1:
             self._probed = self.runs
         if 1 <= rows <= self.max_batch:  # (an oversized request ran alone, unsplit)
-            per_row = seconds / rows
-            cost = self._costs.setdefault(bucket(rows), _Cost(self.runs, per_row))
-            cost.per_row = min(cost.per_row, per_row)
-            cost.run = self.runs
+            self._measure(bucket(rows), seconds / rows)
         self._chosen = self._choose()
+        if self._chosen > 1:
+            self._probe_every = PROBE_EVERY
+        elif probing and rows > 1:  # a probe found no gain: probe half as often (bounded)
+            self._probe_every = min(2 * self._probe_every, PROBE_MAX)
+
+    def _measure(self, size: int, per_row: float) -> None:
+        cost = self._costs.get(size)
+        if cost is None:
+            self._costs[size] = _Cost(self.runs, 1, per_row)
+            return
+        cost.per_row = per_row if cost.samples == 1 else min(cost.per_row, per_row)
+        cost.samples += 1
+        cost.run = self.runs
 
     def per_row(self, size: int) -> float | None:
-        """The least per-row seconds seen in ``size``'s bucket (None: not measured)."""
+        """The least per-row seconds seen in ``size``'s bucket (None: not measured, or
+        only once)."""
         cost = self._costs.get(bucket(size))
-        return None if cost is None else cost.per_row
+        return None if cost is None or cost.samples < 2 else cost.per_row
 
     def chosen(self) -> int:
         """The bucket batches are formed up to: 1 = batching does not (yet) pay."""
@@ -113,7 +132,7 @@ class Pacer:
 
     def _choose(self) -> int:
         one = self.per_row(1)
-        bigger = {b: c.per_row for b, c in self._costs.items() if b > 1}
+        bigger = {b: c.per_row for b, c in self._costs.items() if b > 1 and c.samples > 1}
         if not bigger:
             # No batch measured: for the first runs let batches form (a burst shows what
             # a batch costs at once), then pass through until a probe measures one.
@@ -130,8 +149,8 @@ class Pacer:
         # A window of FIRST_PROBE runs, every PROBE_EVERY runs (the first one early): if
         # requests never overlap within it, no batch forms and callers pass through again.
         since = self.runs - self._probed
-        first = PROBE_EVERY if len(self._costs) > 1 else FIRST_PROBE
-        return since >= first and (since - first) % PROBE_EVERY < FIRST_PROBE
+        first = self._probe_every if len(self._costs) > 1 else FIRST_PROBE
+        return since >= first and (since - first) % self._probe_every < FIRST_PROBE
 
     def passthrough(self) -> bool:
         """Callers run batch 1 side by side, as an unbatched model's callers do."""
@@ -150,7 +169,7 @@ class Pacer:
         cost = self._costs.get(size)
         if size > self.max_batch:
             return False
-        return cost is None or self.runs - cost.run >= PROBE_EVERY
+        return cost is None or cost.samples < 2 or self.runs - cost.run >= PROBE_EVERY
 
     def delay(self, rows: int, limit: int, now: float) -> float:
         """Seconds the oldest of ``rows`` queued rows should wait for companions."""
