@@ -102,3 +102,41 @@ def test_closed_watchdog_joins_its_thread() -> None:
     dog.close()
     dog.close()  # idempotent
     assert threading.active_count() == before
+
+
+def _settle(dog: Watchdog) -> int:
+    """The wake-up count once the thread has gone back to sleep."""
+    seen = -1
+    while seen != dog.wakeups:
+        seen = dog.wakeups
+        time.sleep(0.05)
+    return seen
+
+
+def test_later_deadlines_do_not_wake_the_thread_an_earlier_one_does(watchdog: Watchdog) -> None:
+    """A guard wakes the watchdog only for a deadline earlier than the one it sleeps until,
+    and that earlier one still fires on time while the later ones stay open."""
+    cancelled: list[str] = []
+    far = time.monotonic() + 60
+    with watchdog.guard(far, lambda: cancelled.append("first")):
+        before = _settle(watchdog)
+        for i in range(500):  # tiny runs: each guard opened and closed, deadlines growing
+            with watchdog.guard(far + i, lambda: cancelled.append("later")):
+                pass
+        assert _settle(watchdog) == before  # no wake-up for any of them
+        near = threading.Event()
+        with watchdog.guard(time.monotonic() + 0.05, near.set):
+            assert near.wait(10), "the earlier deadline never fired"
+    assert cancelled == []
+    assert watchdog.fired == 1
+
+
+def test_finished_guards_leave_the_heap(watchdog: Watchdog) -> None:
+    """Without a wake-up to prune it, the heap still holds only runs in flight."""
+    far = time.monotonic() + 60
+    with watchdog.guard(far, lambda: None):
+        for i in range(1000):
+            with watchdog.guard(far + i, lambda: None):
+                pass
+        assert len(watchdog._heap) <= 2 * 64 + 2  # noqa: SLF001 - the bound is the point
+    assert len(watchdog._heap) <= 64 + 1  # noqa: SLF001
