@@ -193,9 +193,10 @@ class Batcher:
         if not self._queue:
             return None
         # Passing through, batch-1 runs go side by side (up to the dispatcher's threads)
-        # as an unbatched model's do. Batching, a caller running the model on its own
-        # thread holds a worker too: a batch then runs (and is measured) on its own.
-        if self.running + self._inline >= self.workers and not self.pacer.passthrough():
+        # as an unbatched model's do. A batch to be measured waits for callers' own runs
+        # to end, so that it runs alone.
+        busy = self.running + (self._inline if self.pacer.measuring() else 0)
+        if busy >= self.workers and not self.pacer.passthrough():
             return None
         limit = self.pacer.limit()
         rows = self._queue.compatible_rows()
@@ -289,7 +290,7 @@ class Batcher:
         with self._cond:
             self._stats.count(rows, requests)
             if ok:  # a failed or stopped run says nothing about what a batch costs
-                self.pacer.ran(rows, seconds)
+                self.pacer.ran(rows, seconds, queued=not inline)
             if inline:
                 self._inline -= 1
                 if self._closed or self._queue:  # close() or a queued batch waits for it

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 ARRIVALS = 33
 """Arrival times kept to measure the rate (32 gaps)."""
-GAIN = 0.35
+GAIN = 0.5
 """Batching is on only when some batch size measures at most this share of batch 1's
 per-row cost. Smaller gains are within a shared machine's noise, and side-by-side batch-1
 runs (what an unbatched model gets) take more of a loaded machine's CPU than one worker."""
@@ -39,7 +39,11 @@ PAYS = 0.95
 """Of the batch sizes that pay, the largest within 1/`PAYS` of the best is used (fewer
 batches: less of the per-batch work the model's run time does not show)."""
 FIRST_PROBE = 16
-"""Runs before the first probe (a window in which batches may form), and its length."""
+"""Dispatcher runs after which a probe that formed no batch gives up (requests do not
+overlap: at one or two callers a batch rarely forms)."""
+PROBE_ROWS = 8
+"""A probe ends once it measured a batch of at least this many rows (or ``max_batch``): a
+GEMM-bound model's gain shows clearly from 8 rows, at 2-4 it is within noise."""
 PROBE_EVERY = 1024
 """Runs after which a bucket not measured since is tried again."""
 PROBE_MAX = 16 * PROBE_EVERY
@@ -74,10 +78,11 @@ class Pacer:
         self.max_batch = max_batch
         self.max_delay = max_delay
         self.runs = 0
-        self._probed = 0  # run count when a batch of ≥ 2 rows last ran
+        self._next_probe = 0  # run count from which batches may form to be measured
+        self._probe_runs = 0  # dispatcher runs of the current probe
         self._arrivals: deque[float] = deque(maxlen=ARRIVALS)
         self._costs: dict[int, _Cost] = {}
-        self._chosen = bucket(max_batch)  # chosen(), recomputed after every run
+        self._chosen = 1  # chosen(), recomputed after every run
         self._probe_every = PROBE_EVERY
 
     def arrived(self, now: float) -> None:
@@ -97,28 +102,39 @@ class Pacer:
             return None
         return (max(now, self._arrivals[-1]) - self._arrivals[0]) / (len(self._arrivals) - 1)
 
-    def ran(self, rows: int, seconds: float) -> None:
-        """Count one successful run of ``rows`` rows that took ``seconds``."""
+    def ran(self, rows: int, seconds: float, *, queued: bool = True) -> None:
+        """Count one successful run of ``rows`` rows that took ``seconds`` (``queued``:
+        a dispatcher batch, not a caller's run on its own thread)."""
         probing = self.probing()
         self.runs += 1
-        if rows > 1:
-            self._probed = self.runs
+        trusted = False
         if 1 <= rows <= self.max_batch:  # (an oversized request ran alone, unsplit)
-            self._measure(bucket(rows), seconds / rows)
+            trusted = self._measure(bucket(rows), seconds / rows)
+            trusted = trusted and rows >= min(PROBE_ROWS, self.max_batch)
         self._chosen = self._choose()
         if self._chosen > 1:
             self._probe_every = PROBE_EVERY
-        elif probing and rows > 1:  # a probe found no gain: probe half as often (bounded)
-            self._probe_every = min(2 * self._probe_every, PROBE_MAX)
+        if not probing:
+            return
+        self._probe_runs += queued
+        # A probe ends once it measured a batch of PROBE_ROWS (or formed none in
+        # FIRST_PROBE batches: requests do not overlap); finding no gain, the next comes
+        # twice as late.
+        if trusted or self._probe_runs >= FIRST_PROBE:
+            if self._chosen == 1 and self.runs > FIRST_PROBE:
+                self._probe_every = min(2 * self._probe_every, PROBE_MAX)
+            self._next_probe, self._probe_runs = self.runs + self._probe_every, 0
 
-    def _measure(self, size: int, per_row: float) -> None:
+    def _measure(self, size: int, per_row: float) -> bool:
+        """Add one sample; True when the bucket's cost is trusted now."""
         cost = self._costs.get(size)
         if cost is None:
             self._costs[size] = _Cost(self.runs, 1, per_row)
-            return
+            return False
         cost.per_row = per_row if cost.samples == 1 else min(cost.per_row, per_row)
         cost.samples += 1
         cost.run = self.runs
+        return True
 
     def per_row(self, size: int) -> float | None:
         """The least per-row seconds seen in ``size``'s bucket (None: not measured, or
@@ -133,24 +149,21 @@ class Pacer:
     def _choose(self) -> int:
         one = self.per_row(1)
         bigger = {b: c.per_row for b, c in self._costs.items() if b > 1 and c.samples > 1}
-        if not bigger:
-            # No batch measured: for the first runs let batches form (a burst shows what
-            # a batch costs at once), then pass through until a probe measures one.
-            return bucket(self.max_batch) if self.runs < FIRST_PROBE else 1
-        if one is None or min(bigger.values()) > GAIN * one:
+        if not bigger or one is None or min(bigger.values()) > GAIN * one:
             return 1
         best = min(bigger.values())
         return max(b for b, per_row in bigger.items() if per_row * PAYS <= best)
 
     def probing(self) -> bool:
-        """Batching does not pay so far and no batch ran for a while: let one form."""
-        if self._chosen != 1 or self.max_batch < 2:
-            return False
-        # A window of FIRST_PROBE runs, every PROBE_EVERY runs (the first one early): if
-        # requests never overlap within it, no batch forms and callers pass through again.
-        since = self.runs - self._probed
-        first = self._probe_every if len(self._costs) > 1 else FIRST_PROBE
-        return since >= first and (since - first) % self._probe_every < FIRST_PROBE
+        """Batching does not pay as far as measured, and it is time to measure a batch:
+        the queue may form one up to ``max_batch`` (from the first run on: no cost known)."""
+        return self._chosen == 1 and self.max_batch > 1 and self.runs >= self._next_probe
+
+    def measuring(self) -> bool:
+        """A batch run now is to be measured (no batch cost known yet, or a probe): it
+        should run alone, not beside callers' own runs."""
+        trusted = any(b > 1 and c.samples > 1 for b, c in self._costs.items())
+        return not trusted or self.probing()
 
     def passthrough(self) -> bool:
         """Callers run batch 1 side by side, as an unbatched model's callers do."""

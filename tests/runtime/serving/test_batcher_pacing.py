@@ -97,7 +97,7 @@ def test_when_batching_does_not_pay_callers_run_side_by_side() -> None:
     with Batcher(gated, 8, 2_000) as b:
         for _ in range(2):  # (before any request: no dispatcher thread reads it yet)
             b.pacer.ran(1, 1e-3)
-            b.pacer.ran(4, 8e-3)  # per row twice batch 1's: a conv net on 2 cores
+            b.pacer.ran(8, 16e-3)  # per row twice batch 1's: a conv net on 2 cores
         assert b.stats().limit == 1
         with ThreadPoolExecutor(3) as pool:
             futures = [pool.submit(b.infer, [_rows(1, i)]) for i in range(3)]

@@ -34,7 +34,7 @@ def _conv_like(pacer: Pacer) -> None:
     """Costs of a conv net on 2 cores: per row, bigger batches are no cheaper."""
     _twice(pacer, 1, 1.6 * MS)
     _twice(pacer, 2, 3.7 * MS)
-    _twice(pacer, 7, 12.0 * MS)
+    _twice(pacer, 8, 14.0 * MS)
 
 
 def test_buckets_are_powers_of_two() -> None:
@@ -96,12 +96,12 @@ def test_conv_like_costs_pass_through_then_probe_again() -> None:
     assert pacer.per_row(1) == pytest.approx(1.6 * MS)
     assert pacer.probing()  # no batch for a while: let one form to see whether it pays now
     assert (pacer.limit(), pacer.passthrough()) == (32, False)
-    pacer.ran(12, 3.6 * MS)  # batch 12 now pays (the input mix changed)
+    pacer.ran(16, 4.8 * MS)  # batch 16 now pays (the input mix changed)
     assert pacer.chosen() == 1  # (a first sample of a size is not trusted)
-    pacer.ran(12, 3.6 * MS)
+    pacer.ran(16, 4.8 * MS)
     assert not pacer.probing()
-    assert pacer.chosen() == 8
-    assert pacer.limit() == 31  # and the next bucket up is worth a try
+    assert pacer.chosen() == 16
+    assert pacer.limit() == 32  # and the next bucket up is worth a try
 
 
 def test_the_least_sample_of_a_bucket_is_its_cost() -> None:
@@ -116,22 +116,21 @@ def test_the_least_sample_of_a_bucket_is_its_cost() -> None:
     assert pacer.runs == 4
 
 
-def test_without_a_batch_measured_callers_pass_through_after_the_first_runs() -> None:
+def test_a_probe_that_forms_no_batch_gives_up_and_callers_pass_through() -> None:
     pacer = Pacer(32, 2 * MS)
+    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # probing from the start
     for _ in range(FIRST_PROBE - 1):
-        pacer.ran(1, 1 * MS)  # callers never overlapped: no batch formed
-    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # batches may still form
-    pacer.ran(1, 1 * MS)
-    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # probing: may form one
-    for _ in range(FIRST_PROBE - 1):
-        pacer.ran(1, 1 * MS)  # still none: requests never overlap
+        pacer.ran(1, 1 * MS)  # requests never overlapped: no batch formed
     assert (pacer.limit(), pacer.passthrough()) == (32, False)
-    pacer.ran(1, 1 * MS)  # the probe window is over
-    assert (pacer.limit(), pacer.passthrough()) == (1, True)
-    for _ in range(PROBE_EVERY - FIRST_PROBE):
-        pacer.ran(1, 1 * MS)
-    assert pacer.probing()  # the next window
-    pacer.ran(2, 2 * MS)  # a batch formed; per row no cheaper than batch 1
+    pacer.ran(1, 1 * MS, queued=False)  # callers' own runs do not use the probe up
+    pacer.ran(1, 1 * MS)
+    assert (pacer.limit(), pacer.passthrough()) == (1, True)  # the probe gave up
+    while not pacer.probing():
+        pacer.ran(1, 1 * MS, queued=False)
+    assert pacer.runs == FIRST_PROBE + 1 + 2 * PROBE_EVERY  # the next, twice as late
+    pacer.ran(2, 1 * MS)  # a small batch does not end it: its gain is within noise
+    assert pacer.probing()
+    _twice(pacer, 8, 8 * MS)  # 8 rows, no cheaper per row than batch 1
     assert (pacer.limit(), pacer.passthrough()) == (1, True)
 
 
@@ -144,7 +143,7 @@ def test_probes_that_find_no_gain_come_half_as_often() -> None:
         while not pacer.probing():
             pacer.ran(1, 1.6 * MS)
             count += 1
-        pacer.ran(7, 12.0 * MS)  # the probe's batch: still no gain
+        pacer.ran(8, 14.0 * MS)  # the probe's batch: still no gain
         return count
 
     first, second = runs_to_next_probe(), runs_to_next_probe()
