@@ -3,8 +3,8 @@
 Who calls what (so nothing is counted twice):
 
 - bridges (HTTP, MQTT) call `Metrics.observe_request` once per answered or failed request;
-- the service calls `observe_fallback`, `observe_trap`, `set_queue_depth`, `set_in_flight`,
-  `set_model_backend` / `forget_model`;
+- the service calls `observe_fallback`, `observe_trap`, `set_model_backend` /
+  `forget_model`, and hands `watch_gates` a read of its admission gates (scrape time);
 - the composition root hands `watch_breaker` a pure read of the cloud breaker, evaluated at
   scrape time (no other reader, such as the status page, changes a metric);
 - the batcher calls `observe_batch`; the backends' watchdog `observe_cancelled`.
@@ -37,6 +37,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from wasmgate.runtime.ops.pulled import GateFigures, GateGauge
 
 Kind = Literal["adapter", "model"]
 STAGES = ("queue", "sandbox", "inference", "fallback")
@@ -168,13 +170,12 @@ class Metrics:
             "wasmgate_batch_size", "Requests merged into one backend run.",
             ["model"], buckets=BATCH_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.queue_depth = Gauge(
-            "wasmgate_queue_depth", "Requests waiting for admission or batching.",
-            ["name"], registry=reg,
-        )  # fmt: skip
-        self.in_flight = Gauge(
-            "wasmgate_in_flight", "Requests running now.", ["name"], registry=reg
+        self.queue_depth = GateGauge(
+            "wasmgate_queue_depth", "Requests waiting for admission or batching.", 1
         )
+        self.in_flight = GateGauge("wasmgate_in_flight", "Requests running now.", 0)
+        reg.register(self.queue_depth)
+        reg.register(self.in_flight)
         self.fallbacks = Counter(
             "wasmgate_fallbacks", "Cloud fallbacks by reason and outcome.",
             ["name", "reason", "outcome"], registry=reg,
@@ -249,11 +250,10 @@ class Metrics:
     def observe_batch(self, model: str, size: int) -> None:
         self.batch.labels(model).observe(size)
 
-    def set_queue_depth(self, name: str, depth: int) -> None:
-        self._child(self.queue_depth, name).set(depth)
-
-    def set_in_flight(self, name: str, count: int) -> None:
-        self._child(self.in_flight, name).set(count)
+    def watch_gates(self, read: Callable[[], Mapping[str, GateFigures]]) -> None:
+        """Read every admission gate's ``(running, waiting)`` per name at scrape time."""
+        self.queue_depth.watch(read)
+        self.in_flight.watch(read)
 
     def observe_fallback(self, name: str, reason: str, ok: bool) -> None:
         """``reason``: error/busy/deadline/missing_model/adapter_request."""

@@ -31,7 +31,7 @@ from wasmgate.runtime.field.events import EventSink
 from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
-from wasmgate.runtime.serving.admission import Gate, GateStats
+from wasmgate.runtime.serving.admission import Gate
 from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
@@ -73,6 +73,9 @@ class InferenceService:
         observe = metrics.observe_fallback if metrics else None
         self._fallback = FallbackRunner(cloud, observe, deferrer)
         self._gates: dict[str, Gate] = {}
+        self._capped_limits: dict[AdmissionLimits, AdmissionLimits] = {}
+        if metrics is not None:
+            metrics.watch_gates(self.gate_figures)
         self._inline = InlinePolicy()
         self._draining = False
         self._active = 0
@@ -111,6 +114,7 @@ class InferenceService:
     def update_limits(self, limits: LimitSettings) -> None:
         """New daemon-wide ceilings (config reload); apply to later admissions."""
         self._limits = limits
+        self._capped_limits.clear()
 
     def in_flight(self) -> int:
         """Requests inside the service now (queued, running or in fallback)."""
@@ -239,6 +243,15 @@ class InferenceService:
             raise NotReady("the daemon is still loading bundles")
 
     def _capped(self, wanted: AdmissionLimits) -> AdmissionLimits:
+        # Per request, from a handful of distinct manifests: built once per distinct value.
+        capped = self._capped_limits.get(wanted)
+        if capped is None:
+            if len(self._capped_limits) >= 4096:
+                self._capped_limits.clear()
+            capped = self._capped_limits[wanted] = self._cap(wanted)
+        return capped
+
+    def _cap(self, wanted: AdmissionLimits) -> AdmissionLimits:
         lim = self._limits
         return AdmissionLimits(
             max_in_flight=min(wanted.max_in_flight, lim.max_in_flight),
@@ -253,16 +266,18 @@ class InferenceService:
         if self._metrics is not None and isinstance(cause, GuestTrap):
             self._metrics.observe_trap(adapter, cause.cause)
 
-    def _gate_changed(self, key: str, stats: GateStats) -> None:
-        if self._metrics is not None:
-            name = key.partition(":")[2]  # adapters and models share one namespace
-            self._metrics.set_in_flight(name, stats.running)
-            self._metrics.set_queue_depth(name, stats.waiting)
+    def gate_figures(self) -> dict[str, tuple[int, int]]:
+        """``(running, waiting)`` per adapter/model name (metrics read it at scrape time)."""
+        out: dict[str, tuple[int, int]] = {}
+        for key, gate in list(self._gates.items()):
+            stats = gate.stats
+            out[key.partition(":")[2]] = (stats.running, stats.waiting)  # one namespace
+        return out
 
     def _gate(self, key: str, admission: AdmissionLimits) -> Gate:
         gate = self._gates.get(key)
         if gate is None:
-            gate = Gate(key, admission.max_in_flight, admission.queue_size, self._gate_changed)
+            gate = Gate(key, admission.max_in_flight, admission.queue_size)
             self._gates[key] = gate
         else:
             gate.resize(admission.max_in_flight, admission.queue_size)

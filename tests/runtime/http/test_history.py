@@ -25,7 +25,7 @@ def test_rates_per_interval_from_the_counters() -> None:
         metrics.observe_request("adapter", "digits", source, {"sandbox": 0.002}, error)
     metrics.observe_batch("digits-mlp", 4)
     metrics.observe_batch("digits-mlp", 2)
-    metrics.set_queue_depth("digits", 3)
+    metrics.watch_gates(lambda: {"digits": (0, 3)})
     clock.now += 5
     history.sample()
     assert not history.due()

@@ -60,8 +60,7 @@ def test_metrics_count_requests_errors_and_stages(server: LiveServer) -> None:
 def test_service_side_metrics() -> None:
     metrics = Metrics(CollectorRegistry())
     metrics.observe_batch("add", 4)
-    metrics.set_queue_depth("echo", 3)
-    metrics.set_in_flight("echo", 2)
+    metrics.watch_gates(lambda: {"echo": (2, 3)})  # (running, waiting), read when scraped
     metrics.observe_fallback("echo", "busy", ok=True)
     metrics.watch_breaker(lambda: "open")
     metrics.observe_trap("echo", "fuel")
