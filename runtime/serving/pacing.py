@@ -46,7 +46,7 @@ PROBE_ROWS = 8
 GEMM-bound model's gain shows clearly from 8 rows, at 2-4 it is within noise."""
 PROBE_EVERY = 1024
 """Runs after which a bucket not measured since is tried again."""
-PROBE_MAX = 16 * PROBE_EVERY
+PROBE_MAX = 64 * PROBE_EVERY
 """Probes that find no gain come at doubling intervals, up to this many runs apart (a probe
 of a conv net queues every caller behind one slow batch)."""
 QUIET = 2.0
@@ -172,8 +172,9 @@ class Pacer:
     def limit(self) -> int:
         """The most rows worth joining into one batch now."""
         chosen = self._chosen
-        if chosen == 1:
-            return self.max_batch if self.probing() else 1
+        if chosen == 1:  # a probe's batch: big enough to show a gain, small enough not
+            # to hold every caller long behind a conv net's slow batch
+            return min(self.max_batch, 2 * PROBE_ROWS - 1) if self.probing() else 1
         if self._due(2 * chosen):  # the next size up: unmeasured, or not for a while
             chosen *= 2
         return min(self.max_batch, 2 * chosen - 1)

@@ -43,7 +43,7 @@ def test_buckets_are_powers_of_two() -> None:
 
 def test_with_nothing_measured_a_request_never_waits_and_batches_may_form() -> None:
     pacer = Pacer(32, 2 * MS)
-    assert pacer.limit() == 32
+    assert pacer.limit() == 15  # a probe: up to 15 rows
     assert pacer.delay(1, 32, 0.0) == 0.0
     _arrivals(pacer, 0.0, 0.01 * MS)  # a flood, but no cost known: no wait on a guess
     assert pacer.delay(1, 32, 0.33 * MS) == 0.0
@@ -95,7 +95,7 @@ def test_conv_like_costs_pass_through_then_probe_again() -> None:
         pacer.ran(1, 6.4 * MS)  # side by side with three others: slower, the least stands
     assert pacer.per_row(1) == pytest.approx(1.6 * MS)
     assert pacer.probing()  # no batch for a while: let one form to see whether it pays now
-    assert (pacer.limit(), pacer.passthrough()) == (32, False)
+    assert (pacer.limit(), pacer.passthrough()) == (15, False)
     pacer.ran(16, 4.8 * MS)  # batch 16 now pays (the input mix changed)
     assert pacer.chosen() == 1  # (a first sample of a size is not trusted)
     pacer.ran(16, 4.8 * MS)
@@ -118,10 +118,10 @@ def test_the_least_sample_of_a_bucket_is_its_cost() -> None:
 
 def test_a_probe_that_forms_no_batch_gives_up_and_callers_pass_through() -> None:
     pacer = Pacer(32, 2 * MS)
-    assert (pacer.limit(), pacer.passthrough()) == (32, False)  # probing from the start
+    assert (pacer.limit(), pacer.passthrough()) == (15, False)  # probing from the start
     for _ in range(FIRST_PROBE - 1):
         pacer.ran(1, 1 * MS)  # requests never overlapped: no batch formed
-    assert (pacer.limit(), pacer.passthrough()) == (32, False)
+    assert (pacer.limit(), pacer.passthrough()) == (15, False)
     pacer.ran(1, 1 * MS, queued=False)  # callers' own runs do not use the probe up
     pacer.ran(1, 1 * MS)
     assert (pacer.limit(), pacer.passthrough()) == (1, True)  # the probe gave up
