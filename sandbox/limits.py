@@ -103,6 +103,12 @@ class GuestLimits:
     max_log_bytes: int = 16 * 1024
     max_events: int = 16
 
+    def within(self, deadline_s: float | None) -> GuestLimits:
+        """These limits with the deadline lowered to ``deadline_s`` (time left), if sooner."""
+        if deadline_s is None or deadline_s >= self.deadline_s:
+            return self
+        return replace(self, deadline_s=deadline_s)
+
     def capped(self, ceilings: Ceilings) -> GuestLimits:
         """Return these limits with every value lowered to the daemon's ceiling."""
         if self._within(ceilings):

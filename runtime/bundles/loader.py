@@ -37,6 +37,7 @@ from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.serving.batcher import Batcher, BatchHook, capped
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
+from wasmgate.sandbox.limits import ManifestLimits
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 
 log = logging.getLogger("wasmgate.loader")
@@ -216,8 +217,7 @@ def _assemble(
             lim.weight,
         ),
         fallback=_policy(manifest),
-        # The engine's ceilings are read per request: a SIGHUP reload replaces them.
-        guest_limits=lambda left: _guest_limits(manifest, engine.ceilings, left),
+        guest_limits=_GuestLimits(manifest.limits, engine),
         params=_params(deps, manifest),
         declared=dict(manifest.variables or {}),
         signed_params=dict(manifest.params),
@@ -241,8 +241,23 @@ def _state(deps: LoaderDeps, manifest: Manifest) -> TenantState | None:
     return deps.state.tenant(manifest.name, grant.max_bytes, grant.max_keys)
 
 
-def _guest_limits(manifest: Manifest, ceilings: Ceilings, left: float | None) -> GuestLimits:
-    return GuestLimits.from_manifest(manifest.limits, ceilings, deadline_s=left)
+class _GuestLimits:
+    """A bundle's guest limits for a request with ``left`` seconds: the manifest's limits
+    capped by the engine's ceilings are built once per ceilings (a SIGHUP reload replaces
+    them, so they are read per request), not per request (five dataclass copies)."""
+
+    def __init__(self, limits: ManifestLimits, engine: SandboxEngine) -> None:
+        self._limits, self._engine = limits, engine
+        self._ceilings: Ceilings | None = None
+        self._base: GuestLimits | None = None
+
+    def __call__(self, left: float | None) -> GuestLimits:
+        ceilings = self._engine.ceilings
+        base = self._base
+        if base is None or ceilings is not self._ceilings:
+            base = GuestLimits.from_manifest(self._limits, ceilings)
+            self._base, self._ceilings = base, ceilings
+        return base.within(left)
 
 
 def _params(deps: LoaderDeps, manifest: Manifest) -> dict[str, str]:
