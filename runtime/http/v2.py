@@ -157,6 +157,10 @@ def setup(app: web.Application) -> None:
     optional. Install `wasmgate.runtime.http.errors.setup` too for V2 error bodies.
     """
     router = app.router
+    # aiohttp tries the routes under one static prefix (/v2/models) in registration order:
+    # the inference routes first, so a request matches on the first try.
+    router.add_post("/v2/models/{model}/infer", infer)
+    router.add_post("/v2/models/{model}/versions/{version}/infer", infer)
     router.add_get("/v2", server_metadata)
     router.add_get("/v2/health/live", live)
     router.add_get("/v2/health/ready", ready)
@@ -165,5 +169,4 @@ def setup(app: web.Application) -> None:
         router.add_get(base, model_metadata)
         router.add_get(f"{base}/ready", model_ready)
         router.add_get(f"{base}/config", model_config)
-        router.add_post(f"{base}/infer", infer)
     adapters.setup(app)
