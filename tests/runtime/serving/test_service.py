@@ -181,7 +181,9 @@ async def test_metadata(tmp_path: Path, kit: BundleKit) -> None:
 async def test_draining_refuses_new_requests(tmp_path: Path, kit: BundleKit) -> None:
     async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),)) as st:
         slow = asyncio.create_task(st.service.run_adapter(req(b"W200")))
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(30):  # inside the service (a fixed sleep lost under load)
+            while st.service.in_flight() == 0:
+                await asyncio.sleep(0.005)
         st.service.start_draining()
         assert not st.service.ready
         with pytest.raises(NotReady):
