@@ -37,7 +37,7 @@ from tests.fixtures.mosquitto import Broker
 from tests.fixtures.zig import compile_c
 from wasmgate.device_profiles import detect
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
-from wasmgate.sandbox import SandboxEngine
+from wasmgate.sandbox import Ceilings, SandboxEngine
 
 Array = npt.NDArray[Any]
 
@@ -84,9 +84,14 @@ def ladder(
     unit = "us" if label == "digits" else "ms"
     raw = backend_limit(path, x, 1, seconds)
     rounds = 10 if seconds < 1 else (300 if label == "digits" else 30)  # as bench_sandbox
-    with SandboxEngine(Path(tempfile.mkdtemp(prefix="wasmgate-bench-")) / "cache") as engine:
+    root = Path(tempfile.mkdtemp(prefix="wasmgate-bench-"))
+    with (
+        SandboxEngine(root / "cache") as engine,
+        SandboxEngine(root / "cache0", Ceilings(spare_instances=0)) as spareless,
+    ):
         wasm = compile_c([bench_sandbox.GUEST]).read_bytes()
-        sandboxed = bench_sandbox.bench_model(engine, wasm, label, path.read_bytes(), x, rounds)
+        engines = (engine, spareless)
+        sandboxed = bench_sandbox.bench_model(engines, wasm, label, path.read_bytes(), x, rounds)
     in_proc = next(f for f in sandboxed if f.name == "sandboxed request")
     body, headers = bench_http.v2_body(x, "input")
     v2_url = f"{daemon.url}/v2/models/{label}/infer"
