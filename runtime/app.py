@@ -155,6 +155,7 @@ def ceilings(settings: Settings) -> Ceilings:
         max_module_bytes=lim.max_module_bytes,
         compile_timeout_s=lim.compile_timeout_s,
         compile_memory_bytes=lim.compile_memory_mb * MIB,
+        spare_instances=lim.spare_instances,
         fuel_enabled=True,  # a manifest's fuel limit is honoured (see limits.fuel)
     )
 

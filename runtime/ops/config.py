@@ -203,6 +203,10 @@ class LimitSettings(_Section):
     """Ceiling on requests waiting per adapter before 'busy'."""
     workers: int = Field(default=0, ge=0)
     """Worker threads for guests and models; 0 = 2 x CPU count."""
+    spare_instances: int = Field(default=2, ge=0, le=64)
+    """Fresh-mode adapters: instances started (instantiated, ``_initialize`` run) off the
+    request path after a request, each handed to exactly one later request; 0 = every
+    request instantiates on its own path. Isolation is the same either way."""
     max_weight: int = Field(default=16, ge=1, le=1000)
     """Ceiling on a manifest's ``limits.weight``. Each adapter and each directly served model
     is a tenant of the worker pool; a free worker takes the next job of the tenant that has

@@ -127,3 +127,17 @@ def test_serve_with_bad_config_exits_2(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert str(cfg) in lines[0]
     assert "http.port" in lines[0]
+
+
+def test_spare_instances_reach_the_sandbox_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``limits.spare_instances`` is the engine's ceiling (0 turns spares off); out of range
+    is refused like any other field."""
+    from wasmgate.runtime.app import ceilings  # noqa: PLC0415 - the daemon's composition root
+
+    monkeypatch.setenv("WASMGATE_LIMITS__SPARE_INSTANCES", "0")
+    assert ceilings(load_settings(None)).spare_instances == 0
+    monkeypatch.delenv("WASMGATE_LIMITS__SPARE_INSTANCES")
+    assert ceilings(load_settings(None)).spare_instances == 2
+    monkeypatch.setenv("WASMGATE_LIMITS__SPARE_INSTANCES", "-1")
+    with pytest.raises(ConfigError, match="WASMGATE_LIMITS__SPARE_INSTANCES"):
+        load_settings(None)
