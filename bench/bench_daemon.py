@@ -18,11 +18,9 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -36,6 +34,7 @@ from bench.common import Figure, median, percentile, script_main
 from tests.fixtures.benchkit import BenchKit, daemon_pid, payload, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
+from tests.fixtures.notify_socket import NotifySocket
 
 TOKEN = "bench-token"  # noqa: S105 - a throwaway daemon on loopback
 
@@ -46,47 +45,29 @@ GOAL_READY_S, GOAL_RSS_MB = 0.5, 100.0
 
 
 class ReadyClock:
-    """A notification socket of our own: when did the daemon send ``READY=1``?
-
-    A thread stamps each datagram on arrival, so the HTTP poll of ``Daemon.start`` does not
-    blur the figure; ``address`` goes into the daemon's ``NOTIFY_SOCKET``.
+    """A notification socket of our own (`NotifySocket`): when did the daemon send
+    ``READY=1``? Its thread stamps each datagram on arrival, so the HTTP poll of
+    ``Daemon.start`` does not blur the figure; ``address`` goes into ``NOTIFY_SOCKET``.
     """
 
     def __init__(self, path: Path) -> None:
-        self.address = str(path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(self.address)
-        self._sock.settimeout(0.1)
-        self._ready: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._receive, daemon=True)
-        self._thread.start()
-
-    def _receive(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self._sock.recv(4096)
-            except TimeoutError:
-                continue
-            if b"READY=1" in data.split(b"\n"):
-                self._ready.append(time.perf_counter())
+        self._socket = NotifySocket(path)
+        self.address = self._socket.address
 
     def start(self, daemon: Daemon) -> float:
         """Seconds from spawning ``daemon`` to its READY=1 (it is then serving)."""
-        seen = len(self._ready)
-        began = time.perf_counter()
+        seen = len(self._socket.with_field("READY", "1"))
+        began = time.monotonic()
         daemon.start(timeout=180)
         deadline = time.monotonic() + 10
-        while len(self._ready) == seen and time.monotonic() < deadline:
+        while len(ready := self._socket.with_field("READY", "1")) == seen:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the daemon answered ready but never sent READY=1")
             time.sleep(0.01)
-        if len(self._ready) == seen:
-            raise RuntimeError("the daemon answered ready but never sent READY=1")
-        return self._ready[seen] - began
+        return ready[seen].at - began
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sock.close()
+        self._socket.close()
 
 
 def floor(repeat: int) -> tuple[float, float]:

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.daemon import Daemon, write_config
+from tests.fixtures.notify_socket import NotifySocket
 from tests.runtime.bundlekit import BundleKit
-from tests.runtime.notify_socket import NotifySocket
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.unit import current_executable, render_unit, unit_path_problems
