@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fixtures.net import free_port, wait_for_port
+from tests.fixtures.net import free_port, terminate, wait_for_port
 
 CACHE = Path(os.environ.get("WASMGATE_BENCH_CACHE") or Path.home() / ".cache" / "wasmgate-bench")
 
@@ -185,7 +185,7 @@ class MlServer:
         return (self.root / "mlserver.log").read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        _terminate(self.proc, 20)
+        terminate(self.proc, 20)
         self._log.close()
 
 
@@ -203,14 +203,4 @@ class BareServer:
         wait_for_port(self.port, timeout=60)
 
     def stop(self) -> None:
-        _terminate(self.proc, 10)
-
-
-def _terminate(proc: subprocess.Popen[bytes], wait_s: float) -> None:
-    """SIGTERM, then SIGKILL when it has not exited after ``wait_s``."""
-    proc.terminate()
-    try:
-        proc.wait(wait_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        terminate(self.proc, 10)
