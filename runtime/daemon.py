@@ -4,7 +4,8 @@ systemd (``Type=notify``): ``READY=1`` once start-up bundles are loaded and the 
 are up; ``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
 around a reload; ``STOPPING=1`` when the drain starts.
 
-SIGHUP re-reads the config file: the log level, management token and limits apply at once;
+SIGHUP re-reads the config file: the log level, management token, limits and
+``[variables.<bundle>]`` apply at once;
 the trust store is re-read (bundles it no longer accepts are unloaded) and the bundle
 directory rescanned, retrying the files refused before. The trust file is also watched: a
 change on disk (``wasmgate trust add``) applies within a second or two without SIGHUP.
@@ -30,6 +31,7 @@ from wasmgate.runtime.app import DEPS, WATCHER, build_app, ceilings, load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
+from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
@@ -199,6 +201,7 @@ async def reload(app: web.Application) -> bool:
     if isinstance(service, InferenceService):
         service.update_limits(new.limits)
     app[DEPS].engine.apply_ceilings(ceilings(new))  # memory_mb, max_output_bytes, ... at once
+    app[VARIABLES].reconfigure(app[REGISTRY].table, new.variables)
     try:
         app[REGISTRY].expiry = new.trust.expiry
         unloaded = await app[REGISTRY].apply_trust(trust)

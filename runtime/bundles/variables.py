@@ -57,6 +57,24 @@ class Variables:
         self.last_refusal: str | None = None
         """Why the last update was refused (shown in status: MQTT has no answer)."""
 
+    def reconfigure(
+        self, table: ServingTable, configured: Mapping[str, Mapping[str, Value]]
+    ) -> list[str]:
+        """A new config layer (SIGHUP): every loaded version's params are computed again, at
+        once. Values the declarations refuse are skipped and logged, as at start (the
+        operator and signed layers are untouched). Returns the bundles whose layer changed."""
+        new = {b: dict(v) for b, v in configured.items()}
+        changed = sorted(b for b in new.keys() | self._configured.keys()
+                         if new.get(b) != self._configured.get(b))  # fmt: skip
+        self._configured = new
+        self._logged.clear()  # a value skipped before may be skipped again: say so again
+        for name in changed:
+            for version in table.slot(name).versions() if name in table.slots() else ():
+                version.params = self.params(name, version.signed_params, version.declared)
+        if changed:
+            log.info("config variables reloaded", extra={"bundles": changed})
+        return changed
+
     def params(
         self, bundle: str, signed: Mapping[str, Value], declared: Mapping[str, Variable]
     ) -> dict[str, str]:

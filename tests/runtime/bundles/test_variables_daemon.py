@@ -9,6 +9,7 @@ update changes nothing; what the operator set survives a SIGKILL.
 from __future__ import annotations
 
 import json
+import signal
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -103,6 +104,29 @@ def test_config_values_apply_only_where_declared_and_in_range(daemon: Daemon) ->
     for _ in range(3):
         variables(daemon)  # every status poll resolves the layers again: logged once only
     assert daemon.log().count("gain: 99 is outside [1, 10]") == 1
+
+
+def test_sighup_applies_new_config_values_within_the_same_rules(daemon: Daemon) -> None:
+    """The config layer is read again on SIGHUP: the guest sees a changed value at once, an
+    out-of-range one is still skipped, and a signed param still cannot change."""
+    text = daemon.config_path.read_text()
+    for written in ('"from-config"', '"gain" = 99', '"hacked"'):
+        assert written in text
+    text = text.replace('"from-config"', '"from-sighup"').replace('"gain" = 99', '"gain" = 7')
+    daemon.config_path.write_text(text.replace('"hacked"', '"hacked-again"'))
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: echo(daemon, "vars") == (200, b"from-sighup:hi"), 30, "the new tag")
+    assert values(daemon) == {
+        "tag": ("from-sighup", "config"),
+        "gain": (7, "config"),
+        "ratio": (0.5, "default"),
+    }
+    assert echo(daemon, "fixed") == (200, b"fixed:hi")
+    daemon.config_path.write_text(text.replace('"gain" = 7', '"gain" = 11'))  # out of range
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: values(daemon)["gain"] == (3, "default"), 30, "gain refused")
+    assert echo(daemon, "vars") == (200, b"from-sighup:hi")
 
 
 def test_management_api_checks_every_value_and_changes_nothing_on_refusal(
