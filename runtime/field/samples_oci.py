@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,13 @@ from wasmgate.runtime.field.forward import Pace
 from wasmgate.runtime.field.samples import SAMPLES
 from wasmgate.runtime.field.store import Record, Store
 from wasmgate.runtime.fleet.oci import OciClient
-from wasmgate.runtime.fleet.ocitypes import BUNDLE_NAME, BUNDLE_VERSION, Reference, RegistryError
+from wasmgate.runtime.fleet.ocitypes import (
+    BUNDLE_NAME,
+    BUNDLE_VERSION,
+    Reference,
+    RegistryError,
+    retry_delay,
+)
 from wasmgate.runtime.ops.config import RegistrySettings, Settings
 from wasmgate.runtime.protocol import jsonio
 
@@ -252,9 +257,7 @@ class OciSamples:
         return 3 * self._conf.timeout_s
 
     def _backoff(self) -> float:
-        exp = min(self._failures - 1, 32)
-        base = min(self._conf.backoff_max_s, self._conf.backoff_s * 2.0**exp)
-        return base * random.uniform(0.5, 1.0)  # jitter: gateways do not retry in step
+        return retry_delay(self._conf.backoff_s, self._conf.backoff_max_s, self._failures - 1)
 
     def status(self) -> dict[str, object]:
         return {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 from dataclasses import dataclass
 
@@ -137,3 +138,11 @@ def parse_manifest(body: bytes, digest: str, label: str, max_layer_bytes: int) -
     notes = doc.get("annotations")
     kept = {k: v for k, v in notes.items() if isinstance(v, str)} if isinstance(notes, dict) else {}
     return Artifact(digest, body, ldigest, size, kept)
+
+
+def retry_delay(backoff_s: float, backoff_max_s: float, attempt: int) -> float:
+    """Seconds before retry ``attempt`` (0 = the first retry) of a registry call: doubling
+    from ``registry.backoff_s`` up to ``registry.backoff_max_s``, jittered so that gateways
+    do not retry in step. The one formula of the fleet pull and the samples sink."""
+    base = min(backoff_max_s, backoff_s * 2.0 ** min(attempt, 32))
+    return base * random.uniform(0.5, 1.0)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -29,7 +28,12 @@ from pathlib import Path
 from typing import Self
 
 from wasmgate.runtime.fleet.oci import Artifact, OciClient, parse_manifest
-from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, Reference, RegistryUnavailable
+from wasmgate.runtime.fleet.ocitypes import (
+    ArtifactRefused,
+    Reference,
+    RegistryUnavailable,
+    retry_delay,
+)
 from wasmgate.runtime.fleet.pullcache import PullCache
 from wasmgate.runtime.ops.config import RegistrySettings, Settings
 
@@ -128,8 +132,7 @@ class BundlePuller:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self._settings.backoff_max_s, self._settings.backoff_s * 2.0**attempt)
-        return base * random.uniform(0.5, 1.0)  # jitter: daemons do not retry in step
+        return retry_delay(self._settings.backoff_s, self._settings.backoff_max_s, attempt)
 
     async def _attempt(self, ref: Reference, deadline: float | None) -> PulledBundle:
         """One try on a thread; cancelling (or the deadline) stops the download's loop."""
