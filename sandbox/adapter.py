@@ -47,7 +47,7 @@ from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestPointerError
 from wasmgate.sandbox.models import ModelProvider, NoModels
 from wasmgate.sandbox.rawcall import CallbackKeeper
-from wasmgate.sandbox.spares import Spares, Unbound
+from wasmgate.sandbox.spares import Later, Spares, Unbound
 from wasmgate.sandbox.state import AdapterState
 from wasmgate.sandbox.traps import check_outcome, translate
 from wasmgate.sandbox.validate import ABI_VERSION, check_exports, check_imports, probe_abi
@@ -132,12 +132,17 @@ class Adapter:
         limits: GuestLimits,
         *,
         state: AdapterState | None = None,
+        after: Later | None = None,
     ) -> GuestResult:
         """Run one request; blocking, thread-safe. Raises ``GuestTrap`` (and subclasses).
 
         The limits are first capped by the engine's ceilings. An instance nobody used
         before runs the request unless the adapter is ``pooled``. Errors carry the logs
         captured so far. ``state`` is what the ``state_*`` imports reach (None: not granted).
+        ``after`` runs the after-request work of fresh mode (close the used instance, start
+        the next spare; default: the engine's background thread). A caller on an event
+        loop passes its ``call_soon``: the work then follows the answer on the same thread
+        instead of contending with it for the GIL.
         """
         lim = limits.capped(self._engine.ceilings)
         if lim.fuel is not None and not self._engine.ceilings.fuel_enabled:
@@ -156,7 +161,7 @@ class Adapter:
         finally:
             self._tls.req = self._tls.nn = None
             req.flush()
-            self._retire(inst, lim)
+            self._retire(inst, lim, after)
         done = time.perf_counter()
         check_outcome(req, status, lim)
         if self.mode == "pooled":
@@ -207,11 +212,11 @@ class Adapter:
         nn.host_budget = lim.memory_bytes
         self._tls.req, self._tls.nn = req, nn
 
-    def _retire(self, inst: Instance | None, lim: GuestLimits) -> None:
+    def _retire(self, inst: Instance | None, lim: GuestLimits, after: Later | None) -> None:
         """Fresh mode: close the used instance off the path and make the next one ready."""
         if self.mode != "fresh" or inst is None:
             return  # no instance: instantiation failed, a spare would fail the same way
-        self._spares.recycle(inst, lim)
+        self._spares.recycle(inst, lim, after)
 
     def _make_spare(self, lim: GuestLimits) -> Instance | None:
         """On the background thread: a started instance under ``lim``, or None if it failed

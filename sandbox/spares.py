@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["Spares", "Unbound"]
 
 Make = Callable[["GuestLimits"], "Instance | None"]
+Later = Callable[[Callable[[], None]], object]
+"""Runs a job later on some thread (the engine's background thread, or the caller's
+event loop for a run made on the loop: see ``Adapter.run``)."""
 
 
 class Unbound:
@@ -82,9 +85,10 @@ class Spares:
             return None
         return inst
 
-    def recycle(self, used: Instance, lim: GuestLimits) -> None:
+    def recycle(self, used: Instance, lim: GuestLimits, later: Later | None = None) -> None:
         """After a request: close ``used`` and, unless there are enough spares, build one
-        under ``lim`` — one background job (one thread wake-up on the request's path)."""
+        under ``lim`` — one job, on the background thread (one thread wake-up on the
+        request's path) unless ``later`` runs it (then on ``later``'s thread)."""
         with self._lock:
             build = not (
                 self._closed or self.disabled or self._building + len(self._ready) >= self._cap()
@@ -96,7 +100,9 @@ class Spares:
             if build:
                 self._build(lim)
 
-        if not self._background.submit(job):
+        if later is not None:
+            later(job)
+        elif not self._background.submit(job):
             used.close()
             if build:
                 with self._lock:

@@ -49,6 +49,7 @@ class RunnableAdapter(Protocol):
         limits: Any,
         *,
         state: AdapterState | None = None,
+        after: Callable[[Callable[[], None]], object] | None = None,
     ) -> GuestOutcome: ...
 
     def close(self) -> None:

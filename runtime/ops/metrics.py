@@ -4,7 +4,8 @@ Who calls what (so nothing is counted twice):
 
 - bridges (HTTP, MQTT) call `Metrics.observe_request` once per answered or failed request;
 - the service calls `observe_fallback`, `observe_trap`, `set_model_backend` /
-  `forget_model`, and hands `watch_gates` a read of its admission gates (scrape time);
+  `forget_model`, and hands `watch_gates` / `watch_inline` a read of its admission gates
+  and inline counts (scrape time);
 - the composition root hands `watch_breaker` a pure read of the cloud breaker, evaluated at
   scrape time (no other reader, such as the status page, changes a metric);
 - the batcher calls `observe_batch`; the backends' watchdog `observe_cancelled`.
@@ -174,8 +175,16 @@ class Metrics:
             "wasmgate_queue_depth", "Requests waiting for admission or batching.", 1
         )
         self.in_flight = GateGauge("wasmgate_in_flight", "Requests running now.", 0)
-        reg.register(self.queue_depth)
-        reg.register(self.in_flight)
+        self.inline_runs = GateGauge(
+            "wasmgate_inline_runs", "Runs made on the event loop (adapter:<name>, model).", 0,
+            counter=True,
+        )  # fmt: skip
+        self.inline_strikes = GateGauge(
+            "wasmgate_inline_strikes", "Inline runs past their budget, made again on the pool.",
+            1, counter=True,
+        )  # fmt: skip
+        for pulled in (self.queue_depth, self.in_flight, self.inline_runs, self.inline_strikes):
+            reg.register(pulled)
         self.fallbacks = Counter(
             "wasmgate_fallbacks", "Cloud fallbacks by reason and outcome.",
             ["name", "reason", "outcome"], registry=reg,
@@ -254,6 +263,11 @@ class Metrics:
         """Read every admission gate's ``(running, waiting)`` per name at scrape time."""
         self.queue_depth.watch(read)
         self.in_flight.watch(read)
+
+    def watch_inline(self, read: Callable[[], Mapping[str, tuple[int, int]]]) -> None:
+        """Read the inline ``(runs, strikes)`` per adapter and model at scrape time."""
+        self.inline_runs.watch(read)
+        self.inline_strikes.watch(read)
 
     def observe_fallback(self, name: str, reason: str, ok: bool) -> None:
         """``reason``: error/busy/deadline/missing_model/adapter_request."""

@@ -50,8 +50,12 @@ log = logging.getLogger("wasmgate.service")
 # The sandbox's deadline (epoch interruption) fires at the request deadline; we wait this much
 # longer for its precise verdict before answering DeadlineExceeded ourselves.
 _GRACE_S = 0.25
+INLINE_BUDGET_S = 0.005
+"""How long an adapter run on the loop may take before it is thrown away and made again
+on the pool (the loop stalls at most this plus one epoch tick, once per strike)."""
 _MAX_ERROR_CHARS = 512
 
+Later = Callable[[Callable[[], None]], object]
 Hold = Callable[["asyncio.Future[Any]"], None]
 """Keeps the caller's admission slot taken until the given (still running) work is done."""
 
@@ -81,17 +85,27 @@ async def execute_adapter(
     timings: dict[str, float],
     *,
     hold: Hold,
+    policy: InlinePolicy | None = None,
+    pool_busy: bool = True,
 ) -> AdapterAnswer:
-    """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps)."""
+    """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps).
+
+    Inline on the loop when ``policy`` measured the adapter tiny (see `_inline_run`),
+    else on the pool."""
     adapter = bundle.adapter
     if adapter is None:
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
-    left = _remaining(deadline)
-    limits = bundle.guest_limits(left)
-    work = pool.submit(_run_guest, adapter, bundle, req, limits)
+    key = f"adapter:{req.adapter}"
     with _local_failures(req.adapter):
         try:
-            result: GuestOutcome = await _wait(work, left + _GRACE_S, hold)
+            result = None
+            if policy is not None and _may_inline(bundle, policy, key, req, pool_busy):
+                result = _inline_run(adapter, bundle, req, deadline, policy)
+            inline = result is not None
+            if result is None:
+                left = _remaining(deadline)
+                work = pool.submit(_run_guest, adapter, bundle, req, bundle.guest_limits(left))
+                result = await _wait(work, left + _GRACE_S, hold)
         except TimeoutError:
             raise DeadlineExceeded(f"{req.adapter}: deadline exceeded") from None
         except GuestDeadlineExceeded as e:
@@ -100,6 +114,8 @@ async def execute_adapter(
             raise InferenceFailed(f"{req.adapter}: answer too large: {e}") from e
         except SandboxError as e:
             raise InferenceFailed(f"{req.adapter}: {e}") from e
+    if policy is not None:
+        policy.record(key, result.instantiate_s + result.run_s, inline=inline)
     for line in result.logs:
         log.debug("guest: %s", line, extra={"adapter": req.adapter})
     timings["inference"] = result.infer_s
@@ -107,15 +123,71 @@ async def execute_adapter(
     return _answer(bundle, req, result, timings)
 
 
+def _may_inline(
+    bundle: LoadedBundle, policy: InlinePolicy, key: str, req: AdapterRequest, pool_busy: bool
+) -> bool:
+    # A run on the loop may be thrown away and made again (see `_inline_run`): only when it
+    # can leave no trace, i.e. no state namespace; and it must never wait for a batch.
+    return (
+        bundle.state is None
+        and not any(isinstance(m.handle, Batcher) for m in bundle.models.values())
+        and policy.inline(key, len(req.payload), pool_busy)
+    )
+
+
+def _inline_run(
+    adapter: RunnableAdapter,
+    bundle: LoadedBundle,
+    req: AdapterRequest,
+    deadline: float,
+    policy: InlinePolicy,
+) -> GuestOutcome | None:
+    """One guest run on the event loop, bounded by ``INLINE_BUDGET_S`` (or the request's
+    deadline if sooner); None when it reached the budget: whatever it produced (a deadline
+    trap, or an answer shaped by a model call cut short) is thrown away, the adapter gets a
+    strike, and the caller runs the request again on the pool with its remaining time."""
+    left = _remaining(deadline)
+    budget = min(left, INLINE_BUDGET_S)
+    limits = bundle.guest_limits(budget)
+    later = asyncio.get_running_loop().call_soon
+    start = time.monotonic()
+    try:
+        result = _run_guest(adapter, bundle, req, limits, after=later)
+    except GuestDeadlineExceeded:
+        if budget >= left:
+            raise  # the request's own deadline
+        # The budget's epoch deadline is a few ticks: a ticker that woke late on a loaded
+        # machine catches up in one step and can fire it early. Either way: the pool.
+        result = None
+    except SandboxError:
+        if budget >= left or time.monotonic() - start < budget:
+            raise  # a failure no deadline caused
+        result = None
+    took = time.monotonic() - start
+    if result is not None and (budget >= left or took < budget):
+        return result  # no inline budget fired: the pool would have produced the same
+    if took >= budget:
+        policy.strike(f"adapter:{req.adapter}", took)
+        log.warning("adapter %s ran past its inline budget (%.1f ms); back to the worker pool",
+                    req.adapter, took * 1e3)  # fmt: skip
+    return None
+
+
 def _run_guest(
-    adapter: RunnableAdapter, bundle: LoadedBundle, req: AdapterRequest, limits: Any
+    adapter: RunnableAdapter,
+    bundle: LoadedBundle,
+    req: AdapterRequest,
+    limits: Any,
+    after: Later | None = None,
 ) -> GuestOutcome:
-    """One guest run on a worker thread, inside the request's ``sandbox`` span."""
+    """One guest run (a worker thread, or the loop: ``after``), in a ``sandbox`` span."""
     with span(
         "sandbox", lambda: {"wasmgate.adapter": req.adapter, "wasmgate.version": bundle.version}
     ) as current:
         meta = guest_meta(bundle, req)
-        result = adapter.run(req.payload, meta, bundle.provider, limits, state=bundle.state)
+        result = adapter.run(
+            req.payload, meta, bundle.provider, limits, state=bundle.state, after=after
+        )
         if current is not None:
             current.set_attribute("wasmgate.guest.status", result.status)
         return result
@@ -221,12 +293,13 @@ async def execute_model(
     start = time.monotonic()
     took: list[float] = []
     nbytes = sum(a.nbytes for a in inputs)
+    inline = (
+        policy is not None
+        and not isinstance(handle, Batcher)
+        and policy.inline(served.name, nbytes, pool_busy)
+    )
     with _local_failures(f"model {served.name!r}"):
-        if (
-            policy is not None
-            and not isinstance(handle, Batcher)
-            and policy.inline(served.name, nbytes, pool_busy)
-        ):
+        if inline:
             outputs = _timed(handle, inputs, deadline, took)
         else:
             try:
@@ -235,6 +308,6 @@ async def execute_model(
             except TimeoutError:
                 raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
     if policy is not None and took:
-        policy.record(served.name, took[0])
+        policy.record(served.name, took[0], inline=inline)
     timings["inference"] = time.monotonic() - start
     return outputs

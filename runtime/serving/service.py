@@ -40,7 +40,7 @@ from wasmgate.runtime.serving.api import (
     ModelRequest,
 )
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
-from wasmgate.runtime.serving.inline import InlinePolicy
+from wasmgate.runtime.serving.inline import ADAPTER_CAP_S, InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
@@ -63,7 +63,10 @@ class InferenceService:
         events: EventSink | None = None,
         deferrer: Deferrer | None = None,
         samples: SampleKeeper | None = None,
+        inline_adapters: InlinePolicy | None = None,
     ) -> None:
+        """``inline_adapters`` decides which adapter runs stay on the event loop (default:
+        `InlinePolicy` with ``ADAPTER_CAP_S``; ``InlinePolicy(cap_s=0)``: none)."""
         self._table = table
         self._events = events
         self._samples = samples
@@ -77,6 +80,9 @@ class InferenceService:
         if metrics is not None:
             metrics.watch_gates(self.gate_figures)
         self._inline = InlinePolicy()
+        self._inline_adapters = inline_adapters or InlinePolicy(cap_s=ADAPTER_CAP_S)
+        if metrics is not None:
+            metrics.watch_inline(self.inline_figures)
         self._draining = False
         self._active = 0
         self._idle = asyncio.Event()
@@ -165,7 +171,10 @@ class InferenceService:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
                 record("admission", queued, {"wasmgate.tenant": key})
-                answer = await execute_adapter(pool, bundle, req, deadline, timings, hold=gate.hold)
+                answer = await execute_adapter(
+                    pool, bundle, req, deadline, timings, hold=gate.hold,
+                    policy=self._inline_adapters, pool_busy=self._pool.has_queued(),
+                )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
             if not self._fallback.wants(bundle.fallback, e):
@@ -265,6 +274,11 @@ class InferenceService:
         cause = error.__cause__
         if self._metrics is not None and isinstance(cause, GuestTrap):
             self._metrics.observe_trap(adapter, cause.cause)
+
+    def inline_figures(self) -> dict[str, tuple[int, int]]:
+        """Per adapter and model (``adapter:<name>``, model name): runs made inline on the
+        event loop and inline budget strikes so far (see `wasmgate.runtime.serving.inline`)."""
+        return self._inline.figures() | self._inline_adapters.figures()
 
     def gate_figures(self) -> dict[str, tuple[int, int]]:
         """``(running, waiting)`` per adapter/model name (metrics read it at scrape time)."""

@@ -17,12 +17,14 @@ from tests.runtime.bundlekit import BundleKit
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.app import ceilings
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.cloud.policy import CloudClient
 from wasmgate.runtime.ops.config import LimitSettings, Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
+from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import SandboxEngine
@@ -61,10 +63,14 @@ async def open_stack(
     start: tuple[Path, ...] = (),
     state_dir: Path | None = None,
     watchdog: bool = True,
+    adapter_state: bool = False,
+    inline_adapters: InlinePolicy | None = None,
 ) -> AsyncIterator[Stack]:
     """A started registry + service over a fresh (or given) store; everything closed after.
 
-    ``watchdog=False`` leaves model runs unstoppable (as LiteRT's are)."""
+    ``watchdog=False`` leaves model runs unstoppable (as LiteRT's are); ``adapter_state``
+    gives ``[state]`` grants a real (in-memory) state database, as the daemon does;
+    ``inline_adapters`` replaces the service's inline policy for adapters."""
     lim = limits or LimitSettings()
     settings = Settings(limits=lim)
     state = state_dir or tmp / "state"
@@ -76,6 +82,7 @@ async def open_stack(
         Watchdog(on_fire=metrics.observe_cancelled) as dog,
         BatchDispatcher(2) as dispatcher,
         FairPool(8) as pool,
+        StateDb(None) as kv,
     ):
         deps = LoaderDeps(
             engine,
@@ -84,9 +91,12 @@ async def open_stack(
             cache_dir=tmp / "cache" / "models",
             dispatcher=dispatcher,
             watchdog=dog if watchdog else None,
+            state=kv if adapter_state else None,
         )
         registry = Registry(store, deps)
-        service = InferenceService(registry.table, pool, lim, cloud=cloud, metrics=metrics)
+        service = InferenceService(
+            registry.table, pool, lim, cloud=cloud, metrics=metrics, inline_adapters=inline_adapters
+        )
         await registry.start(start)
         try:
             yield Stack(kit, store, registry, service, metrics, state)

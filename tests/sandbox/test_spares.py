@@ -196,3 +196,18 @@ def test_spares_do_not_outlive_the_engine(
     assert state_seen(adapter)[:2] == (0, 0)  # runs still work, used stores close inline
     adapter.close()
     assert adapter.spares_ready == 0
+
+
+def test_after_runs_the_recycling_where_the_caller_says(
+    engine: SandboxEngine, probe: Adapter
+) -> None:
+    """A caller on an event loop hands its own ``call_soon``: nothing happens on the
+    background thread, and the next spare exists only once the caller ran the job."""
+    jobs: list[Callable[[], None]] = []
+    res = probe.run(op(0), {}, NoModels(), LONG, after=jobs.append)
+    assert (res.from_spare, len(jobs)) == (False, 1)
+    assert engine.settle()
+    assert probe.spares_ready == 0  # the background thread was not asked
+    jobs.pop()()
+    assert probe.spares_ready == 1
+    assert state_seen(probe, LONG) == (0, 0, True)  # the spare it built is unused

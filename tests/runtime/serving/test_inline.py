@@ -73,6 +73,24 @@ def test_policy_rules() -> None:
     assert not InlinePolicy(cap_s=0).inline("m", 10, pool_busy=False)
 
 
+def test_strikes_double_the_warmup_up_to_a_cap() -> None:
+    p = InlinePolicy(cap_s=1e-3)
+    for _ in range(8):
+        p.record("a", 1e-5)
+    assert p.inline("a", 10, pool_busy=False)
+    for strike in range(1, 9):
+        p.strike("a", 0.006)
+        warmup = 8 * 2 ** min(strike, 6)
+        for _ in range(warmup - 1):
+            assert not p.inline("a", 10, pool_busy=False)
+            p.record("a", 1e-5)
+        assert not p.inline("a", 10, pool_busy=False)
+        p.record("a", 1e-5, inline=False)
+        assert p.inline("a", 10, pool_busy=False)  # back after its warm-up: never banned
+    p.record("a", 1e-5, inline=True)
+    assert p.figures() == {"a": (1, 8)}
+
+
 def test_tiny_model_runs_on_the_loop_after_warmup() -> None:
     model = Recording(_model())
 

@@ -1,0 +1,130 @@
+"""Tiny adapters run inline on the event loop; a run past its inline budget is thrown away and
+made again on the pool, and adapters that keep state or call a batched model never run inline.
+
+Real signed bundles, the real ``probe`` guest in wasmtime, real ONNX Runtime (see `open_stack`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.stack import Stack, open_stack
+from wasmgate.runtime.errors import DeadlineExceeded
+from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.serving.execute import INLINE_BUDGET_S
+from wasmgate.runtime.serving.inline import InlinePolicy
+
+KEY = "adapter:probe"
+UNBATCHED: dict[str, Any] = {"batching": {"max_batch_size": 1}}
+WARMUP = 8  # InlinePolicy's measured calls before the first inline run
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> BundleKit:
+    return BundleKit(tmp_path / "kit")
+
+
+def _stack(tmp_path: Path, kit: BundleKit, bundle: Path, **kw: Any) -> Any:
+    # A cap no machine misses: which runs go inline must not depend on this machine's load.
+    return open_stack(tmp_path, kit, start=(bundle,), inline_adapters=InlinePolicy(1.0), **kw)
+
+
+def _req(payload: bytes, deadline_s: float = 30.0) -> AdapterRequest:
+    return AdapterRequest("probe", payload, deadline=time.monotonic() + deadline_s)
+
+
+def _figures(st: Stack) -> tuple[int, int]:
+    return st.service.inline_figures().get(KEY, (0, 0))
+
+
+async def _warm(st: Stack, n: int = WARMUP) -> None:
+    for i in range(n):
+        assert (await st.service.run_adapter(_req(b"P%d" % i))).body == b"v1:%d" % i
+
+
+async def test_a_tiny_adapter_runs_inline_with_the_same_answers(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    async with _stack(tmp_path, kit, kit.build("probe", 1, **UNBATCHED)) as st:
+        await _warm(st)
+        assert _figures(st) == (0, 0)  # measured on the pool first
+        for payload, body in ((b"M", b"v1:2,4,6,8"), (b"Pabc", b"v1:abc")):
+            answer = await st.service.run_adapter(_req(payload))
+            assert (answer.body, answer.source) == (body, "local")
+        assert (await st.service.run_adapter(_req(b"Xev"))).events == [b"ev"]
+        assert _figures(st) == (3, 0)
+        text = st.metrics.exposition()[0].decode()
+        assert 'wasmgate_inline_runs_total{name="adapter:probe"} 3.0' in text
+        assert 'wasmgate_inline_strikes_total{name="adapter:probe"} 0.0' in text
+
+
+async def test_a_run_past_the_budget_is_made_again_on_the_pool(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    async with _stack(tmp_path, kit, kit.build("probe", 1, **UNBATCHED)) as st:
+        await _warm(st)
+        # Tens of milliseconds of spinning: far past the budget, well inside the deadline.
+        answer = await st.service.run_adapter(_req(b"W40"))
+        assert answer.body == b"v1:40"  # the pool's run answered; the inline one was dropped
+        runs, strikes = _figures(st)
+        assert (runs, strikes) == (0, 1)
+        await _warm(st, 2 * WARMUP - 1)  # a warm-up twice as long, on the pool
+        assert _figures(st) == (0, 1)
+        await _warm(st, 1)
+        assert _figures(st) == (1, 1)  # and inline again
+        text = st.metrics.exposition()[0].decode()
+        assert 'wasmgate_inline_strikes_total{name="adapter:probe"} 1.0' in text
+
+
+async def test_a_guest_that_never_ends_gets_its_whole_deadline_and_the_loop_keeps_going(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    async with _stack(tmp_path, kit, kit.build("probe", 1, **UNBATCHED)) as st:
+        await _warm(st)
+        gaps: list[float] = []
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.001)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            await st.service.run_adapter(_req(b"L", deadline_s=1.0))
+        took = time.monotonic() - started
+        # Meanwhile another client is served (on the pool: the adapter has a strike).
+        assert (await st.service.run_adapter(_req(b"Pok"))).body == b"v1:ok"
+        beat.cancel()
+        assert took >= 0.9  # not cut at the inline budget: the request's own deadline
+        assert _figures(st)[1] == 1
+        # The loop stalled once, for the budget plus an epoch tick or two, not for the second.
+        assert max(gaps) < 0.5, max(gaps)
+        assert INLINE_BUDGET_S < 0.5
+
+
+@pytest.mark.parametrize("case", ["state", "batched"])
+async def test_state_or_a_batched_model_never_runs_inline(
+    tmp_path: Path, kit: BundleKit, case: str
+) -> None:
+    # A thrown-away run must leave no trace (state writes would), and a guest on the loop
+    # must never wait for a batch to fill.
+    extra: dict[str, Any] = (
+        {**UNBATCHED, "sections": {"state": {"max_bytes": 4096, "max_keys": 16}}}
+        if case == "state"
+        else {"batching": {"max_batch_size": 8, "max_queue_delay_us": 500}}
+    )
+    bundle = kit.build("probe", 1, **extra)
+    async with _stack(tmp_path, kit, bundle, adapter_state=True) as st:
+        await _warm(st, 3 * WARMUP)
+        assert (await st.service.run_adapter(_req(b"M"))).body == b"v1:2,4,6,8"
+        assert _figures(st)[0] == 0
