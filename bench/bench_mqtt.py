@@ -28,6 +28,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ class MqttRequester:
         self._ids = itertools.count()
         self._qos = style.qos
         self.status: str | None = None
-        self.reply_topic = f"bench/replies/{os.getpid()}/{id(self)}"
+        # Unique for good: the bridge answers a (reply topic, correlation) pair it has seen
+        # once, and id(self) comes back for the next requester once this one is freed.
+        self.reply_topic = f"bench/replies/{os.getpid()}/{uuid.uuid4().hex}"
         self._client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
         if style.nodelay:
             self._client.on_socket_open = _nodelay
