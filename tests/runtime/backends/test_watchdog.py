@@ -140,3 +140,23 @@ def test_finished_guards_leave_the_heap(watchdog: Watchdog) -> None:
                 pass
         assert len(watchdog._heap) <= 2 * 64 + 2  # noqa: SLF001 - the bound is the point
     assert len(watchdog._heap) <= 64 + 1  # noqa: SLF001
+
+
+def test_steady_short_deadlines_do_not_wake_the_thread_per_guard(watchdog: Watchdog) -> None:
+    """Guards of 5 ms deadlines opened back to back (an inline adapter's model calls): the
+    thread keeps its tick instead of being woken by each guard, and still fires on time."""
+    _settle(watchdog)
+    before = watchdog.wakeups
+    started = time.monotonic()
+    guards = 0
+    while time.monotonic() - started < 0.3:
+        with watchdog.guard(time.monotonic() + 0.005, lambda: None):
+            guards += 1
+        time.sleep(0.0002)
+    woke = watchdog.wakeups - before
+    # One wake-up per 5 ms tick (plus slack for a loaded machine), not one per guard.
+    assert guards > 300
+    assert woke < guards / 3, (woke, guards)
+    near = threading.Event()
+    with watchdog.guard(time.monotonic() + 0.05, near.set):
+        assert near.wait(10), "a deadline no longer fired"
