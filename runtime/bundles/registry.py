@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -113,6 +114,8 @@ class Registry:
         self._lock = asyncio.Lock()
         self._by_name: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        # Start-up loads at once: one per core (more only raise the peak of model buffers).
+        self._loads = asyncio.Semaphore(max(1, os.cpu_count() or 1))
         self._errors: dict[str, Event] = {}
         self.events: list[Event] = []
         self._origins: dict[str, set[Path]] = {}
@@ -146,17 +149,39 @@ class Registry:
             elapsed = time.monotonic() - began
             log.info("loading bundle %d/%d: %s (%.1f s so far)", done, total, what, elapsed)
 
-        for i, item in enumerate(stored, 1):
-            if not self._admits(item.manifest.name, verdicts.get(item.manifest.name), "start-up"):
-                continue
-            step(i, item.manifest.label())
-            with contextlib.suppress(BundleRejected):
-                self._switch(await self._prepare(item, "store"), "store", 100)
+        admitted = [
+            (i, item)
+            for i, item in enumerate(stored, 1)
+            if self._admits(item.manifest.name, verdicts.get(item.manifest.name), "start-up")
+        ]
         refusals = await asyncio.to_thread(self._store.recheck, staged=True)
-        for staged in await asyncio.to_thread(self._store.candidates):
-            progress(f"loading {staged.bundle.manifest.label()} (staged)")
-            await self._restore(staged, refusals.get(staged.bundle.manifest.name))
-        refused, older = await self._start_files(bundle_files, len(stored), step)
+        staged = {
+            s.bundle.manifest.name: s for s in await asyncio.to_thread(self._store.candidates)
+        }
+        for name in sorted(staged.keys() - {item.manifest.name for _, item in admitted}):
+            await self._restore(staged.pop(name), refusals.get(name))  # kept staged, or aborted
+        # The bundles load side by side (compiles, ORT sessions, hashing and file reads
+        # release the GIL): the start takes about the slowest bundle, not their sum. The
+        # files are staged meanwhile; one naming a stored bundle waits for that bundle's
+        # name lock (taken here, before the files start), so a newer file still replaces
+        # what the store held, and a staged candidate is back beside its serving version.
+        # Largest first: with a load per core, the big model is not left to start last.
+        admitted.sort(key=lambda pair: -pair[1].manifest.total_size())
+        async with asyncio.TaskGroup() as group:
+            for i, item in admitted:
+                name = item.manifest.name
+                held = contextlib.AsyncExitStack()
+                await held.enter_async_context(self._name_lock(name))
+                candidate = staged.get(name)
+                group.create_task(
+                    self._start_stored(
+                        held, item, functools.partial(step, i, item.manifest.label()),
+                        None if candidate is None else (candidate, refusals.get(name)),
+                        progress,
+                    )
+                )  # fmt: skip
+            files = group.create_task(self._start_files(bundle_files, len(stored), step))
+        refused, older = files.result()
         self.table.started = True
         self._changed()  # expired bundles, even when nothing at all was loaded
         if older:
@@ -175,6 +200,24 @@ class Registry:
             time.monotonic() - began,
         )
         return refused
+
+    async def _start_stored(
+        self,
+        held: contextlib.AsyncExitStack,
+        item: InstalledBundle,
+        announce: Callable[[], None],
+        candidate: tuple[StagedInstall, SigningError | None] | None,
+        progress: Callable[[str], None],
+    ) -> None:
+        """Serve a stored bundle, then its staged candidate; ``held``: its name lock."""
+        async with held:
+            async with self._loads:
+                announce()
+                with contextlib.suppress(BundleRejected):
+                    self._switch(await self._prepare(item, "store"), "store", 100)
+            if candidate is not None:
+                progress(f"loading {candidate[0].bundle.manifest.label()} (staged)")
+                await self._restore(*candidate)
 
     async def _start_files(
         self, files: Sequence[Path], offset: int, step: Callable[[int, str], None]
