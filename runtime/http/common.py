@@ -58,6 +58,8 @@ class InferOutcome:
 async def read_body(request: web.Request) -> bytes:
     """The whole body, arriving within ``http.body_timeout_s`` (408 otherwise): a client
     trickling a body must not hold a handler and its connection for ever."""
+    if request.content.is_eof():
+        return await request.read()  # it came with the headers: nothing to wait for
     limit = _http(request).body_timeout_s
     try:
         async with asyncio.timeout(limit):
