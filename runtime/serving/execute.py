@@ -1,4 +1,6 @@
-"""Local execution on the worker pool: one adapter run in the sandbox, one direct model run.
+"""Local execution on the worker pool: one adapter run in the sandbox, one direct model run
+(either may run inline on the event loop instead: `wasmgate.runtime.serving.guest_run`,
+`wasmgate.runtime.serving.inline`).
 
 Both are awaited with the request's remaining time (adapters plus a short grace, because
 the sandbox's own epoch deadline normally fires first and says more precisely what
@@ -26,7 +28,6 @@ import numpy.typing as npt
 from wasmgate.runtime.bundles.loaded import (
     GuestOutcome,
     LoadedBundle,
-    RunnableAdapter,
     ServedModel,
 )
 from wasmgate.runtime.errors import (
@@ -38,10 +39,10 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
 from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.serving.guest_run import inline_run, may_inline, remaining, run_guest
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError
 from wasmgate.sandbox.models import ModelHandle
-from wasmgate.sandbox.spans import span
 
 T = TypeVar("T")
 
@@ -50,31 +51,10 @@ log = logging.getLogger("wasmgate.service")
 # The sandbox's deadline (epoch interruption) fires at the request deadline; we wait this much
 # longer for its precise verdict before answering DeadlineExceeded ourselves.
 _GRACE_S = 0.25
-INLINE_BUDGET_S = 0.005
-"""How long an adapter run on the loop may take before it is thrown away and made again
-on the pool (the loop stalls at most this plus one epoch tick, once per strike)."""
 _MAX_ERROR_CHARS = 512
 
-Later = Callable[[Callable[[], None]], object]
 Hold = Callable[["asyncio.Future[Any]"], None]
 """Keeps the caller's admission slot taken until the given (still running) work is done."""
-
-
-def _remaining(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise DeadlineExceeded("deadline passed before the request could run")
-    return left
-
-
-def guest_meta(bundle: LoadedBundle, req: AdapterRequest) -> dict[str, str]:
-    """What the guest may read through ``wasmgate.meta``: transport facts plus params."""
-    meta = {f"param.{k}": v for k, v in bundle.params.items()}
-    meta.update(req.meta)
-    meta["adapter"] = req.adapter
-    meta["content_type"] = req.content_type or ""
-    meta.setdefault("transport", "local")
-    return meta
 
 
 async def execute_adapter(
@@ -90,8 +70,8 @@ async def execute_adapter(
 ) -> AdapterAnswer:
     """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps).
 
-    Inline on the loop when ``policy`` measured the adapter tiny (see `_inline_run`),
-    else on the pool."""
+    Inline on the loop when ``policy`` measured the adapter tiny (see
+    `wasmgate.runtime.serving.guest_run`), else on the pool."""
     adapter = bundle.adapter
     if adapter is None:
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
@@ -99,12 +79,12 @@ async def execute_adapter(
     with _local_failures(req.adapter):
         try:
             result = None
-            if policy is not None and _may_inline(bundle, policy, key, req, pool_busy):
-                result = _inline_run(adapter, bundle, req, deadline, policy)
+            if policy is not None and may_inline(bundle, policy, key, req, pool_busy):
+                result = inline_run(adapter, bundle, req, deadline, policy)
             inline = result is not None
             if result is None:
-                left = _remaining(deadline)
-                work = pool.submit(_run_guest, adapter, bundle, req, bundle.guest_limits(left))
+                left = remaining(deadline)
+                work = pool.submit(run_guest, adapter, bundle, req, bundle.guest_limits(left))
                 result = await _wait(work, left + _GRACE_S, hold)
         except TimeoutError:
             raise DeadlineExceeded(f"{req.adapter}: deadline exceeded") from None
@@ -121,76 +101,6 @@ async def execute_adapter(
     timings["inference"] = result.infer_s
     timings["sandbox"] = max(0.0, result.instantiate_s + result.run_s - result.infer_s)
     return _answer(bundle, req, result, timings)
-
-
-def _may_inline(
-    bundle: LoadedBundle, policy: InlinePolicy, key: str, req: AdapterRequest, pool_busy: bool
-) -> bool:
-    # A run on the loop may be thrown away and made again (see `_inline_run`): only when it
-    # can leave no trace, i.e. no state namespace; and it must never wait for a batch.
-    return (
-        bundle.state is None
-        and not any(isinstance(m.handle, Batcher) for m in bundle.models.values())
-        and policy.inline(key, len(req.payload), pool_busy)
-    )
-
-
-def _inline_run(
-    adapter: RunnableAdapter,
-    bundle: LoadedBundle,
-    req: AdapterRequest,
-    deadline: float,
-    policy: InlinePolicy,
-) -> GuestOutcome | None:
-    """One guest run on the event loop, bounded by ``INLINE_BUDGET_S`` (or the request's
-    deadline if sooner); None when it reached the budget: whatever it produced (a deadline
-    trap, or an answer shaped by a model call cut short) is thrown away, the adapter gets a
-    strike, and the caller runs the request again on the pool with its remaining time."""
-    left = _remaining(deadline)
-    budget = min(left, INLINE_BUDGET_S)
-    limits = bundle.guest_limits(budget)
-    later = asyncio.get_running_loop().call_soon
-    start = time.monotonic()
-    try:
-        result = _run_guest(adapter, bundle, req, limits, after=later)
-    except GuestDeadlineExceeded:
-        if budget >= left:
-            raise  # the request's own deadline
-        # The budget's epoch deadline is a few ticks: a ticker that woke late on a loaded
-        # machine catches up in one step and can fire it early. Either way: the pool.
-        result = None
-    except SandboxError:
-        if budget >= left or time.monotonic() - start < budget:
-            raise  # a failure no deadline caused
-        result = None
-    took = time.monotonic() - start
-    if result is not None and (budget >= left or took < budget):
-        return result  # no inline budget fired: the pool would have produced the same
-    if took >= budget:
-        policy.strike(f"adapter:{req.adapter}", took)
-        log.warning("adapter %s ran past its inline budget (%.1f ms); back to the worker pool",
-                    req.adapter, took * 1e3)  # fmt: skip
-    return None
-
-
-def _run_guest(
-    adapter: RunnableAdapter,
-    bundle: LoadedBundle,
-    req: AdapterRequest,
-    limits: Any,
-    after: Later | None = None,
-) -> GuestOutcome:
-    """One guest run (a worker thread, or the loop: ``after``), in a ``sandbox`` span."""
-    with span(
-        "sandbox", lambda: {"wasmgate.adapter": req.adapter, "wasmgate.version": bundle.version}
-    ) as current:
-        meta = guest_meta(bundle, req)
-        result = adapter.run(
-            req.payload, meta, bundle.provider, limits, state=bundle.state, after=after
-        )
-        if current is not None:
-            current.set_attribute("wasmgate.guest.status", result.status)
-        return result
 
 
 def _answer(
@@ -289,7 +199,7 @@ async def execute_model(
     handle = served.handle
     if handle is None:
         raise InferenceFailed(f"model {served.name!r} is not loaded")
-    left = _remaining(deadline)
+    left = remaining(deadline)
     start = time.monotonic()
     took: list[float] = []
     nbytes = sum(a.nbytes for a in inputs)

@@ -17,7 +17,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import Stack, open_stack
 from wasmgate.runtime.errors import DeadlineExceeded
 from wasmgate.runtime.serving.api import AdapterRequest
-from wasmgate.runtime.serving.execute import INLINE_BUDGET_S
+from wasmgate.runtime.serving.guest_run import INLINE_BUDGET_S
 from wasmgate.runtime.serving.inline import InlinePolicy
 
 KEY = "adapter:probe"
