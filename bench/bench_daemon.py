@@ -5,6 +5,8 @@
 - the floor, measured in the same run: ``python -c "import numpy, onnxruntime, wasmtime,
   aiohttp"`` (seconds and VmRSS), what any daemon with these libraries pays before its own
   work; the start-up goals (READY in 0.5 s, idle 100 MB with 3 bundles) are read against it;
+  and the same with an ONNX Runtime session of each of the 3 models held (ORT's first-session
+  set-up and the weights: what serving them costs before any code of ours);
 - start to READY: ``wasmgate serve`` spawned until it sends systemd's ``READY=1`` (a
   notification socket of our own), with no bundles and with 3 (digits, anomaly and the
   MobileNet class: verify, compile the adapter, load the models, self-test); cold = a fresh
@@ -13,16 +15,24 @@
   time until the PUT answers (v2 serving), failed requests during the swap (must be 0), and
   the stream's p99 during the swap against its p99 before;
 - RSS (VmRSS) idle a second after READY, and after a loaded phase (8 clients on MobileNet).
+
+Every process runs with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE`` cleared) and
+one unmeasured start goes first: an installed wasmgate is byte-compiled by pip, so a real
+start never compiles source, while a shell exporting ``PYTHONDONTWRITEBYTECODE=1`` over the
+editable tree (no ``__pycache__``) charged each measured start ~0.1-0.2 s of compiling the
+daemon's ~130 modules, a cost no gateway pays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +52,7 @@ TOKEN = "bench-token"  # noqa: S105 - a throwaway daemon on loopback
 FLOOR = "import numpy, onnxruntime, wasmtime, aiohttp"
 _RSS = "print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
 GOAL_READY_S, GOAL_RSS_MB = 0.5, 100.0
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}  # an empty value turns the variable off
 
 
 class ReadyClock:
@@ -70,15 +81,32 @@ class ReadyClock:
         self._socket.close()
 
 
-def floor(repeat: int) -> tuple[float, float]:
-    """(median seconds, VmRSS MiB) of a bare interpreter importing the daemon's libraries."""
+def _sessions(models: Sequence[Path]) -> str:
+    """Statements creating an ORT session (CPU, log errors only) of each model file, with
+    graph optimizations off as the daemon's warm start loads its cached optimized graphs."""
+    off = "onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL"
+    opts = "o = onnxruntime.SessionOptions(); o.log_severity_level = 3"
+    opts += f"; o.graph_optimization_level = {off}"
+    cpu = "providers=['CPUExecutionProvider']"
+    made = ", ".join(f"onnxruntime.InferenceSession({str(m)!r}, o, {cpu})" for m in models)
+    return f"{opts}; s = [{made}]; import ctypes; ctypes.CDLL(None).malloc_trim(0)"
+
+
+def floor(repeat: int, models: Sequence[Path] = ()) -> tuple[float, float]:
+    """(median seconds, VmRSS MiB) of a bare interpreter importing the daemon's libraries
+    and, with ``models``, holding an ONNX Runtime session of each (what serving them costs
+    before any code of ours: ORT's first-session set-up and the weights)."""
     seconds: list[float] = []
     rss = 0.0
+    # os._exit: the clock stops at "ready", not after ORT tears its sessions down
+    exit_now = "import os, sys; sys.stdout.flush(); os._exit(0)"
+    code = f"{FLOOR}; {_sessions(models)}; {_RSS}; {exit_now}" if models else f"{FLOOR}; {_RSS}"
     for _ in range(repeat):
         start = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-c", f"{FLOOR}; {_RSS}"], capture_output=True, check=True, text=True
-        )
+            [sys.executable, "-c", code],
+            capture_output=True, check=True, text=True, env={**os.environ, **BYTECODE},
+        )  # fmt: skip
         seconds.append(time.perf_counter() - start)
         rss = int(out.stdout) / 1024
     return median(seconds), rss
@@ -145,7 +173,7 @@ def _start_twice(
     clock: ReadyClock, kit: BenchKit, workdir: Path, config: dict[str, Any] | None = None
 ) -> tuple[tuple[float, float, float], Daemon]:
     """(cold READY s, warm READY s, idle RSS after the warm start); the daemon keeps running."""
-    daemon = kit.daemon(workdir, config=config, env={"NOTIFY_SOCKET": clock.address})
+    daemon = kit.daemon(workdir, config=config, env={"NOTIFY_SOCKET": clock.address, **BYTECODE})
     cold = clock.start(daemon)
     daemon.stop()
     warm = clock.start(daemon)
@@ -174,6 +202,9 @@ def run(quick: bool) -> list[Figure]:
     m = get_models()
     starts = 1 if quick else 3
     floor_s, floor_rss = floor(3 if quick else 7)
+    served_s, served_rss = floor(
+        3 if quick else 7, [m.digits_fp32, m.anomaly_fp32, m.mobilenet_fp32]
+    )
     with tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp:
         root = Path(tmp)
         clock = ReadyClock(root / "notify")
@@ -183,6 +214,7 @@ def run(quick: bool) -> list[Figure]:
                                 ("mobilenet", m.mobilenet_fp32)):  # fmt: skip
                 kit.build(name, model)
             v2 = kit.build("digits", m.digits_fp32, 2, out_dir=root)
+            _start_twice(clock, kit, root / "warm-up")[1].stop()  # writes the bytecode cache
             bare, full = [], []
             for i in range(starts):
                 figures, daemon = _start_twice(clock, empty, root / f"bare{i}")
@@ -206,6 +238,10 @@ def run(quick: bool) -> list[Figure]:
         Figure("floor", "import numpy+ort+wasmtime+aiohttp", floor_s, "s", "READY goal",
                GOAL_READY_S),
         Figure("floor", "VmRSS after those imports", floor_rss, "MB", "idle goal",
+               GOAL_RSS_MB),
+        Figure("floor", "imports + the 3 models' ORT sessions", served_s, "s", "READY goal",
+               GOAL_READY_S),
+        Figure("floor", "VmRSS with those sessions", served_rss, "MB", "idle goal",
                GOAL_RSS_MB),
         Figure("daemon", "READY, no bundles, warm (s)", bare_warm, "s", "import floor",
                floor_s),
