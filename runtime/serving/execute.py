@@ -67,11 +67,12 @@ async def execute_adapter(
     hold: Hold,
     policy: InlinePolicy | None = None,
     pool_busy: bool = True,
+    crowded: bool = False,
 ) -> AdapterAnswer:
     """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps).
 
-    Inline on the loop when ``policy`` measured the adapter tiny (see
-    `wasmgate.runtime.serving.guest_run`), else on the pool."""
+    Inline on the loop when ``policy`` measured the adapter tiny (``crowded``: other
+    requests are in flight; see `wasmgate.runtime.serving.guest_run`), else on the pool."""
     adapter = bundle.adapter
     if adapter is None:
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
@@ -79,7 +80,7 @@ async def execute_adapter(
     with _local_failures(req.adapter):
         try:
             result = None
-            if policy is not None and may_inline(bundle, policy, key, req, pool_busy):
+            if policy is not None and may_inline(bundle, policy, req, pool_busy, crowded):
                 result = inline_run(adapter, bundle, req, deadline, policy)
             inline = result is not None
             if result is None:

@@ -48,14 +48,14 @@ def guest_meta(bundle: LoadedBundle, req: AdapterRequest) -> dict[str, str]:
 
 
 def may_inline(
-    bundle: LoadedBundle, policy: InlinePolicy, key: str, req: AdapterRequest, pool_busy: bool
+    bundle: LoadedBundle, policy: InlinePolicy, req: AdapterRequest, pool_busy: bool, crowded: bool
 ) -> bool:
     # A run on the loop may be thrown away and made again (see `inline_run`): only when it
     # can leave no trace, i.e. no state namespace; and it must never wait for a batch.
     return (
         bundle.state is None
         and not any(isinstance(m.handle, Batcher) for m in bundle.models.values())
-        and policy.inline(key, len(req.payload), pool_busy)
+        and policy.inline(f"adapter:{req.adapter}", len(req.payload), pool_busy, crowded=crowded)
     )
 
 

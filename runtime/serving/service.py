@@ -40,7 +40,11 @@ from wasmgate.runtime.serving.api import (
     ModelRequest,
 )
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
-from wasmgate.runtime.serving.inline import ADAPTER_CAP_S, InlinePolicy
+from wasmgate.runtime.serving.inline import (
+    ADAPTER_CAP_S,
+    CROWDED_ADAPTER_CAP_S,
+    InlinePolicy,
+)
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
@@ -80,7 +84,9 @@ class InferenceService:
         if metrics is not None:
             metrics.watch_gates(self.gate_figures)
         self._inline = InlinePolicy()
-        self._inline_adapters = inline_adapters or InlinePolicy(cap_s=ADAPTER_CAP_S)
+        self._inline_adapters = inline_adapters or InlinePolicy(
+            ADAPTER_CAP_S, crowded_cap_s=CROWDED_ADAPTER_CAP_S
+        )
         if metrics is not None:
             metrics.watch_inline(self.inline_figures)
         self._draining = False
@@ -174,6 +180,7 @@ class InferenceService:
                 answer = await execute_adapter(
                     pool, bundle, req, deadline, timings, hold=gate.hold,
                     policy=self._inline_adapters, pool_busy=self._pool.has_queued(),
+                    crowded=self._active > 1,
                 )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)

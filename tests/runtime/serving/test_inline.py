@@ -73,6 +73,34 @@ def test_policy_rules() -> None:
     assert not InlinePolicy(cap_s=0).inline("m", 10, pool_busy=False)
 
 
+def test_the_crowded_cap_applies_when_the_caller_says_so() -> None:
+    p = InlinePolicy(cap_s=1e-3, crowded_cap_s=2e-4)
+    for _ in range(8):
+        p.record("a", 5e-4)
+    assert p.inline("a", 10, pool_busy=False)
+    assert not p.inline("a", 10, pool_busy=False, crowded=True)
+    assert InlinePolicy(cap_s=1e-4, crowded_cap_s=1.0).crowded_cap_s == 1e-4  # never above
+
+
+def test_crowded_reads_inline_runs_and_probes_the_unmeasured() -> None:
+    p = InlinePolicy(cap_s=1e-3, crowded_cap_s=3e-4)
+    for _ in range(16):
+        p.record("a", 5e-4)  # the pool's figure: over the crowded cap
+    crowded = [p.inline("a", 10, False, crowded=True) for _ in range(1)]
+    assert crowded == [True]  # calls == 16: the probe
+    p.record("a", 1e-4, inline=True)  # what it really costs on the loop
+    assert p.inline("a", 10, False, crowded=True)
+    for _ in range(40):
+        p.record("a", 2e-3, inline=True)  # it got slow inline
+    assert not p.inline("a", 10, False)
+    probes = 0
+    for _ in range(32):
+        probes += p.inline("a", 10, False, crowded=True)
+        p.record("a", 1e-4)  # fast again on the pool
+    assert p.inline("a", 10, False)  # the pool's figure brings it back uncrowded
+    assert 1 <= probes <= 32 // 16  # measured again inline, one call in 16 at most
+
+
 def test_strikes_double_the_warmup_up_to_a_cap() -> None:
     p = InlinePolicy(cap_s=1e-3)
     for _ in range(8):

@@ -128,3 +128,27 @@ async def test_state_or_a_batched_model_never_runs_inline(
         await _warm(st, 3 * WARMUP)
         assert (await st.service.run_adapter(_req(b"M"))).body == b"v1:2,4,6,8"
         assert _figures(st)[0] == 0
+
+
+async def test_with_other_requests_in_flight_only_the_crowded_cap_applies(
+    tmp_path: Path, kit: BundleKit
+) -> None:
+    # While another request is in the service, the cap is crowded_cap_s (here: nothing),
+    # because the workers' parallel cores then beat the hop for a sizeable guest.
+    state = {"state": {"max_bytes": 64, "max_keys": 1}}
+    busy = kit.build("stuck", 1, model=False, sections=state)
+    policy = InlinePolicy(1.0, crowded_cap_s=0.0)
+    async with open_stack(
+        tmp_path, kit, start=(kit.build("probe", 1, **UNBATCHED), busy),
+        adapter_state=True, inline_adapters=policy,
+    ) as st:  # fmt: skip
+        await _warm(st)
+        assert (await st.service.run_adapter(_req(b"Palone"))).body == b"v1:alone"
+        assert _figures(st) == (1, 0)
+        # 'stuck' keeps state, so it runs on the pool: the loop stays free meanwhile.
+        long = asyncio.create_task(st.service.run_adapter(AdapterRequest("stuck", b"W300")))
+        await asyncio.sleep(0.01)
+        assert (await st.service.run_adapter(_req(b"Pcrowd"))).body == b"v1:crowd"
+        assert not long.done()
+        assert _figures(st) == (1, 0)  # the crowded one went to the pool
+        assert (await long).body == b"v1:300"
