@@ -156,6 +156,38 @@ class Registry:
             for i, item in enumerate(stored, 1)
             if self._admits(item.manifest.name, verdicts.get(item.manifest.name), "start-up")
         ]
+        refused, older = await self._load_at_start(
+            admitted, bundle_files, len(stored), step, progress
+        )
+        self.table.started = True
+        self._changed()  # expired bundles, even when nothing at all was loaded
+        if older:
+            log.warning(
+                "skipped %d bundle files older than the installed versions (anti-rollback): "
+                "%s; delete them from %s (`wasmgate doctor` lists them)",
+                len(older),
+                ", ".join(older),
+                bundle_files[0].parent,
+            )
+        log.info(
+            "start-up bundles loaded: %d serving, %d refused, %d older skipped, %.1f s",
+            len(self.table.slots()),
+            len(refused),
+            len(older),
+            time.monotonic() - began,
+        )
+        return refused
+
+    async def _load_at_start(
+        self,
+        admitted: list[tuple[int, InstalledBundle]],
+        files: Sequence[Path],
+        offset: int,
+        step: Callable[[int, str], None],
+        progress: Callable[[str], None],
+    ) -> tuple[list[Path], list[str]]:
+        """Load the admitted stored bundles (with their candidates) and install ``files``;
+        (files refused, files skipped as older)."""
         refusals = await asyncio.to_thread(self._store.recheck, staged=True)
         staged = {
             s.bundle.manifest.name: s for s in await asyncio.to_thread(self._store.candidates)
@@ -182,26 +214,8 @@ class Registry:
                         progress,
                     )
                 )  # fmt: skip
-            files = group.create_task(self._start_files(bundle_files, len(stored), step))
-        refused, older = files.result()
-        self.table.started = True
-        self._changed()  # expired bundles, even when nothing at all was loaded
-        if older:
-            log.warning(
-                "skipped %d bundle files older than the installed versions (anti-rollback): "
-                "%s; delete them from %s (`wasmgate doctor` lists them)",
-                len(older),
-                ", ".join(older),
-                bundle_files[0].parent,
-            )
-        log.info(
-            "start-up bundles loaded: %d serving, %d refused, %d older skipped, %.1f s",
-            len(self.table.slots()),
-            len(refused),
-            len(older),
-            time.monotonic() - began,
-        )
-        return refused
+            staging = group.create_task(self._start_files(files, offset, step))
+        return staging.result()
 
     async def _start_stored(
         self,
