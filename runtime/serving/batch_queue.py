@@ -1,8 +1,8 @@
-"""The batcher's queue (`BatchQueue`: order, expiry, batch assembly), its data, and one
-batch's run (join the requests' rows, run the model once, split the outputs back).
+"""The batcher's queue (`BatchQueue`: order, expiry, batch assembly) and its data: the
+queued `Item`s and their futures (`Request`).
 
 `BatchQueue` is not thread-safe by itself: the owning `Batcher` calls it under its
-dispatcher's lock; the run functions are called with no lock held.
+dispatcher's lock.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import numpy as np
 from opentelemetry import context as otel_context
 
 from wasmgate.device_profiles.schema import BatchingCap
-from wasmgate.runtime.backends.base import Array, LoadedModel
-from wasmgate.runtime.errors import BackendError, BadRequest, DeadlineExceeded, NotReady
-from wasmgate.sandbox.models import TensorSpec
+from wasmgate.runtime.backends.base import Array
+from wasmgate.runtime.errors import BadRequest, DeadlineExceeded, NotReady
 
 
 @dataclass
@@ -53,29 +51,47 @@ class BatcherStats:
         return self.rows / self.batches if self.batches else 0.0
 
 
-@dataclass
+class Request(Future[list[Array]]):
+    """A queued request's future; a cancel marks its queue for the next scan to look at
+    (so a scan need not ask every queued future whether it was cancelled)."""
+
+    def __init__(self, queue: BatchQueue | None = None) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled and self.queue is not None:
+            self.queue.cancelled = True  # (one store: no lock needed to raise the flag)
+        return cancelled
+
+
+@dataclass(slots=True)
 class Item:
     """One queued request."""
 
     inputs: list[Array]
     rows: int
     key: tuple[tuple[str, tuple[int, ...]], ...]
-    future: Future[list[Array]]
+    future: Request
     arrived: float
     deadline: float | None
     context: otel_context.Context = field(default_factory=otel_context.Context)
     """The caller's trace context: the batch span's parent (or link) runs on another thread."""
 
 
-def new_item(name: str, inputs: Sequence[Array], deadline: float | None) -> Item:
+def new_item(
+    name: str, inputs: Sequence[Array], deadline: float | None, queue: BatchQueue | None = None
+) -> Item:
     """A request as queued: its rows, its compatibility key, a future, the caller's trace."""
-    rows = int(inputs[0].shape[0]) if inputs else 0
-    if any(int(a.shape[0]) != rows for a in inputs):
-        raise BadRequest(f"{name}: inputs disagree on the batch dimension")
-    key = tuple((a.dtype.str, tuple(a.shape[1:])) for a in inputs)
-    future: Future[list[Array]] = Future()
+    arrays = list(inputs)
+    rows = int(arrays[0].shape[0]) if arrays else 0
+    for a in arrays:
+        if a.shape[0] != rows:
+            raise BadRequest(f"{name}: inputs disagree on the batch dimension")
+    key = tuple([(a.dtype.str, a.shape[1:]) for a in arrays])
     now = time.monotonic()
-    return Item(list(inputs), rows, key, future, now, deadline, otel_context.get_current())
+    return Item(arrays, rows, key, Request(queue), now, deadline, otel_context.get_current())
 
 
 def capped(
@@ -88,27 +104,39 @@ def capped(
 
 
 class BatchQueue:
-    """The queued requests of one model, oldest first."""
+    """The queued requests of one model, oldest first, with the sums a scan asks for kept
+    as they change (rows per compatibility key, the earliest deadline): a dispatcher scans
+    on every wake-up, and walking the queue there made each batch cost O(queue²)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.items: deque[Item] = deque()
+        self.cancelled = False
+        """A queued future may have been cancelled since the last `expire`."""
+        self._rows: dict[tuple[tuple[str, tuple[int, ...]], ...], int] = {}
+        self._earliest: float | None = None
 
     def __len__(self) -> int:
         return len(self.items)
 
+    def append(self, item: Item) -> None:
+        self.items.append(item)
+        self._rows[item.key] = self._rows.get(item.key, 0) + item.rows
+        if item.deadline is not None and (self._earliest is None or item.deadline < self._earliest):
+            self._earliest = item.deadline
+
     def next_deadline(self) -> float | None:
-        return min((i.deadline for i in self.items if i.deadline is not None), default=None)
+        return self._earliest
 
     def compatible_rows(self) -> int:
         """Rows queued that could join the oldest request's batch."""
-        key = self.items[0].key
-        return sum(item.rows for item in self.items if item.key == key)
+        return self._rows[self.items[0].key]
 
     def expire(self, now: float) -> int:
         """Fail requests whose deadline passed, drop cancelled ones; how many expired."""
-        if not any(_gone(item, now) for item in self.items):
+        if not self.cancelled and (self._earliest is None or self._earliest > now):
             return 0
+        self.cancelled = False
         keep: deque[Item] = deque()
         expired = 0
         for item in self.items:
@@ -119,82 +147,72 @@ class BatchQueue:
                 waited = (now - item.arrived) * 1e3
                 message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
                 item.future.set_exception(DeadlineExceeded(message))
-        self.items = keep
+        self._replace(keep)
         return expired
 
     def take(self, limit: int) -> list[Item]:
         """The oldest request and the compatible ones behind it within ``limit`` rows (the
         oldest alone may be larger: it runs unsplit)."""
-        first = self.items.popleft()
-        batch, rows, keep = [first], first.rows, deque[Item]()
-        while self.items:
-            item = self.items.popleft()
-            if item.key == first.key and rows + item.rows <= limit:
+        items = self.items
+        first = items.popleft()
+        batch, rows = [first], first.rows
+        while items and rows < limit and items[0].key == first.key:
+            if rows + items[0].rows > limit:
+                break
+            item = items.popleft()  # the common case: the head of the queue fits
+            batch.append(item)
+            rows += item.rows
+        if items and rows < limit and self._rows[first.key] - rows > 0:
+            batch, rows = self._take_behind(batch, rows, limit)
+        else:
+            self._taken(batch)
+        return batch
+
+    def _take_behind(self, batch: list[Item], rows: int, limit: int) -> tuple[list[Item], int]:
+        """The rest of `take`: compatible requests behind others (a mixed queue)."""
+        key, keep = batch[0].key, deque[Item]()
+        for item in self.items:
+            if item.key == key and rows + item.rows <= limit:
                 batch.append(item)
                 rows += item.rows
             else:
                 keep.append(item)
+        self._replace(keep)
+        return batch, rows
+
+    def _taken(self, batch: list[Item]) -> None:
+        key = batch[0].key
+        left = self._rows[key] - sum(item.rows for item in batch)
+        if left:
+            self._rows[key] = left
+        else:
+            del self._rows[key]
+        if self._earliest is not None and any(i.deadline == self._earliest for i in batch):
+            self._earliest = _earliest(self.items)
+
+    def _replace(self, keep: deque[Item]) -> None:
         self.items = keep
-        return batch
+        self._rows = {}
+        for item in keep:
+            self._rows[item.key] = self._rows.get(item.key, 0) + item.rows
+        self._earliest = _earliest(keep)
 
     def withdraw(self, future: Future[list[Array]]) -> None:
         """Take a request out (its caller stopped waiting)."""
         if future.cancel():
-            self.items = deque(i for i in self.items if i.future is not future)
+            self._replace(deque(i for i in self.items if i.future is not future))
 
     def abandon(self) -> None:
         """Fail everything queued: nothing will ever run it, callers must not wait."""
         for item in self.items:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(NotReady(f"model {self.name} closed before it ran"))
-        self.items.clear()
+        self._replace(deque())
+
+
+def _earliest(items: deque[Item]) -> float | None:
+    return min((i.deadline for i in items if i.deadline is not None), default=None)
 
 
 def _gone(item: Item, now: float) -> bool:
     return item.future.cancelled() or (item.deadline is not None and item.deadline <= now)
-
-
-# -- one batch's run: join the rows, run once, hand each request its rows back -----------
-
-
-def latest_deadline(live: Sequence[Item]) -> float | None:
-    """The batch's deadline: the run is stopped only once every request in it gave up."""
-    deadlines = [item.deadline for item in live]
-    return None if None in deadlines else max(d for d in deadlines if d is not None)
-
-
-def infer_joined(
-    model: LoadedModel, outputs: Sequence[TensorSpec], live: list[Item]
-) -> list[Array]:
-    """Run ``live`` as one call (a single request's arrays go in as they are)."""
-    rows = sum(item.rows for item in live)
-    deadline = latest_deadline(live)
-    if len(live) == 1:
-        result = model.infer(live[0].inputs, deadline=deadline)
-    else:
-        columns = zip(*(item.inputs for item in live), strict=True)
-        joined = [np.concatenate(col, axis=0) for col in columns]
-        result = model.infer(joined, deadline=deadline)
-    for spec, out in zip(outputs, result, strict=True):
-        if out.shape[:1] != (rows,):
-            raise BackendError(
-                f"{model.name}: output {spec.name!r} has {out.shape[:1]} rows for a batch "
-                f"of {rows}; cannot split it back"
-            )
-    return result
-
-
-def resolve(live: list[Item], outputs: list[Array]) -> None:
-    """Give every request its rows of the outputs, in queue order."""
-    offset = 0
-    for item in live:
-        item.future.set_result([out[offset : offset + item.rows] for out in outputs])
-        offset += item.rows
-
-
-def span_attributes(name: str, live: list[Item]) -> dict[str, str | int]:
-    return {
-        "wasmgate.model": name,
-        "wasmgate.batch.size": sum(item.rows for item in live),
-        "wasmgate.batch.requests": len(live),
-    }

@@ -39,17 +39,13 @@ from wasmgate.runtime.errors import (
     DeadlineExceeded,
     NotReady,
 )
-from wasmgate.runtime.serving.batch_queue import (
-    BatcherStats,
-    BatchQueue,
-    Item,
-    capped,
+from wasmgate.runtime.serving.batch_queue import BatcherStats, BatchQueue, Item, capped, new_item
+from wasmgate.runtime.serving.dispatch import (
+    BatchDispatcher,
     infer_joined,
-    new_item,
     resolve,
     span_attributes,
 )
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.pacing import Pacer
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import joint_span
@@ -120,16 +116,16 @@ class Batcher:
         ``deadline`` (``time.monotonic()`` based): a request still queued when it passes is
         failed with `DeadlineExceeded` at that moment, without being computed.
         """
-        item = new_item(self.name, inputs, deadline)
+        item = new_item(self.name, inputs, deadline, self._queue)
         with self._cond:
             self._admit(item)
-            self._queue.items.append(item)
-            self._cond.notify_all()
+            self._queue.append(item)
+            self._wake_for(item)
         return item.future
 
     def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
         """Blocking `ModelHandle` call (wasi-nn compute): returns or raises by ``deadline``."""
-        item = new_item(self.name, inputs, deadline)
+        item = new_item(self.name, inputs, deadline, self._queue)
         with self._cond:
             self._admit(item)
             alone = self._runs_alone_now(item)
@@ -138,8 +134,8 @@ class Batcher:
                 self._stats.at_once += 1
                 self._stats.inline += 1
             else:
-                self._queue.items.append(item)
-                self._cond.notify_all()
+                self._queue.append(item)
+                self._wake_for(item)
         if alone:
             return self._run_alone(item)
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -190,13 +186,7 @@ class Batcher:
 
     def ready_at(self, now: float) -> float | None:
         """When the next batch is ready (≤ now: ready), None with nothing to start."""
-        if not self._queue:
-            return None
-        # Passing through, batch-1 runs go side by side (up to the dispatcher's threads)
-        # as an unbatched model's do. A batch to be measured waits for callers' own runs
-        # to end, so that it runs alone.
-        busy = self.running + (self._inline if self.pacer.measuring() else 0)
-        if busy >= self.workers and not self.pacer.passthrough():
+        if not self._queue or self._saturated():
             return None
         limit = self.pacer.limit()
         rows = self._queue.compatible_rows()
@@ -207,6 +197,10 @@ class Batcher:
             return now
         self._held = True
         return when
+
+    def wants_scans(self) -> bool:
+        """Whether a batch's end may make more than one batch of this model ready."""
+        return self._closed or self.workers > 1 or self.pacer.passthrough()
 
     def next_deadline(self) -> float | None:
         return self._queue.next_deadline()
@@ -239,8 +233,7 @@ class Batcher:
         except Exception as e:
             self._record(rows, len(live), time.perf_counter() - started, ok=False)
             error = e if isinstance(e, DaemonError) else BackendError(f"{self.name}: {e}")
-            for item in live:
-                item.future.set_exception(error)
+            resolve(live, error)
             return
         self._record(rows, len(live), time.perf_counter() - started, ok=True)
         resolve(live, outputs)
@@ -262,6 +255,21 @@ class Batcher:
         finally:
             self._record(item.rows, 1, time.perf_counter() - started, ok=ok, inline=True)
         return outputs
+
+    def _saturated(self) -> bool:
+        # Passing through, batch-1 runs go side by side (up to the dispatcher's threads)
+        # as an unbatched model's do. A batch to be measured waits for callers' own runs
+        # to end, so that it runs alone.
+        busy = self.running + (self._inline if self.pacer.measuring() else 0)
+        return busy >= self.workers and not self.pacer.passthrough()
+
+    def _wake_for(self, item: Item) -> None:
+        """Wake a dispatcher thread unless no batch of this model can start (workers all
+        busy) and a waiting thread looks by the request's deadline anyway: waking on every
+        arrival cost a busy model a futex wake and a GIL hand-off per request. (Whether a
+        held batch is full now is the woken thread's to work out, not the event loop's.)"""
+        if not self._saturated() or not self._dispatcher.wakes_by(item.deadline):
+            self._cond.notify()
 
     def _admit(self, item: Item) -> None:
         """Refuse when closed or full, else count the arrival (lock held)."""

@@ -83,6 +83,7 @@ class Pacer:
         self._arrivals: deque[float] = deque(maxlen=ARRIVALS)
         self._costs: dict[int, _Cost] = {}
         self._chosen = 1  # chosen(), recomputed after every run
+        self._batch_trusted = False  # some batch size (> 1) has a trusted cost
         self._probe_every = PROBE_EVERY
 
     def arrived(self, now: float) -> None:
@@ -134,6 +135,7 @@ class Pacer:
         cost.per_row = per_row if cost.samples == 1 else min(cost.per_row, per_row)
         cost.samples += 1
         cost.run = self.runs
+        self._batch_trusted = self._batch_trusted or size > 1
         return True
 
     def per_row(self, size: int) -> float | None:
@@ -162,8 +164,7 @@ class Pacer:
     def measuring(self) -> bool:
         """A batch run now is to be measured (no batch cost known yet, or a probe): it
         should run alone, not beside callers' own runs."""
-        trusted = any(b > 1 and c.samples > 1 for b, c in self._costs.items())
-        return not trusted or self.probing()
+        return not self._batch_trusted or self.probing()
 
     def passthrough(self) -> bool:
         """Callers run batch 1 side by side, as an unbatched model's callers do."""
