@@ -180,12 +180,9 @@ def alternate(
     for _ in range(rounds):
         for name, cell in cells.items():
             runs[name].append(cell(seconds))
-    return {name: _median(got) for name, got in runs.items()}
-
-
-def _median(got: list[Measured]) -> Measured:
-    tput, p50, p95 = (statistics.median(col) for col in zip(*got, strict=True))
-    return tput, p50, p95
+    medians = {name: [statistics.median(col) for col in zip(*got, strict=True)]
+               for name, got in runs.items()}  # fmt: skip
+    return {name: (m[0], m[1], m[2]) for name, m in medians.items()}
 
 
 def bench_model(
@@ -277,10 +274,9 @@ def measure(args: argparse.Namespace) -> list[Figure]:
     options = LoadOptions(detect().profile)
     rng = np.random.default_rng(0)
     cases: list[tuple[str, Callable[[], bytes], Array]] = [
-        ("mobilenet", _mobilenet,
-         rng.normal(size=(1, 3, 128, 128)).astype(np.float32)),
+        ("mobilenet", _mobilenet, rng.normal(size=(1, 3, 128, 128)).astype(np.float32)),
         ("mlp1024", mlp1024, rng.normal(size=(1, 1024)).astype(np.float32)),
-    ]  # fmt: skip
+    ]
     figures: list[Figure] = []
     cpus = os.cpu_count() or 1
     with BatchDispatcher(cpus) as dispatcher, FairPool(2 * cpus) as pool:
