@@ -155,6 +155,16 @@ def service_call(
     return call
 
 
+def async_call(b: Batcher, x: Array) -> Callable[[], Awaitable[object]]:
+    """A request awaited through `Batcher.submit_async` (proposed for ``execute_model``)."""
+
+    async def call() -> object:
+        deadline = time.monotonic() + DEADLINE_S
+        return await asyncio.wait_for(b.submit_async([x], deadline=deadline), DEADLINE_S)
+
+    return call
+
+
 def _no_hold(work: asyncio.Future[Any]) -> None:
     del work  # no admission gate here (the deadline is never reached anyway)
 
@@ -201,19 +211,21 @@ def bench_model(
             "service off": partial(async_closed_loop, off, clients),
             "service on": partial(async_closed_loop, on, clients),
         }
-        if clients == CONCURRENCY[-1]:  # the ceiling, timed in the same rounds
+        native = Batcher(model, args.max_batch, args.delay_us, 256, dispatcher=parts.dispatcher)
+        if clients == CONCURRENCY[-1]:  # the ceiling and submit_async, in the same rounds
             cells["batch 1"] = partial(ceiling, model, x, 1)
             cells["ceiling"] = partial(ceiling, model, x, args.max_batch)
+            cells["async"] = partial(async_closed_loop, async_call(native, x), clients)
         try:
             got = alternate(cells, args.rounds, args.seconds, args.warmup)
         finally:
-            private.close()
-            shared.close()
+            for b in (private, shared, native):
+                b.close()
         scenario = f"{name} c={clients}"
         figures += _figures(scenario, "", got["threads on"], got["threads off"], private)
         figures += _figures(scenario, "service ", got["service on"], got["service off"], shared)
         if "ceiling" in got:
-            figures += _ceiling_figures(name, args.max_batch, got)
+            figures += _ceiling_figures(name, args.max_batch, got, native)
     return figures
 
 
@@ -227,14 +239,18 @@ def _figures(scenario: str, how: str, on: Measured, off: Measured, b: Batcher) -
     ]  # fmt: skip
 
 
-def _ceiling_figures(name: str, rows: int, got: dict[str, Measured]) -> list[Figure]:
-    top, one = got["ceiling"][0], got["batch 1"][0]
+def _ceiling_figures(
+    name: str, rows: int, got: dict[str, Measured], native: Batcher
+) -> list[Figure]:
+    top, one, off = got["ceiling"][0], got["batch 1"][0], got["service off"][0]
     scenario = f"{name} c={CONCURRENCY[-1]}"
     return [
         Figure(f"{name} ORT", f"rows/s at batch {rows}, one thread", top, "/s", "batch 1",
                one, lower_is_better=False),
         Figure(scenario, "service batched vs ORT ceiling", got["service on"][0], "/s",
                f"batch {rows}", top, lower_is_better=False),
+        Figure(scenario, f"submit_async req/s ({_how(native.stats())})", got["async"][0],
+               "/s", "service unbatched", off, lower_is_better=False),
     ]  # fmt: skip
 
 

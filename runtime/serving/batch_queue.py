@@ -7,6 +7,8 @@ dispatcher's lock.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -51,19 +53,55 @@ class BatcherStats:
         return self.rows / self.batches if self.batches else 0.0
 
 
+Outcome = list[Array] | Exception
+Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[list[Array]]"]
+
+
 class Request(Future[list[Array]]):
     """A queued request's future; a cancel marks its queue for the next scan to look at
-    (so a scan need not ask every queued future whether it was cancelled)."""
+    (so a scan need not ask every queued future whether it was cancelled). ``waiter``: the
+    asyncio future a caller on an event loop awaits instead (`Batcher.submit_async`)."""
 
     def __init__(self, queue: BatchQueue | None = None) -> None:
         super().__init__()
         self.queue = queue
+        self.waiter: Waiter | None = None
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
         if cancelled and self.queue is not None:
             self.queue.cancelled = True  # (one store: no lock needed to raise the flag)
         return cancelled
+
+
+def settle(done: Sequence[tuple[Request, Outcome]]) -> None:
+    """Complete each future with its outcome; the asyncio waiters among them are woken on
+    their loops, all of one loop's together in one ``call_soon_threadsafe``: one wake-up of
+    the loop per batch, where a ``wrap_future`` per request costs a cross-thread hand-off
+    (a self-pipe write, a loop wake-up, two more callbacks) for every request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[list[Array]], Outcome]]]
+    by_loop = {}
+    for future, outcome in done:
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+        if future.waiter is not None:
+            loop, waiter = future.waiter
+            by_loop.setdefault(loop, []).append((waiter, outcome))
+    for loop, woken in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits there now
+            loop.call_soon_threadsafe(_wake, woken)
+
+
+def _wake(woken: list[tuple[asyncio.Future[list[Array]], Outcome]]) -> None:
+    for waiter, outcome in woken:
+        if waiter.done():  # cancelled: its caller gave up
+            continue
+        if isinstance(outcome, Exception):
+            waiter.set_exception(outcome)
+        else:
+            waiter.set_result(outcome)
 
 
 @dataclass(slots=True)
@@ -138,17 +176,17 @@ class BatchQueue:
             return 0
         self.cancelled = False
         keep: deque[Item] = deque()
-        expired = 0
+        failed: list[tuple[Request, Outcome]] = []
         for item in self.items:
             if not _gone(item, now):
                 keep.append(item)
             elif item.future.set_running_or_notify_cancel():
-                expired += 1
                 waited = (now - item.arrived) * 1e3
                 message = f"model {self.name}: deadline passed after {waited:.1f} ms queued"
-                item.future.set_exception(DeadlineExceeded(message))
+                failed.append((item.future, DeadlineExceeded(message)))
         self._replace(keep)
-        return expired
+        settle(failed)
+        return len(failed)
 
     def take(self, limit: int) -> list[Item]:
         """The oldest request and the compatible ones behind it within ``limit`` rows (the
@@ -204,9 +242,8 @@ class BatchQueue:
 
     def abandon(self) -> None:
         """Fail everything queued: nothing will ever run it, callers must not wait."""
-        for item in self.items:
-            if item.future.set_running_or_notify_cancel():
-                item.future.set_exception(NotReady(f"model {self.name} closed before it ran"))
+        error = NotReady(f"model {self.name} closed before it ran")
+        settle([(i.future, error) for i in self.items if i.future.set_running_or_notify_cancel()])
         self._replace(deque())
 
 

@@ -26,9 +26,11 @@ request keeps the batch going for itself. `close()` finishes what is queued, the
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Self
 
 from wasmgate.runtime.backends.base import Array, LoadedModel
@@ -39,7 +41,14 @@ from wasmgate.runtime.errors import (
     DeadlineExceeded,
     NotReady,
 )
-from wasmgate.runtime.serving.batch_queue import BatcherStats, BatchQueue, Item, capped, new_item
+from wasmgate.runtime.serving.batch_queue import (
+    BatcherStats,
+    BatchQueue,
+    Item,
+    Request,
+    capped,
+    new_item,
+)
 from wasmgate.runtime.serving.dispatch import (
     BatchDispatcher,
     infer_joined,
@@ -122,6 +131,29 @@ class Batcher:
             self._queue.append(item)
             self._wake_for(item)
         return item.future
+
+    def submit_async(
+        self, inputs: Sequence[Array], *, deadline: float | None = None
+    ) -> asyncio.Future[list[Array]]:
+        """`submit` for a caller on the running event loop: the asyncio future returned is
+        completed on that loop, a batch's futures of one loop together (no per-request
+        cross-thread hand-off, as awaiting `submit`'s future through ``wrap_future`` has).
+        Cancelling it takes the request out of the queue if it has not started."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[Array]] = loop.create_future()
+        item = new_item(self.name, inputs, deadline, self._queue)
+        item.future.waiter = (loop, waiter)
+        with self._cond:
+            self._admit(item)
+            self._queue.append(item)
+            self._wake_for(item)
+        waiter.add_done_callback(partial(self._gave_up, item.future))
+        return waiter
+
+    def _gave_up(self, request: Request, waiter: asyncio.Future[list[Array]]) -> None:
+        if waiter.cancelled():
+            with self._cond:
+                self._queue.withdraw(request)
 
     def infer(self, inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
         """Blocking `ModelHandle` call (wasi-nn compute): returns or raises by ``deadline``."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from wasmgate.runtime.backends.base import Array, LoadedModel
 from wasmgate.runtime.errors import BackendError
-from wasmgate.runtime.serving.batch_queue import Item
+from wasmgate.runtime.serving.batch_queue import Item, Outcome, Request, settle
 from wasmgate.sandbox.models import TensorSpec
 
 if TYPE_CHECKING:
@@ -181,13 +181,14 @@ def infer_joined(
 def resolve(live: list[Item], outputs: list[Array] | Exception) -> None:
     """Give every request its rows of the outputs, in queue order (or the batch's error)."""
     if isinstance(outputs, Exception):
-        for item in live:
-            item.future.set_exception(outputs)
+        settle([(item.future, outputs) for item in live])
         return
+    done: list[tuple[Request, Outcome]] = []
     offset = 0
     for item in live:
-        item.future.set_result([out[offset : offset + item.rows] for out in outputs])
+        done.append((item.future, [out[offset : offset + item.rows] for out in outputs]))
         offset += item.rows
+    settle(done)
 
 
 def span_attributes(name: str, live: list[Item]) -> dict[str, str | int]:
