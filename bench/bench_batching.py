@@ -20,8 +20,10 @@ ratio, plus median and p95 latency. The throughput label says how the batcher ra
 mean batch rows, the share of requests run on the caller's thread and the batch limit it
 ended with. At the highest concurrency the same rounds time the ceiling: one thread calling
 the model at batch ``--max-batch`` (rows/s, against batch 1), and "service batched vs ORT
-ceiling" says how much of it batching reaches. Models: the MobileNet-class CNN of the
-shared model fixtures and a 3x1024 MLP built here (GEMM-bound: where batching pays on CPU).
+ceiling" says how much of it batching reaches; "submit_async" is the service clients
+awaiting `Batcher.submit_async` under ``wait_for`` (a proposed ``execute_model`` path).
+Models: the MobileNet-class CNN of the shared model fixtures and a 3x1024 MLP built here
+(GEMM-bound: where batching pays on CPU).
 
 A convolutional net on a CPU is compute-bound at batch 1 (MLAS NCHWc kernels already fill
 the cores), so its per-image cost does not fall with the batch; the batcher measures that

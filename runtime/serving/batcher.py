@@ -138,7 +138,8 @@ class Batcher:
         """`submit` for a caller on the running event loop: the asyncio future returned is
         completed on that loop, a batch's futures of one loop together (no per-request
         cross-thread hand-off, as awaiting `submit`'s future through ``wrap_future`` has).
-        Cancelling it takes the request out of the queue if it has not started."""
+        Cancelling it takes the request out of the queue if it has not started. As with
+        `submit`, only a queued request fails at ``deadline``: bound the await itself."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[list[Array]] = loop.create_future()
         item = new_item(self.name, inputs, deadline, self._queue)
