@@ -10,7 +10,7 @@ event loop awaiting `execute_model`, the call `InferenceService.infer_model` mak
 request is admitted (the admission gate and input validation, alike on both sides, are
 left out). "on": the handle is a `Batcher` (one worker, as the loader makes it) on one
 `BatchDispatcher` of a thread per CPU shared by the run (the daemon's ``batch_workers``
-default), its futures awaited through ``asyncio.wrap_future``. "off": the loaded model,
+default), awaited as `execute_model` awaits it (`Batcher.submit_async`). "off": the loaded model,
 run as the service runs an unbatched one: on a `FairPool` of 2 x CPU workers (the daemon's
 ``workers`` default), or inline on the loop when its `InlinePolicy` says the model is tiny.
 
@@ -20,8 +20,9 @@ ratio, plus median and p95 latency. The throughput label says how the batcher ra
 mean batch rows, the share of requests run on the caller's thread and the batch limit it
 ended with. At the highest concurrency the same rounds time the ceiling: one thread calling
 the model at batch ``--max-batch`` (rows/s, against batch 1), and "service batched vs ORT
-ceiling" says how much of it batching reaches; "submit_async" is the service clients
-awaiting `Batcher.submit_async` under ``wait_for`` (a proposed ``execute_model`` path).
+ceiling" says how much of it batching reaches; "submit_async" is the clients awaiting
+`Batcher.submit_async` under ``wait_for`` alone: what ``execute_model`` itself does for a
+batched model, without its bookkeeping (timings, failure translation, the hold).
 Models: the MobileNet-class CNN of the shared model fixtures and a 3x1024 MLP built here
 (GEMM-bound: where batching pays on CPU).
 
@@ -158,11 +159,11 @@ def service_call(
 
 
 def async_call(b: Batcher, x: Array) -> Callable[[], Awaitable[object]]:
-    """A request awaited through `Batcher.submit_async` (proposed for ``execute_model``)."""
+    """A request awaited through `Batcher.submit_async` alone (``execute_model``'s path)."""
 
     async def call() -> object:
         deadline = time.monotonic() + DEADLINE_S
-        return await asyncio.wait_for(b.submit_async([x], deadline=deadline), DEADLINE_S)
+        return await asyncio.wait_for(b.submit_async([x], deadline=deadline)[0], DEADLINE_S)
 
     return call
 

@@ -134,12 +134,14 @@ class Batcher:
 
     def submit_async(
         self, inputs: Sequence[Array], *, deadline: float | None = None
-    ) -> asyncio.Future[list[Array]]:
-        """`submit` for a caller on the running event loop: the asyncio future returned is
-        completed on that loop, a batch's futures of one loop together (no per-request
-        cross-thread hand-off, as awaiting `submit`'s future through ``wrap_future`` has).
-        Cancelling it takes the request out of the queue if it has not started. As with
-        `submit`, only a queued request fails at ``deadline``: bound the await itself."""
+    ) -> tuple[asyncio.Future[list[Array]], Future[list[Array]]]:
+        """`submit` for a caller on the running event loop: (the asyncio future to await,
+        completed on that loop, a batch's futures of one loop together — no per-request
+        cross-thread hand-off, as awaiting `submit`'s future through ``wrap_future`` has —
+        and the request's own future, which ends when its batch really ended). Cancelling
+        the first takes the request out of the queue if it has not started; a caller that
+        gives up on a running one keeps its admission slot until the second is done. As
+        with `submit`, only a queued request fails at ``deadline``: bound the await itself."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[list[Array]] = loop.create_future()
         item = new_item(self.name, inputs, deadline, self._queue)
@@ -149,7 +151,7 @@ class Batcher:
             self._queue.append(item)
             self._wake_for(item)
         waiter.add_done_callback(partial(self._gave_up, item.future))
-        return waiter
+        return waiter, item.future
 
     def _gave_up(self, request: Request, waiter: asyncio.Future[list[Array]]) -> None:
         if waiter.cancelled():

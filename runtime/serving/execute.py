@@ -158,6 +158,25 @@ async def _wait(work: Future[T], wait_s: float, hold: Hold) -> T:
         raise
 
 
+async def _batched(
+    batcher: Batcher, inputs: list[npt.NDArray[Any]], deadline: float, left: float, hold: Hold
+) -> list[npt.NDArray[Any]]:
+    """Await a batched run on the loop (`Batcher.submit_async`: one loop wake-up per batch,
+    where ``wrap_future`` cost one per request). Past ``left`` a request still queued is
+    withdrawn; one already in a running batch keeps the slot (``hold``) until it ends."""
+    waiter, request = batcher.submit_async(inputs, deadline=deadline)
+    try:
+        return await asyncio.wait_for(waiter, left)
+    except TimeoutError:
+        if not request.cancel():
+            hold(asyncio.wrap_future(request))
+        raise DeadlineExceeded(f"model {batcher.name!r}: deadline exceeded") from None
+    except asyncio.CancelledError:
+        if not request.cancel():
+            hold(asyncio.wrap_future(request))
+        raise
+
+
 def start_model(
     pool: Executor,
     handle: ModelHandle,
@@ -165,11 +184,8 @@ def start_model(
     deadline: float,
     took: list[float] | None = None,
 ) -> Future[list[npt.NDArray[Any]]]:
-    """Start one run: a `Batcher` queues it without holding a worker thread, any other
-    handle runs on the worker pool (its infer time appended to ``took``); the deadline goes
-    with it either way."""
-    if isinstance(handle, Batcher):
-        return handle.submit(inputs, deadline=deadline)
+    """Start one unbatched run on the worker pool (its infer time appended to ``took``),
+    the deadline with it (a `Batcher` goes through `_batched` instead)."""
     return pool.submit(functools.partial(_timed, handle, inputs, deadline, took))
 
 
@@ -212,6 +228,8 @@ async def execute_model(
     with _local_failures(f"model {served.name!r}"):
         if inline:
             outputs = _timed(handle, inputs, deadline, took)
+        elif isinstance(handle, Batcher):
+            outputs = await _batched(handle, inputs, deadline, left, hold)
         else:
             try:
                 future = start_model(pool, handle, inputs, deadline, took)

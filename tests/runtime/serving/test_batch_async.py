@@ -22,7 +22,7 @@ def test_awaiting_callers_get_their_rows_from_one_batch() -> None:
     async def main(b: Batcher) -> list[np.ndarray]:
         blocker = b.submit([_rows(1)])
         assert gated.entered.wait(5)  # the worker is held: the next requests queue
-        waiters = [b.submit_async([_rows(1 + i % 2, i)]) for i in range(5)]
+        waiters = [b.submit_async([_rows(1 + i % 2, i)])[0] for i in range(5)]
         gated.gate.set()
         outputs = await asyncio.gather(*waiters)
         assert blocker.result(10)[0].shape == (1, 8)
@@ -42,7 +42,7 @@ def test_a_backend_error_reaches_every_awaiting_caller() -> None:
         b.submit([_rows(1)])
         assert gated.entered.wait(5)
         gated.fail = BackendError("device lost")
-        waiters = [b.submit_async([_rows(1)]) for _ in range(3)]
+        waiters = [b.submit_async([_rows(1)])[0] for _ in range(3)]
         gated.gate.set()
         for waiter in waiters:
             with pytest.raises(BackendError, match="device lost"):
@@ -58,7 +58,7 @@ def test_a_queued_awaited_request_fails_at_its_deadline() -> None:
     async def main(b: Batcher) -> None:
         blocker = b.submit([_rows(1)])
         assert gated.entered.wait(5)
-        late = b.submit_async([_rows(1)], deadline=time.monotonic() + 0.2)
+        late = b.submit_async([_rows(1)], deadline=time.monotonic() + 0.2)[0]
         with pytest.raises(DeadlineExceeded, match="deadline passed after"):
             await late
         gated.gate.set()
@@ -78,7 +78,7 @@ def test_cancelling_the_await_takes_the_request_out_of_the_queue() -> None:
     async def main(b: Batcher) -> None:
         blocker = b.submit([_rows(1)])
         assert gated.entered.wait(5)
-        waiter = b.submit_async([_rows(1)])
+        waiter = b.submit_async([_rows(1)])[0]
         assert b.pending_count() == 1
         waiter.cancel()
         await asyncio.sleep(0)  # (the loop runs the future's done callbacks)
@@ -95,7 +95,7 @@ def test_a_batch_ending_after_its_callers_loop_closed_harms_nothing() -> None:
     gated = GatedModel(_model())
 
     async def abandon(b: Batcher) -> None:
-        pending = b.submit_async([_rows(1)])  # never awaited: asyncio.run closes the loop
+        pending, _ = b.submit_async([_rows(1)])  # never awaited: asyncio.run closes the loop
         assert not pending.done()
 
     with Batcher(gated, 8, 0) as b:

@@ -306,7 +306,7 @@ async def test_model_only_bundle(tmp_path: Path, kit: BundleKit) -> None:
         np.testing.assert_array_equal(answer.outputs["y"][1], [8, 10, 12, 14])
 
 
-def _slow_bundle(kit: BundleKit, iterations: int) -> Path:
+def _slow_bundle(kit: BundleKit, iterations: int, batch: int = 1) -> Path:
     model = kit.root / f"slow-{iterations}.onnx"
     model.write_bytes(slow_model(iterations))
     one_at_a_time = {"limits": {"deadline_ms": 120_000, "max_in_flight": 1, "queue_size": 0}}
@@ -316,7 +316,7 @@ def _slow_bundle(kit: BundleKit, iterations: int) -> Path:
         adapter=False,
         model_name="slow",
         model_file=model,
-        batching={"max_batch_size": 1, "max_queue_delay_us": 0},
+        batching={"max_batch_size": batch, "max_queue_delay_us": 0},
         sections=one_at_a_time,
     )
 
@@ -347,13 +347,15 @@ async def test_a_stopped_run_frees_its_slot(tmp_path: Path, kit: BundleKit) -> N
             await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 0.3))
 
 
+@pytest.mark.parametrize("batch", [1, 2], ids=["pool", "batcher"])
 async def test_an_unstoppable_run_keeps_its_slot_until_it_ends(
-    tmp_path: Path, kit: BundleKit
+    tmp_path: Path, kit: BundleKit, batch: int
 ) -> None:
     x = {"x": np.ones((1, 4), np.float32)}
     # No watchdog: like a LiteRT invoke, the run goes on after the client's 504, and its
-    # tenant (this model) pays for it: its one slot stays taken until the run ends.
-    bundle = _slow_bundle(kit, 2_000)
+    # tenant (this model) pays for it: its one slot stays taken until the run ends, on the
+    # worker pool and in a running batch alike.
+    bundle = _slow_bundle(kit, 2_000, batch)
     async with open_stack(tmp_path, kit, start=(bundle,), watchdog=False) as st:
         with pytest.raises(DeadlineExceeded):
             await st.service.infer_model(ModelRequest("slow", x, deadline=time.monotonic() + 0.1))
