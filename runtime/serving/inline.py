@@ -32,13 +32,16 @@ ADAPTER_CAP_S = 1e-3
 """The adapters' cap (their own policy): a guest run measured on the pool includes the hop's
 GIL contention with the loop (a 100 µs run there reads as 300-500 µs), which is the very
 cost running it inline removes; the inline budget still bounds any single run. With other
-requests in the service (``crowded``) the cap is ``CROWDED_ADAPTER_CAP_S``, read against
-the runs measured *inline* (the pool's figure is what the hop inflates): wasm runs without
-the GIL, so under concurrency a guest of most of a millisecond gains more from the workers'
-parallel cores than it loses to the hop; only the small ones stay on the loop. An adapter
-not (or no longer) measured under that runs inline once every ``_PROBE_EVERY`` crowded
-calls, to measure it again."""
-CROWDED_ADAPTER_CAP_S = 300e-6
+requests in the service (``crowded``) the cap (``CROWDED_ADAPTER_CAP_S``) is read against
+the runs measured *inline*, since the pool's figure is inflated by the very concurrency, and
+an adapter not (or no longer) measured under it runs inline once every ``_PROBE_EVERY``
+crowded calls, even past a busy pool, to be measured again: otherwise one strike under load
+(a preempted vCPU) would leave it on the pool, whose queue then keeps it there."""
+CROWDED_ADAPTER_CAP_S = ADAPTER_CAP_S
+"""Measured (digits, 8 connections): 300 µs and 500 µs both sent the tiny adapter back to
+the pool (~600 req/s) once the pool's contention inflated its inline runs too; at 1 ms it
+stays on the loop (~1300 req/s). A guest of most of a millisecond may do better on the
+workers' two cores under concurrency: a lower value trades that against this loop."""
 DEFAULT_MAX_BYTES = 64 * 1024
 _WARMUP = 8
 _EWMA = 0.1
@@ -75,16 +78,19 @@ class InlinePolicy:
     def inline(self, model: str, nbytes: int, pool_busy: bool, *, crowded: bool = False) -> bool:
         """True when this call should run on the loop (see the module doc)."""
         m = self._models.get(model)
-        if m is None or m.calls < _WARMUP or nbytes > self.max_bytes or pool_busy:
+        if m is None or m.calls < _WARMUP or nbytes > self.max_bytes:
             return False
         inline_s = m.inline_s if m.inline_n else float("inf")
         if not crowded:
-            return min(inline_s, m.average_s) < self.cap_s
+            return not pool_busy and min(inline_s, m.average_s) < self.cap_s
         if inline_s < self.crowded_cap_s:
-            return True
-        # Unmeasured inline, or measured slow once: the pool's (inflated) figure would keep
-        # it off the loop for good, so every _PROBE_EVERY-th call measures it again there.
-        return m.average_s < self.cap_s and m.calls % _PROBE_EVERY == 0
+            return not pool_busy
+        # Not (or no longer) measured under the cap inline: every _PROBE_EVERY-th call
+        # measures it there again — even past a busy pool, which is where a strike under
+        # load leaves it (the pool's own figure is inflated by the very concurrency) —
+        # unless it was slow inline too (its last inline figure, kept across a strike).
+        last = m.inline_s if m.inline_runs else float("inf")
+        return min(last, m.average_s) < self.cap_s and m.calls % _PROBE_EVERY == 0
 
     def record(self, model: str, seconds: float, *, inline: bool = False) -> None:
         """One measured ``infer`` of ``model`` (``inline`` or in the pool)."""
@@ -103,7 +109,7 @@ class InlinePolicy:
         m.strikes += 1
         m.calls = _WARMUP - _WARMUP * 2 ** min(m.strikes, _MAX_STRIKES)
         m.average_s = max(m.average_s, seconds)
-        m.inline_n = 0  # measured again from the next inline run
+        m.inline_n = 0  # measured again from the next inline run (inline_s kept till then)
 
     def figures(self) -> dict[str, tuple[int, int]]:
         """Per key: (calls run inline, strikes) so far, for metrics and tests."""
