@@ -38,11 +38,19 @@ def _rows(n: int, seed: int = 0) -> np.ndarray:
 
 def test_concurrent_requests_are_batched_and_split_back() -> None:
     seen: list[tuple[int, int]] = []
-    with Batcher(_model(), 16, 20_000, on_batch=lambda r, q, _s: seen.append((r, q))) as b:
+    # The first request holds the model until the others are queued: on a loaded machine
+    # threads start slower than this tiny model runs, and each would run alone.
+    gated = GatedModel(_model())
+    with Batcher(gated, 16, 20_000, on_batch=lambda r, q, _s: seen.append((r, q))) as b:
         assert isinstance(b, ModelHandle)
         inputs = [_rows(1 + i % 3, i) for i in range(48)]
         with ThreadPoolExecutor(32) as pool:
-            outputs = list(pool.map(lambda x: b.infer([x])[0], inputs))
+            running = pool.map(lambda x: b.infer([x], deadline=time.monotonic() + 60)[0], inputs)
+            end = time.monotonic() + 30
+            while b.pending_count() < 31 and time.monotonic() < end:  # 32 threads, 1 held
+                time.sleep(0.01)
+            gated.gate.set()
+            outputs = list(running)
         stats = b.stats()
     for x, y in zip(inputs, outputs, strict=True):
         np.testing.assert_allclose(y, mlp_reference(x), rtol=1e-5)
