@@ -5,8 +5,8 @@ start, a file dropped into the directory later (`DirWatcher`), the management AP
 commit and switch run one at a time (the registry lock); the slow middle (adapter compile,
 model loading, selftest) does not hold that lock, so a bundle that takes long to compile
 never holds other installs behind it: only installs of the same name wait for each other.
-At start the store's bundles load side by side (one per core, largest first) while the
-bundle files are staged; READY still waits for all of them (`start` returns after).
+At start the store's bundles load side by side (one per core, largest first), then the
+bundle files are installed; READY still waits for all of them (`start` returns after).
 A failure at any step keeps the serving version and is recorded
 (`Registry.status()`, the log). A switch is atomic (`ServingTable.activate`); the replaced
 version is unloaded off the loop once its last in-flight request finished.

@@ -154,11 +154,13 @@ class StartUp:
         for name in sorted(staged.keys() - {item.manifest.name for _, item in admitted}):
             await self._restore(staged.pop(name), refusals.get(name))  # kept staged, or aborted
         # The bundles load side by side (compiles, ORT sessions, hashing and file reads
-        # release the GIL): the start takes about the slowest bundle, not their sum. The
-        # files are staged meanwhile; one naming a stored bundle waits for that bundle's
-        # name lock (taken here, before the files start), so a newer file still replaces
-        # what the store held, and a staged candidate is back beside its serving version.
+        # release the GIL): the start takes about the slowest bundle, not their sum.
         # Largest first: with a load per core, the big model is not left to start last.
+        # The files are staged only after: staging writes blobs, and a file must not
+        # re-supply a stored bundle's missing blobs before its load has found (and named)
+        # them — the operator learns the state directory was damaged. A file naming a
+        # stored bundle still replaces it when newer, and a staged candidate is back beside
+        # its serving version (each load holds its name lock until its candidate is back).
         admitted.sort(key=lambda pair: -pair[1].manifest.total_size())
         async with asyncio.TaskGroup() as group:
             for i, item in admitted:
@@ -173,8 +175,7 @@ class StartUp:
                         progress,
                     )
                 )  # fmt: skip
-            staging = group.create_task(self._start_files(files, offset, step))
-        return staging.result()
+        return await self._start_files(files, offset, step)
 
     async def _start_stored(
         self,

@@ -1,8 +1,9 @@
 """Start-up loading: the store's bundles load side by side, in an order that keeps versions.
 
-A restart loads every installed bundle at once (one load per core), while the bundle files
-are staged; a file naming a stored bundle waits for that bundle, so what serves after the
-start is what a one-at-a-time start served: the newest version, never an older one.
+A restart loads every installed bundle at once (one load per core), then installs the
+bundle files (a file must not re-supply a stored bundle's missing blobs before its load has
+named them: tests/reliability/test_state_dir.py), so what serves after the start is what a
+one-at-a-time start served: the newest version, never an older one.
 """
 
 from __future__ import annotations
