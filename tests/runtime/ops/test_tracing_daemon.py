@@ -241,7 +241,11 @@ async def test_mqtt5_traceparent_comes_back_on_the_answer_with_spans(
         daemon_factory, tmp_path, mqtt=mqtt, telemetry={"otlp_endpoint": otlp_url, **TELEMETRY}
     )
     header, trace_id, remote = traceparent()
-    with Requester(mosquitto.port).connect("replies/#") as dev:
+    with Requester(mosquitto.port).connect("replies/#", f"{ROOT}/status") as dev:
+        # HTTP readiness does not wait for the broker: the daemon publishes "online" once
+        # it has subscribed, and a request sent before that would be lost.
+        (status,) = await dev.wait_for(1, timeout=60)
+        assert (status.topic, status.payload) == (f"{ROOT}/status", b"online")
         dev.request(
             f"{ROOT}/adapters/probe/req", b"M", response_topic="replies/1",
             correlation=b"c1", user=[("traceparent", header), ("tracestate", "m=1")],
@@ -251,7 +255,7 @@ async def test_mqtt5_traceparent_comes_back_on_the_answer_with_spans(
             f"{ROOT}/adapters/probe/req", b"Pbad", response_topic="replies/3",
             user=[("traceparent", f"00-{trace_id}-{'0' * 16}-01")],  # zero span id: invalid
         )  # fmt: skip
-        replies = {r.topic: r for r in await dev.wait_for(3, timeout=60)}
+        replies = {r.topic: r for r in await dev.wait_for(4, timeout=60)}
     traced, plain, bad = replies["replies/1"], replies["replies/2"], replies["replies/3"]
     assert (bad.payload, bad.props["status"]) == (b"v1:bad", "200")
     assert bad.props["traceparent"].split("-")[1] != trace_id  # ignored: a new trace
