@@ -15,7 +15,7 @@ of the measured ``infer`` time (wherever it ran) and lets a call run inline only
   scheduler has already ordered (admission still applies before either path).
 
 Adapters (key ``adapter:<name>``) may run inline too, under the same rules plus those of
-`wasmgate.runtime.serving.execute` (no state granted, no batched model, a short inline
+`wasmgate.runtime.serving.guest_run` (no state granted, no batched model, a short inline
 budget after which the run is thrown away and made again on the pool). A run that went
 past its budget is a ``strike``: the adapter goes back to the pool for a warm-up twice as
 long as the last one (up to ``_WARMUP * 2**_MAX_STRIKES`` calls), so a guest that is fast
