@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 from wasmgate.sandbox.state import AdapterState
 from wasmgate.signing.manifest import SamplesGrant
@@ -180,10 +181,17 @@ class LoadedBundle:
     """The manifest's ``[params]`` as signed (typed)."""
     samples: SamplesGrant | None = None
     """The manifest's ``[samples]`` (hard examples it allows keeping); None: none."""
+    calls_batched: bool = field(init=False, default=False)
+    """True when one of ``models`` is served through a `Batcher`: the adapter then never runs
+    inline (`guest_run.may_inline`). Set once here, as ``models`` is fixed once built, instead
+    of being looked up on every adapter request."""
     _refs: int = 0
     _retired: bool = False
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.calls_batched = any(isinstance(m.handle, Batcher) for m in self.models.values())
 
     @property
     def provider(self) -> BundleModels:

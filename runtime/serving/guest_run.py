@@ -17,7 +17,6 @@ from typing import Any
 from wasmgate.runtime.bundles.loaded import GuestOutcome, LoadedBundle, RunnableAdapter
 from wasmgate.runtime.errors import DeadlineExceeded
 from wasmgate.runtime.serving.api import AdapterRequest
-from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, SandboxError
 from wasmgate.sandbox.spans import span
@@ -54,7 +53,7 @@ def may_inline(
     # can leave no trace, i.e. no state namespace; and it must never wait for a batch.
     return (
         bundle.state is None
-        and not any(isinstance(m.handle, Batcher) for m in bundle.models.values())
+        and not bundle.calls_batched
         and policy.inline(f"adapter:{req.adapter}", len(req.payload), pool_busy, crowded=crowded)
     )
 
