@@ -8,19 +8,26 @@ Invariants:
 - Records are re-parsed with the strict manifest parser when read; the file name is the
   manifest digest (validated hex), never a name taken from an archive.
 - Rebuilding floors from records only ever raises them.
+- A `VerifiedBlob`'s digest is computed from its bytes when it is made; no caller supplies
+  it, so whoever gets one (a backend keying a derived cache) can rely on it unhashed.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import re
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-from wasmgate.signing.errors import BlobNotFoundError, SigningError
+from wasmgate.signing.errors import BlobIntegrityError, BlobNotFoundError, SigningError
 from wasmgate.signing.manifest import Manifest, parse_manifest
 from wasmgate.signing.state import ActiveBundle, NameState, StateDoc, atomic_write
+from wasmgate.signing.trust import TrustStore
+from wasmgate.signing.verify import authenticate, check_time
 
 log = logging.getLogger("wasmgate.signing")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -34,6 +41,26 @@ def read_blob(blob_dir: Path, sha256: str) -> bytes:
         return (blob_dir / sha256).read_bytes()
     except FileNotFoundError:
         raise BlobNotFoundError(f"blob {sha256}: not in the store") from None
+
+
+@dataclass(frozen=True)
+class VerifiedBlob:
+    """Bytes and the SHA-256 (hex) they hashed to when this was made: ``VerifiedBlob(data)``
+    computes it, and no constructor or ``replace`` takes a digest from the caller."""
+
+    data: bytes = field(repr=False)
+    sha256: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
+
+
+def verified_blob(blob_dir: Path, sha256: str) -> VerifiedBlob:
+    """Blob ``sha256``, hashed now; :class:`BlobIntegrityError` if it no longer matches."""
+    blob = VerifiedBlob(read_blob(blob_dir, sha256))
+    if blob.sha256 != sha256:
+        raise BlobIntegrityError(f"blob {sha256}: content now hashes to {blob.sha256}")
+    return blob
 
 
 def write_record(records_dir: Path, digest: str, manifest_bytes: bytes, sig: bytes) -> None:
@@ -67,3 +94,25 @@ def raise_floors(doc: StateDoc, records: list[Path]) -> None:
             doc.bundles[manifest.name] = NameState(
                 floor=manifest.version, floor_digest=path.stem, active=active
             )
+
+
+def recheck_records(
+    records: Path, state: StateDoc, trust: TrustStore, now: datetime, *, staged: bool
+) -> dict[str, SigningError]:
+    """`BundleStore.recheck`: each active (or ``staged``) record's refusal by name."""
+    problems: dict[str, SigningError] = {}
+    folder = records / "staged" if staged else records
+    for name, entry in sorted(state.bundles.items()):
+        target = entry.staged if staged else entry.active
+        if target is None:
+            continue
+        path = folder / f"{target.digest}.json"
+        try:
+            _, manifest_bytes, sig_bytes = read_record(path)
+            manifest, _, digest = authenticate(manifest_bytes, sig_bytes, trust, name)
+            if digest != target.digest:
+                raise BlobIntegrityError(f"install record {path.name}: manifest changed")
+            check_time(manifest, state, now)
+        except SigningError as e:
+            problems[name] = e
+    return problems

@@ -29,14 +29,14 @@ Invariants:
   the event is logged and returned (``InstalledBundle.downgraded_from``). A rebuild of the
   state from the install records (damaged ``state.json``) raises the floor again to the
   highest record: the fail-safe direction; the fleet then has to re-send its permission.
-- ``verify_blob_again`` re-hashes a blob so a model is checked right before it is loaded.
+- ``verified_blob`` re-hashes a blob so a model is checked right before it is loaded; the
+  digest it returns is computed from those very bytes, never taken from the caller.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +47,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from wasmgate.signing.errors import (
-    BlobIntegrityError,
     BlobNotFoundError,
     FleetDowngradeError,
     NotStagedError,
@@ -57,7 +56,15 @@ from wasmgate.signing.errors import (
 )
 from wasmgate.signing.fleetdoc import Downgrade, check_delivered
 from wasmgate.signing.manifest import Manifest, Release
-from wasmgate.signing.records import raise_floors, read_blob, read_record, write_record
+from wasmgate.signing.records import (
+    VerifiedBlob,
+    raise_floors,
+    read_blob,
+    read_record,
+    recheck_records,
+    verified_blob,
+    write_record,
+)
 from wasmgate.signing.source import (
     StagedFile,
     close_all,
@@ -75,9 +82,7 @@ from wasmgate.signing.state import (
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.verify import (
     VerifiedBundle,
-    authenticate,
     check_fresh,
-    check_time,
     verify_stream,
 )
 
@@ -457,32 +462,17 @@ class BundleStore:
         (an :class:`ExpiredError` is subject to the daemon's expiry policy). With
         ``staged``, the staged candidates are checked instead.
         """
-        problems: dict[str, SigningError] = {}
-        now = self._clock()
-        records = self.state_dir / "records" / ("staged" if staged else "")
-        for name, entry in sorted(self._state.bundles.items()):
-            target = entry.staged if staged else entry.active
-            if target is None:
-                continue
-            path = records / f"{target.digest}.json"
-            try:
-                _, manifest_bytes, sig_bytes = read_record(path)
-                manifest, _, digest = authenticate(manifest_bytes, sig_bytes, self.trust, name)
-                if digest != target.digest:
-                    raise BlobIntegrityError(f"install record {path.name}: manifest changed")
-                check_time(manifest, self._state, now)
-            except SigningError as e:
-                problems[name] = e
-        return problems
+        return recheck_records(self.state_dir / "records", self._state, self.trust,
+                               self._clock(), staged=staged)  # fmt: skip
 
     def open_blob(self, sha256: str) -> bytes:
-        """The bytes of blob ``sha256`` (no re-hash; see :meth:`verify_blob_again`)."""
+        """The bytes of blob ``sha256`` (no re-hash; see :meth:`verified_blob`)."""
         return read_blob(self.state_dir / "blobs", sha256)
+
+    def verified_blob(self, sha256: str) -> VerifiedBlob:
+        """Blob ``sha256`` re-hashed now, with that digest (a load need not hash it again)."""
+        return verified_blob(self.state_dir / "blobs", sha256)
 
     def verify_blob_again(self, sha256: str) -> bytes:
         """The bytes of blob ``sha256`` after re-hashing them; raise if they changed."""
-        data = self.open_blob(sha256)
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != sha256:
-            raise BlobIntegrityError(f"blob {sha256}: content now hashes to {actual}")
-        return data
+        return self.verified_blob(sha256).data

@@ -1,7 +1,10 @@
 """The backend interface: bytes in, a thread-safe `LoadedModel` out.
 
 A backend never opens a path a model names: it gets the verified model bytes (re-hashed by
-the bundle store right before the call) and settings derived from the device profile.
+the bundle store right before the call) and settings derived from the device profile. The
+daemon passes them as the store's `VerifiedBlob`, whose SHA-256 was computed from those very
+bytes, so a backend keying a derived cache by the model's digest need not hash it again;
+plain ``bytes`` (the CLI, tests) are hashed by the backend when it needs their digest.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
@@ -22,7 +25,17 @@ from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import span
 
+if TYPE_CHECKING:  # at run time the backends do not need PyNaCl (wasmgate.signing)
+    from wasmgate.signing.records import VerifiedBlob
+
 Array = npt.NDArray[Any]
+
+
+def model_bytes(data: bytes | VerifiedBlob) -> tuple[bytes, str | None]:
+    """The model's bytes and, when the store just verified them, their SHA-256 (else None)."""
+    if isinstance(data, bytes):
+        return data, None
+    return data.data, data.sha256
 
 
 @dataclass(frozen=True)
@@ -133,7 +146,9 @@ class InferenceBackend(ABC):
     type_key: str
 
     @abstractmethod
-    def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> LoadedModel:
+    def load(
+        self, data: bytes | VerifiedBlob, spec: ModelSpec, options: LoadOptions
+    ) -> LoadedModel:
         """Load verified model bytes; `BackendError` (chained) when it cannot."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing

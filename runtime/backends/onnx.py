@@ -8,7 +8,6 @@ creating the session (EP creation error → CPU retry) is reported as a silent C
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -27,11 +26,13 @@ from wasmgate.runtime.backends.base import (
     LoadOptions,
     ModelSpec,
     check_declared,
+    model_bytes,
 )
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 
 if TYPE_CHECKING:
     from wasmgate.signing.derived import DerivedCache
+    from wasmgate.signing.records import VerifiedBlob
 
 log = logging.getLogger(__name__)
 
@@ -102,16 +103,19 @@ class OnnxBackend(InferenceBackend):
 
     type_key = "onnx"
 
-    def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> OnnxModel:
+    def load(
+        self, source: bytes | VerifiedBlob, spec: ModelSpec, options: LoadOptions
+    ) -> OnnxModel:
+        blob = model_bytes(source)
         settings = options.profile.onnxruntime
         notes: list[str] = []
-        bf16 = _bf16_mode(options)
+        bf16 = sup.bf16_mode(options)
         providers = _choose_providers(settings, notes)
         if bf16:
             notes.append(
                 "bf16: fp32 model with ARM64 BF16 fast-math GEMM (MatMulAddFusion disabled)"
             )
-        session = self._create(data, spec, options, providers, bf16=bf16, notes=notes)
+        session = self._create(blob, spec, options, providers, bf16=bf16, notes=notes)
         model = OnnxModel(session, spec, options, notes)
         _report_fallback(model, [p for p, _ in providers], settings)
         check_declared(spec.name, "inputs", spec.inputs, model.inputs)
@@ -122,7 +126,7 @@ class OnnxBackend(InferenceBackend):
 
     def _create(
         self,
-        data: bytes,
+        model: tuple[bytes, str | None],
         spec: ModelSpec,
         options: LoadOptions,
         providers: list[tuple[str, dict[str, str]]],
@@ -130,8 +134,11 @@ class OnnxBackend(InferenceBackend):
         bf16: bool,
         notes: list[str],
     ) -> ort.InferenceSession:
-        settings, extra = _ep_context(data, options, providers, notes)
-        found = _optimized_cache(data, providers, options, notes, bf16=bf16)
+        """A session of ``model`` (bytes, the store's SHA-256 of them or None), from the
+        optimized-graph cache when the profile keeps one."""
+        data = model[0]
+        settings, extra = _ep_context(model, options, providers, notes)
+        found = _optimized_cache(model, providers, options, notes, bf16=bf16)
         if found is None:
             sup.refuse_external_data(data)
             return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
@@ -159,7 +166,7 @@ class OnnxBackend(InferenceBackend):
             notes.append(f"optimized-model cache disabled for this model: {e}")
             return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
         if tmp.exists():
-            _save_optimized(cache, name, source, key, tmp)
+            sup.save_optimized(cache, name, source, key, tmp)
             notes.append(f"optimized graph saved to cache {key[:16]}")
         return session
 
@@ -190,7 +197,7 @@ def _session(
 
 
 def _ep_context(
-    data: bytes,
+    model: tuple[bytes, str | None],
     options: LoadOptions,
     providers: list[tuple[str, dict[str, str]]],
     notes: list[str],
@@ -210,21 +217,8 @@ def _ep_context(
         return stripped, {}
     folder = options.cache_dir / "ep-context"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{hashlib.sha256(data).hexdigest()}_ctx.onnx"
+    path = folder / f"{sup.model_sha256(model)}_ctx.onnx"
     return settings, {"ep.context_file_path": str(path)}
-
-
-def _bf16_mode(options: LoadOptions) -> bool:
-    if options.precision != "bf16":
-        return False
-    host = options.resolved_host()
-    if not host.bf16_fastmath:
-        raise BackendError(
-            "bf16 compute needs ONNX Runtime's ARM64 BF16 fast-math GEMM (Linux aarch64 with "
-            f"FEAT_BF16); this host is {host.system} {host.machine}"
-            + ("" if "bf16" in host.cpu_flags else " without bf16")
-        )
-    return True
 
 
 def _choose_providers(
@@ -267,21 +261,21 @@ def _report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRunti
 
 
 def _optimized_cache(
-    data: bytes,
+    model: tuple[bytes, str | None],
     providers: list[tuple[str, dict[str, str]]],
     options: LoadOptions,
     notes: list[str],
     *,
     bf16: bool,
 ) -> tuple[DerivedCache, str, str] | None:
-    """(cache, key of the options, sha256 of the verified model) when the profile caches."""
+    """(cache, key of the options, sha256 of the model) when the profile caches."""
     settings = options.profile.onnxruntime
     if not settings.optimized_model_cache or options.cache_dir is None:
         return None
     host = options.resolved_host()
     config = sorted(settings.session_config.items())
     extra = f"{host.machine}:{sorted(host.cpu_flags)}:{bf16}:{config}"
-    source = hashlib.sha256(data).hexdigest()
+    source = sup.model_sha256(model)
     key = sup.cache_key(source, [p for p, _ in providers], settings, extra)
     # Imported here: the backends also run where only the inference stack is installed
     # (the arm64 probe under qemu has no PyNaCl), and only a cache needs wasmgate.signing.
@@ -294,13 +288,3 @@ def _optimized_cache(
         notes.append(f"optimized-model cache off: {e}")
         return None
     return cache, key, source
-
-
-def _save_optimized(cache: DerivedCache, name: str, source: str, key: str, tmp: Path) -> None:
-    """Bind the graph ORT wrote to ``tmp`` to its source and options (a MAC), then drop tmp."""
-    try:
-        cache.store(name, source, key, tmp.read_bytes())
-    except OSError as e:
-        log.warning("could not save optimized graph %s: %s", name, e)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,14 @@ from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import TensorSpec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import onnx
+
+    from wasmgate.runtime.backends.base import LoadOptions
+    from wasmgate.signing.derived import DerivedCache
+
+log = logging.getLogger("wasmgate.runtime.backends.onnx")
 
 CHECKS_VERSION = "external-data:1"
 """Part of the optimized-cache key: a cached graph stands for a model that passed these
@@ -198,3 +206,34 @@ def node_placement(session: ort.InferenceSession) -> dict[str, int]:
     except Exception:
         return {}
     return counts
+
+
+def bf16_mode(options: LoadOptions) -> bool:
+    if options.precision != "bf16":
+        return False
+    host = options.resolved_host()
+    if not host.bf16_fastmath:
+        raise BackendError(
+            "bf16 compute needs ONNX Runtime's ARM64 BF16 fast-math GEMM (Linux aarch64 with "
+            f"FEAT_BF16); this host is {host.system} {host.machine}"
+            + ("" if "bf16" in host.cpu_flags else " without bf16")
+        )
+    return True
+
+
+def model_sha256(model: tuple[bytes, str | None]) -> str:
+    """The SHA-256 of ``model`` (bytes, digest or None): the bundle store's, computed from
+    these very bytes when it verified them (`VerifiedBlob`), so a derivative stays bound to
+    the verified source without a second pass over a model of many MB; else computed here."""
+    data, digest = model
+    return digest if digest is not None else hashlib.sha256(data).hexdigest()
+
+
+def save_optimized(cache: DerivedCache, name: str, source: str, key: str, tmp: Path) -> None:
+    """Bind the graph ORT wrote to ``tmp`` to its source and options (a MAC), then drop tmp."""
+    try:
+        cache.store(name, source, key, tmp.read_bytes())
+    except OSError as e:
+        log.warning("could not save optimized graph %s: %s", name, e)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -17,14 +17,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypeAlias
 
 from wasmgate.device_profiles import Precision
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel, LoadOptions, ModelSpec
 from wasmgate.runtime.errors import BackendError
 
+if TYPE_CHECKING:
+    from wasmgate.signing.records import VerifiedBlob
+
 log = logging.getLogger(__name__)
 
-VariantSource = bytes | Callable[[], bytes]
+VariantSource: TypeAlias = "bytes | VerifiedBlob | Callable[[], bytes | VerifiedBlob]"
+"""A variant's bytes, or how to get them (the daemon: the store's verified blob, read and
+hashed only when that precision is tried)."""
 _LAST_RESORT: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 
 
@@ -101,7 +107,7 @@ def _candidates(
 def _try(
     backend: InferenceBackend, spec: ModelSpec, source: VariantSource, options: LoadOptions
 ) -> LoadedModel | str:
-    data = source if isinstance(source, bytes) else source()
+    data = source() if callable(source) else source
     try:
         return backend.load(data, spec, options)
     except BackendError as e:

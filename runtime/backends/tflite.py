@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,9 +29,13 @@ from wasmgate.runtime.backends.base import (
     LoadOptions,
     ModelSpec,
     check_declared,
+    model_bytes,
 )
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.sandbox.models import TensorSpec, datatype_of
+
+if TYPE_CHECKING:
+    from wasmgate.signing.records import VerifiedBlob
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,10 @@ class TfliteBackend(InferenceBackend):
     def __init__(self) -> None:
         self._interpreter_cls, self._load_delegate, self.package = import_runtime()
 
-    def load(self, data: bytes, spec: ModelSpec, options: LoadOptions) -> TfliteModel:
+    def load(
+        self, source: bytes | VerifiedBlob, spec: ModelSpec, options: LoadOptions
+    ) -> TfliteModel:
+        data, _ = model_bytes(source)  # nothing here is keyed by the digest
         if options.precision == "bf16":
             raise BackendError("TFLite has no bf16 compute mode; use an int8/fp16/fp32 variant")
         settings = options.profile.tflite

@@ -3,8 +3,9 @@
 Everything here is blocking (wasmtime compilation, ONNX Runtime session creation): the
 registry runs it off the event loop. Any failure raises `BundleRejected` naming the step;
 models already loaded for the failed bundle are closed again.
-Adapter and model bytes are re-hashed (`verify_blob_again`) right before each compile or
-backend load.
+Adapter and model bytes are re-hashed by the store right before each compile or backend
+load; a model goes to its backend as the store's `VerifiedBlob` (bytes and the digest just
+computed from them), so the backend keys its derived cache without hashing it again.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
 from wasmgate.sandbox.limits import ManifestLimits
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
+from wasmgate.signing.records import VerifiedBlob
 
 log = logging.getLogger("wasmgate.loader")
 
@@ -51,6 +53,7 @@ class BlobSource(Protocol):
     """The part of `wasmgate.signing.BundleStore` the loader reads."""
 
     def verify_blob_again(self, sha256: str) -> bytes: ...
+    def verified_blob(self, sha256: str) -> VerifiedBlob: ...
 
 
 @dataclass
@@ -142,8 +145,8 @@ def _load_model(
         outputs=_specs(entry.outputs),
     )
     spec = ModelSpec(entry.name, base.inputs or None, base.outputs or None)
-    variants: dict[str, Callable[[], bytes]] = {
-        v: functools.partial(blobs.verify_blob_again, sha) for v, sha in digests.items()
+    variants: dict[str, Callable[[], VerifiedBlob]] = {
+        v: functools.partial(blobs.verified_blob, sha) for v, sha in digests.items()
     }
     options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir, watchdog=deps.watchdog)
     try:

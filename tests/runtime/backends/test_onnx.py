@@ -4,7 +4,9 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 from tests.runtime.backends.conftest import GRAVITON, X86, make_profile
 from tests.runtime.backends.models import (
@@ -19,6 +21,7 @@ from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel, _report_fallback
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
+from wasmgate.signing.records import VerifiedBlob
 
 
 def _load(profile: DeviceProfile, data: bytes | None = None, **kw: object) -> OnnxModel:
@@ -214,3 +217,29 @@ def test_cache_key_changes_with_model(cpu_profile: DeviceProfile, tmp_path: Path
 def test_ep_context_needs_a_compiling_provider() -> None:
     model = _load(load_profile("qualcomm-qcs6490"))
     assert any("ep.context_enable ignored" in n for n in model.notes)
+
+
+def _scaled(data: bytes, factor: float) -> bytes:
+    """The same graph with its first weight scaled: same I/O, other answers."""
+    model = onnx.load_from_string(data)
+    first = model.graph.initializer[0]
+    first.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first) * factor, first.name))
+    scaled: bytes = model.SerializeToString()
+    return scaled
+
+
+def test_a_cached_graph_is_bound_to_the_digest_of_the_bytes_loaded(
+    cpu_profile: DeviceProfile, batch: np.ndarray, tmp_path: Path
+) -> None:
+    """The store's `VerifiedBlob` brings its digest (hashed once); that digest is computed from
+    the very bytes loaded, so another model never gets this one's optimized graph."""
+    a, b = mlp_onnx(), _scaled(mlp_onnx(), 2.0)
+    options = LoadOptions(cpu_profile, host=X86, cache_dir=tmp_path)
+    backend, spec = OnnxBackend(), ModelSpec("mlp")
+    assert any("saved to cache" in n for n in backend.load(VerifiedBlob(a), spec, options).notes)
+    plain = backend.load(a, spec, options)  # hashed by the backend: the same digest, a hit
+    assert any("loaded from cache" in n for n in plain.notes)
+    other = backend.load(VerifiedBlob(b), spec, options)
+    assert any("saved to cache" in n for n in other.notes)
+    assert not np.allclose(other.infer([batch])[0], plain.infer([batch])[0])
+    assert len(list((tmp_path / "ort-optimized").glob("*.onnx"))) == 2
