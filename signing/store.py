@@ -4,7 +4,8 @@ Layout of ``state_dir`` (mode 0700): ``blobs/<sha256>`` (file bytes, named by th
 ``records/<manifest digest>.json`` (manifest and signature bytes of each install),
 ``records/staged/<digest>.json`` (the same for staged candidates: not counted when floors
 are rebuilt from the records, since staging does not raise a floor),
-``state.json``/``state.prev.json`` (see ``state.py``), ``tmp/`` (staging), ``lock``.
+``state.json``/``state.prev.json`` (see ``state.py``), ``files.json`` (a cache: ``seen.py``),
+``tmp/`` (staging), ``lock``.
 
 Invariants:
 - ``stage`` streams the archive once: each member is hashed while it is copied into a
@@ -65,6 +66,7 @@ from wasmgate.signing.records import (
     verified_blob,
     write_record,
 )
+from wasmgate.signing.seen import SeenFiles
 from wasmgate.signing.source import (
     StagedFile,
     close_all,
@@ -140,6 +142,8 @@ class BundleStore:
         except OSError as e:
             raise StoreIOError(f"bundle store {state_dir}: {e}") from e
         self._state_file = StateFile(state_dir)
+        self.seen_files = SeenFiles(state_dir)
+        """What each bundle-dir file held when verified (skips re-reading unchanged ones)."""
         with self._file_lock():
             self._state = self._load_state(repair_state)
         self.use_trust(trust)

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,14 +45,14 @@ from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.bundles.release import Verdict, measure
 from wasmgate.runtime.bundles.staged import Releases
-from wasmgate.runtime.bundles.startup import StartUp, Steps, is_rollback
+from wasmgate.runtime.bundles.startup import StartUp, Steps, StoredBundles, is_rollback
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Release
-from wasmgate.signing.store import InstalledBundle, StagedInstall
+from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
 
 __all__ = ["Event", "ExpiryPolicy", "Registry", "Store", "describe", "is_rollback"]
@@ -60,8 +60,8 @@ __all__ = ["Event", "ExpiryPolicy", "Registry", "Store", "describe", "is_rollbac
 log = logging.getLogger("wasmgate.registry")
 
 
-class Store(BlobSource, Protocol):
-    """The part of `wasmgate.signing.BundleStore` the registry uses."""
+class Store(BlobSource, StoredBundles, Protocol):
+    """The part of `wasmgate.signing.BundleStore` the registry uses (with the start-up's)."""
 
     def stage(
         self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
@@ -70,17 +70,11 @@ class Store(BlobSource, Protocol):
         self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
     ) -> None: ...
     def promote(self, name: str) -> InstalledBundle: ...
-    def abort(self, name: str) -> None: ...
-    def candidates(self) -> Sequence[StagedInstall]: ...
     def discard(self, bundle: InstalledBundle) -> None: ...
-    def gc(self) -> Sequence[str]: ...
-    def installed(self) -> Sequence[InstalledBundle]: ...
     def remove(self, name: str) -> None: ...
-    def recheck(self, staged: bool = False) -> Mapping[str, SigningError]: ...
     def use_trust(self, trust: TrustStore) -> None: ...
 
     trust: TrustStore
-    state_dir: Path
 
 
 class Registry:
@@ -105,7 +99,7 @@ class Registry:
         self._admission = Admission(
             store, self.table, self._lock, self._journal, self._releases, policy=expiry
         )
-        steps = Steps(self._name_lock, self._prepare, self._switch, self.install)
+        steps = Steps(self._name_lock, self._prepare, self._switch, self.install, self._adopt)
         self._startup = StartUp(store, self.table, self._journal, self._admission, steps)
 
     # -- what the parts hold ------------------------------------------------------------
@@ -204,8 +198,12 @@ class Registry:
             await asyncio.to_thread(self._drop, item)
             raise
         if origin is not None:
-            self._origins.setdefault(bundle.name, set()).add(origin)
+            self._adopt(bundle.name, origin)
         return bundle
+
+    def _adopt(self, name: str, origin: Path) -> None:
+        """``origin`` holds bundle ``name``: `remove` deletes it, so it does not come back."""
+        self._origins.setdefault(name, set()).add(origin)
 
     @contextlib.asynccontextmanager
     async def _name_lock(self, name: str) -> AsyncIterator[None]:

@@ -7,6 +7,14 @@ per core, largest first) with their staged candidates, and meanwhile installs th
 directory's files one by one through the registry's install pipeline. A file older than
 the installed version is skipped with one summary line (`is_rollback`), not one each.
 
+A file unchanged since it was verified (the store's `SeenFiles`: same size, mtime, ctime,
+inode, device) that held the bundle serving now is not read again: installing it would only
+find that bundle and discard the copy (tens of ms of reading, hashing and staging per file).
+It is skipped only when that install could not have had another outcome: the serving
+bundle passed this start's re-verification (no verdict), is not below its name's floor, and
+the file is within the size cap. What serves is the store's copy, verified as always, so a
+forged entry or stamp can at most skip re-installing the version already serving.
+
 It drives the registry's install steps through `Steps` (the registry's own methods,
 bound), so the pipeline's locks and records are the ones every install uses.
 """
@@ -22,7 +30,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -33,6 +41,7 @@ from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected
 from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.manifest import Release
+from wasmgate.signing.seen import SeenFiles, Stamp, stamp
 from wasmgate.signing.store import InstalledBundle, StagedInstall
 
 log = logging.getLogger("wasmgate.registry")
@@ -51,8 +60,11 @@ class StoredBundles(Protocol):
     def recheck(self, staged: bool = False) -> Mapping[str, SigningError]: ...
     def abort(self, name: str) -> None: ...
     def gc(self) -> Sequence[str]: ...
+    def floors(self) -> Mapping[str, int]: ...
 
     state_dir: Path
+    seen_files: SeenFiles
+    max_bundle_bytes: int
 
 
 class InstallFile(Protocol):
@@ -71,6 +83,19 @@ class Steps:
     """Serve a prepared bundle at a percentage, under its gates."""
     install: InstallFile
     """The whole pipeline for a bundle file (`Registry.install`)."""
+    adopt: Callable[[str, Path], None]
+    """A file holds the serving bundle of this name (`Registry.remove` deletes it)."""
+
+
+@dataclass
+class FileOutcome:
+    """What became of the bundle files at start."""
+
+    refused: list[Path] = field(default_factory=list)
+    older: list[str] = field(default_factory=list)
+    """Skipped as older than the installed version: ``"file (why)"``."""
+    unchanged: int = 0
+    """Not read: unchanged since verified, holding the bundle that serves."""
 
 
 class StartUp:
@@ -117,36 +142,36 @@ class StartUp:
                 item.manifest.name, verdicts.get(item.manifest.name), "start-up"
             )
         ]
-        refused, older = await self._load_all(admitted, bundle_files, len(stored), step, progress)
+        await self._load_all(admitted, step, progress)
+        files = await self._start_files(bundle_files, len(stored), step, verdicts)
         self._table.started = True
         self._journal.changed()  # expired bundles, even when nothing at all was loaded
-        if older:
+        if files.older:
             log.warning(
                 "skipped %d bundle files older than the installed versions (anti-rollback): "
                 "%s; delete them from %s (`wasmgate doctor` lists them)",
-                len(older),
-                ", ".join(older),
+                len(files.older),
+                ", ".join(files.older),
                 bundle_files[0].parent,
             )
         log.info(
-            "start-up bundles loaded: %d serving, %d refused, %d older skipped, %.1f s",
+            "start-up bundles loaded: %d serving, %d refused, %d older skipped, "
+            "%d files unchanged, %.1f s",
             len(self._table.slots()),
-            len(refused),
-            len(older),
+            len(files.refused),
+            len(files.older),
+            files.unchanged,
             time.monotonic() - began,
         )
-        return refused
+        return files.refused
 
     async def _load_all(
         self,
         admitted: list[tuple[int, InstalledBundle]],
-        files: Sequence[Path],
-        offset: int,
         step: Callable[[int, str], None],
         progress: Callable[[str], None],
-    ) -> tuple[list[Path], list[str]]:
-        """Load the admitted stored bundles (with their candidates) and install ``files``;
-        (files refused, files skipped as older)."""
+    ) -> None:
+        """Load the admitted stored bundles, with their candidates (the files come after)."""
         refusals = await asyncio.to_thread(self._store.recheck, staged=True)
         staged = {
             s.bundle.manifest.name: s for s in await asyncio.to_thread(self._store.candidates)
@@ -175,7 +200,6 @@ class StartUp:
                         progress,
                     )
                 )  # fmt: skip
-        return await self._start_files(files, offset, step)
 
     async def _start_stored(
         self,
@@ -196,20 +220,50 @@ class StartUp:
                 await self._restore(*candidate)
 
     async def _start_files(
-        self, files: Sequence[Path], offset: int, step: Callable[[int, str], None]
-    ) -> tuple[list[Path], list[str]]:
-        refused: list[Path] = []
-        older: list[str] = []
+        self,
+        files: Sequence[Path],
+        offset: int,
+        step: Callable[[int, str], None],
+        verdicts: Mapping[str, SigningError],
+    ) -> FileOutcome:
+        out = FileOutcome()
+        seen = self._store.seen_files
         for i, path in enumerate(files, offset + 1):
             step(i, path.name)
+            # Stamped before the install reads it: a write after the stamp moves ctime.
+            before, digest = await asyncio.to_thread(_look_up, seen, path)
+            name = self._serving_unchanged(before, digest, verdicts)
+            if name is not None:
+                self._steps.adopt(name, path)
+                out.unchanged += 1
+                continue
             try:
-                await self._steps.install(path, source=f"file {path.name}", origin=path)
+                bundle = await self._steps.install(path, source=f"file {path.name}", origin=path)
             except BundleRejected as e:
                 if is_rollback(e):
-                    older.append(f"{path.name} ({e})")
+                    out.older.append(f"{path.name} ({e})")
                 else:
-                    refused.append(path)
-        return refused, older
+                    out.refused.append(path)
+                continue
+            if before is not None:
+                seen.remember(path, before, bundle.digest)
+        await asyncio.to_thread(seen.save, files)
+        return out
+
+    def _serving_unchanged(
+        self, before: Stamp | None, digest: str | None, verdicts: Mapping[str, SigningError]
+    ) -> str | None:
+        """The name whose serving bundle an unchanged file holds, when installing the file
+        again could only find that bundle (see the module docstring); else None."""
+        if before is None or digest is None or before.size > self._store.max_bundle_bytes:
+            return None
+        floors = self._store.floors()
+        for name, slot in self._table.slots().items():
+            current = slot.current
+            if current.digest == digest:
+                fresh = name not in verdicts and current.version >= floors.get(name, 0)
+                return name if fresh else None
+        return None
 
     async def _restore(self, staged: StagedInstall, why: SigningError | None) -> None:
         """Serve a candidate the store holds (at start) next to its serving version, unless
@@ -240,3 +294,9 @@ class StartUp:
             self._store.gc()
         except (OSError, SigningError) as e:
             log.warning("bundle store gc failed: %s", e)
+
+
+def _look_up(seen: SeenFiles, path: Path) -> tuple[Stamp | None, str | None]:
+    """(the stamp of ``path`` now, the bundle digest it held with that stamp) (blocking)."""
+    now = stamp(path)
+    return now, None if now is None else seen.digest(path, now)

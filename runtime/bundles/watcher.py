@@ -1,9 +1,11 @@
 """Watch the bundle directory and the trust file by polling (no inotify dependency; works on
 every filesystem).
 
-A ``*.wgb`` file is installed once its size and mtime stayed the same for one poll
-interval, so a bundle still being copied in is not read half-written (an atomic rename
-into the directory is installed on the next poll). A file is tried once per change; a
+A ``*.wgb`` file is installed once its `file_key` (size, mtime, ctime, inode) stayed the same
+for one poll interval, so a bundle still being copied in is not read half-written (an atomic
+rename into the directory is installed on the next poll). ctime is in the key because no
+unprivileged program can set it: a same-size file rewritten in place with its mtime put
+back (``cp -p``, ``os.utime``) is still a change. A file is tried once per change; a
 rejected file is tried again when it changes, when the trust file changes (``wasmgate trust
 add`` may be what it was waiting for) and on SIGHUP (``rescan(retry_refused=True)``).
 Removing a file does not unload its bundle (``DELETE /v1/bundles/{name}`` does, and deletes
@@ -26,7 +28,7 @@ log = logging.getLogger("wasmgate.watcher")
 
 Installer = Callable[[Path], Awaitable[object]]
 TrustReload = Callable[[], Awaitable[object]]
-FileKey = tuple[int, int]  # (size, mtime_ns)
+FileKey = tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
 
 
 def bundle_files(directory: Path) -> list[Path]:
@@ -37,12 +39,13 @@ def bundle_files(directory: Path) -> list[Path]:
 
 
 def file_key(path: Path) -> FileKey | None:
-    """(size, mtime_ns) of ``path``, None when it cannot be stat'ed: a change detector."""
+    """(size, mtime_ns, ctime_ns, inode) of ``path``, None when it cannot be stat'ed: a
+    change detector."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_size, st.st_mtime_ns)
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 class DirWatcher:
