@@ -19,6 +19,8 @@ from wasmgate.runtime.serving.api import AdapterRequest
 from wasmgate.signing.seen import RACY_NS
 from wasmgate.signing.store import BundleStore
 
+LIFETIME_S = 8  # the racily-clean wait (2 s) and a first start on a loaded machine fit in it
+
 
 def _staged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The labels of the sources `BundleStore.stage` reads from now on."""
@@ -57,11 +59,13 @@ async def test_a_file_of_an_expired_serving_bundle_is_verified_again(
 ) -> None:
     """Expired serves on under the default policy ("warn"), but an install of its file is
     refused: that refusal must still be recorded, so the file is read."""
-    state, probe = tmp_path / "state", kit.build("probe", 1, expires_in=timedelta(seconds=3))
+    expires = time.time() + LIFETIME_S
+    state = tmp_path / "state"
+    probe = kit.build("probe", 1, expires_in=timedelta(seconds=LIFETIME_S))
     _settle(probe)
-    async with open_stack(tmp_path, kit, start=(probe,), state_dir=state):
-        pass
-    time.sleep(max(0, 3.2 - (time.time() - probe.stat().st_mtime)))
+    async with open_stack(tmp_path, kit, start=(probe,), state_dir=state) as st:
+        assert st.service.adapter_names() == ["probe"]  # installed before it expired
+    time.sleep(max(0, expires - time.time()) + 1.1)
     staged = _staged(monkeypatch)
     async with open_stack(tmp_path, kit, start=(probe,), state_dir=state) as st:
         assert staged == [probe.name]
