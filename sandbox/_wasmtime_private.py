@@ -52,17 +52,23 @@ class _Fast:
     """Own prototypes of a few C functions of wasmtime-py's library, with plain-address
     (``c_void_p``) arguments: a host call then passes ints instead of building typed ctypes
     pointers, and skips the wrapper frame wasmtime-py puts around each function. Fetched
-    with ``dll[name]``, which returns a new function object, so the prototypes wasmtime-py
-    set on its own (cached) ones stay untouched."""
+    by name from the library, which gives new function objects, so the prototypes
+    wasmtime-py set on its own (cached) ones stay untouched.
+
+    The lookups (``caller_*``, ``memory_*``) are short, never block and never call back,
+    so they keep the GIL (``PYFUNCTYPE``): releasing and taking it again cost more than
+    the call itself. ``func_call_unchecked`` runs guest code,
+    so it releases the GIL like any ctypes call: the epoch ticker needs it to interrupt
+    the guest, and the host callbacks take it again."""
 
     def __init__(self) -> None:
         p, n = ctypes.c_void_p, ctypes.c_size_t
-        self.caller_context = _proto("wasmtime_caller_context", p, [p])
-        self.caller_export_get = _proto(
+        self.caller_context = _held("wasmtime_caller_context", p, [p])
+        self.caller_export_get = _held(
             "wasmtime_caller_export_get", ctypes.c_bool, [p, ctypes.c_char_p, n, p]
         )
-        self.memory_data = _proto("wasmtime_memory_data", p, [p, p])
-        self.memory_data_size = _proto("wasmtime_memory_data_size", n, [p, p])
+        self.memory_data = _held("wasmtime_memory_data", p, [p, p])
+        self.memory_data_size = _held("wasmtime_memory_data_size", n, [p, p])
         self.func_call_unchecked = _proto("wasmtime_func_call_unchecked", p, [p, p, p, n, p])
 
 
@@ -70,6 +76,11 @@ def _proto(name: str, restype: Any, argtypes: list[Any]) -> Any:
     fn = ffi.dll[name]
     fn.restype, fn.argtypes = restype, argtypes
     return fn
+
+
+def _held(name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """``name`` called with the GIL held (only for short C functions that never block)."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ffi.dll))
 
 
 def _fast_or_none() -> _Fast | None:

@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Mapping
@@ -96,8 +97,9 @@ class Adapter:
         linker = wasmtime.Linker(engine.engine)
         self._keeper = CallbackKeeper()  # the raw host callbacks live as long as _pre
         define_restricted_wasi(linker, self._keeper, self._deadline, engine.ceilings.tick_s)
-        define_wasi_nn(linker, self._keeper, lambda: self._tls.nn)
-        define_host_api(linker, self._keeper, lambda: self._tls.req)
+        # getattr partials: the thread's binding without a Python frame per host call
+        define_wasi_nn(linker, self._keeper, functools.partial(getattr, self._tls, "nn"))
+        define_host_api(linker, self._keeper, functools.partial(getattr, self._tls, "req"))
         try:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as e:

@@ -22,6 +22,7 @@ __all__ = ["GuestMemory", "GuestPointerError", "MissingMemoryError"]
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _MASK32 = 0xFFFF_FFFF
+_SMALL = 64 * 1024
 
 
 class GuestPointerError(Exception):
@@ -71,10 +72,13 @@ class GuestMemory:
         ctypes.memmove(self._base + ptr, data, len(data))
 
     def write_array(self, ptr: int, array: npt.NDArray[Any]) -> None:
-        """Copy a C-contiguous numpy array's raw bytes into guest memory (no extra copy)."""
-        arr = np.ascontiguousarray(array)
-        ptr = self.check(ptr, arr.nbytes)
-        ctypes.memmove(self._base + ptr, arr.ctypes.data, arr.nbytes)
+        """Copy a numpy array's raw bytes (C order) into guest memory."""
+        n = array.nbytes
+        ptr = self.check(ptr, n)
+        if n <= _SMALL:  # a bytes copy costs less than ``.ctypes`` (0.4 vs 1.4 µs)
+            ctypes.memmove(self._base + ptr, array.tobytes(), n)
+        else:  # no extra copy of a large tensor
+            ctypes.memmove(self._base + ptr, np.ascontiguousarray(array).ctypes.data, n)
 
     def u32(self, ptr: int) -> int:
         """Read a little-endian u32."""

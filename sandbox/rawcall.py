@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -58,16 +59,28 @@ class CallbackKeeper:
         self.finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _p: None)
 
 
+_local = threading.local()
+
+
+def _scratch() -> tuple[Any, int, int]:
+    """This thread's export slot for `caller_memory`: (extern, its address, its memory's).
+    One per thread, not per call (an allocation saved per host call) and not one per
+    process: the GIL may pass to another thread between two statements."""
+    item = ffi.wasmtime_extern_t()
+    at = ctypes.addressof(item)
+    _local.scratch = scratch = (item, at, at + _OF)
+    return scratch
+
+
 def caller_memory(caller: int) -> GuestMemory:
     """The calling instance's exported ``memory`` (``MissingMemoryError`` if none)."""
-    item = ffi.wasmtime_extern_t()
-    if not FAST.caller_export_get(caller, _MEMORY, len(_MEMORY), ctypes.addressof(item)):
+    item, at, mem = getattr(_local, "scratch", None) or _scratch()
+    if not FAST.caller_export_get(caller, _MEMORY, len(_MEMORY), at):
         raise MissingMemoryError("guest exports no memory")
     kind: Any = item.kind  # an int at run time (ctypes converts struct fields)
     if kind != MEMORY:
         raise MissingMemoryError("guest export `memory` is not a memory")
     ctx = FAST.caller_context(caller)
-    mem = ctypes.addressof(item) + _OF  # the wasmtime_memory_t inside the extern
     size: int = FAST.memory_data_size(ctx, mem)
     return GuestMemory((FAST.memory_data(ctx, mem) or 0) if size else 0, size)
 
@@ -91,18 +104,19 @@ def define_raw(  # noqa: PLR0917 - mirrors Linker.define_func
     i32 = wasmtime.ValType.i32()
     ty = wasmtime.FuncType([i32] * nparams, [i32] * nresults)
 
-    # Slots are 16-byte wasmtime_val_raw_t; an i32 is the first 4 bytes of its slot.
-    params = struct.Struct("<" + "i12x" * nparams)
-    result_slot = ctypes.c_int32
+    # Slots are 16-byte wasmtime_val_raw_t; an i32 is the first 4 bytes of its slot. One
+    # ctypes view per call serves both the arguments and the result.
+    unpack = struct.Struct("<" + "i12x" * nparams).unpack_from
+    view_of = (ctypes.c_int32 * (4 * max(1, nparams, nresults))).from_address
 
     def trampoline(_env: int, caller: int, slots: int, _n: int) -> int:
+        view = view_of(slots)
         try:
-            args = params.unpack(ctypes.string_at(slots, params.size)) if nparams else ()
-            result = fn(caller, *args)
+            result = fn(caller, *unpack(view))
         except Exception:
             result = error  # a host bug must not become an exception inside ctypes
         if nresults:
-            result_slot.from_address(slots).value = result or 0
+            view[0] = result or 0
         return 0  # never a trap: see the module invariants
 
     keep, callback = raw_callback(trampoline)
@@ -134,24 +148,24 @@ class RawMemory:
     def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance, name: str) -> None:
         """Look up export ``name`` (``KeyError`` if it is not a memory)."""
         self._mem = export_of(store, instance, name, MEMORY).memory
+        self._at = ctypes.addressof(self._mem)
+        self._ctx = ctypes.cast(context(store), ctypes.c_void_p).value  # fixed for the store
 
-    def data_len(self, store: wasmtime.Store) -> int:
+    def data_len(self, store: wasmtime.Store) -> int:  # noqa: ARG002 - the store it came from
         """Current size in bytes."""
-        return int(ffi.wasmtime_memory_data_size(context(store), ctypes.byref(self._mem)))
+        return int(FAST.memory_data_size(self._ctx, self._at))
 
-    def view(self, store: wasmtime.Store) -> GuestMemory:
+    def view(self, store: wasmtime.Store) -> GuestMemory:  # noqa: ARG002 - see data_len
         """A bounds-checked view valid until the guest runs again."""
-        ctx = context(store)
-        size = ffi.wasmtime_memory_data_size(ctx, ctypes.byref(self._mem))
-        data = ffi.wasmtime_memory_data(ctx, ctypes.byref(self._mem))
-        return GuestMemory(ctypes.addressof(data.contents) if size else 0, size)
+        size: int = FAST.memory_data_size(self._ctx, self._at)
+        return GuestMemory((FAST.memory_data(self._ctx, self._at) or 0) if size else 0, size)
 
 
 class RawFunc:
     """Calls an i32-only exported function without per-call type introspection.
 
     One instance serves one thread at a time (its instance's request): the argument slots
-    are allocated once."""
+    and the trap slot are allocated once."""
 
     def __init__(
         self, store: wasmtime.Store, instance: wasmtime.Instance, name: str, sig: tuple[int, int]
@@ -159,11 +173,15 @@ class RawFunc:
         """Look up export ``name``, checked at load time to be ``(i32*sig[0]) -> (i32*sig[1])``."""
         nparams, nresults = sig
         self._func = export_of(store, instance, name, FUNC).func
+        self._func_at = ctypes.addressof(self._func)
         self._nparams = nparams
         self._nresults = nresults
         self._nslots = max(1, nparams, nresults)
         self._slots = (ffi.wasmtime_val_raw_t * self._nslots)()
+        self._result = ctypes.c_int32.from_buffer(self._slots)  # an i32 result: slot 0
         self._args = struct.Struct("<" + "i12x" * nparams)
+        self._trap = ctypes.c_void_p()
+        self._trap_at = ctypes.addressof(self._trap)
         self._ctx = ctypes.cast(context(store), ctypes.c_void_p).value  # fixed for the store
 
     def __call__(self, store: wasmtime.Store, *args: int) -> int | None:  # noqa: ARG002
@@ -173,12 +191,10 @@ class RawFunc:
         slots = self._slots
         if self._nparams:
             self._args.pack_into(slots, 0, *args[: self._nparams])
-        trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        err = FAST.func_call_unchecked(
-            self._ctx, ctypes.addressof(self._func), slots, self._nslots, ctypes.addressof(trap)
-        )
+        self._trap.value = None
+        err = FAST.func_call_unchecked(self._ctx, self._func_at, slots, self._nslots, self._trap_at)
         if err:
             raise error_from(error_ptr(err))
-        if bool(trap):  # a NULL ctypes pointer is falsy
-            raise trap_from(trap)
-        return int(slots[0].i32) if self._nresults else None
+        if self._trap.value:
+            raise trap_from(ctypes.cast(self._trap.value, ctypes.POINTER(ffi.wasm_trap_t)))
+        return self._result.value if self._nresults else None

@@ -198,7 +198,7 @@ class NnSession:
     ) -> npt.NDArray[Any]:
         self._charge(size, "input")
         raw = mem.read(ptr, size)
-        return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(dims)
+        return np.frombuffer(raw, dtype=dtype).reshape(dims)  # dtype: little-endian
 
     def compute(self, ctx: int) -> None:
         """``compute``: ``ModelHandle.infer`` with the request's deadline (time: ``infer_s``)."""
@@ -253,7 +253,7 @@ class NnSession:
         try:
             outputs = self._infer(model, [x])
         finally:
-            self._release([x])
+            self.host_bytes -= x.nbytes
         try:
             return self._copy_out(mem, outputs[0], buf, cap, out)
         finally:

@@ -9,6 +9,7 @@ length must equal ``prod(dims) * itemsize``.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any
@@ -42,6 +43,7 @@ _CURRENT_TYPES = {0: "FP16", 1: "FP32", 2: "FP64", 3: "UINT8", 4: "INT32", 5: "I
 _LEGACY_TYPES = {0: "FP16", 1: "FP32", 2: "UINT8", 3: "INT32"}
 TENSOR = struct.Struct("<IIB3xII")
 MAX_RANK = 16
+_DIMS = [struct.Struct(f"<{n}I") for n in range(MAX_RANK + 1)]
 F32 = 1  # wasi-nn tensor type FP32 (both numberings)
 _E = NnErrno
 
@@ -58,11 +60,12 @@ class NnError(Exception):
 def checked(
     mem: GuestMemory, spec: TensorSpec, fields: tuple[int, int, int, int, int]
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    """Check a tensor (dims pointer, rank, type, data pointer, length) against ``spec``."""
+    """Check a tensor (dims pointer, rank, type, data pointer, length) against ``spec``;
+    the dims and the little-endian dtype to read the data with."""
     dims_ptr, rank, ty, _data_ptr, data_len = fields
-    if rank > MAX_RANK:
+    if not 0 <= rank <= MAX_RANK:  # a negative i32 (the fused call's rank) is no rank
         raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {MAX_RANK}")
-    dims = struct.unpack(f"<{rank}I", mem.read(dims_ptr, 4 * rank))
+    dims = _DIMS[rank].unpack(mem.read(dims_ptr, 4 * rank))
     dtype = _check_type(ty, spec.datatype)
     _check_shape(dims, spec.shape)
     if math.prod(dims) * dtype.itemsize != data_len:
@@ -78,6 +81,7 @@ def encoding_of(enc: int) -> str:
     raise NnError(_E.INVALID_ENCODING, f"graph encoding {name} is not supported")
 
 
+@functools.cache  # only accepted pairs are kept (a refusal raises): a few types x models
 def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
     accepted = {_CURRENT_TYPES.get(ty), _LEGACY_TYPES.get(ty)}
     if datatype == "INT8" and "UINT8" in accepted:
@@ -86,7 +90,7 @@ def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
         named = " or ".join(sorted({t for t in accepted if t is not None})) or "unknown"
         msg = f"tensor type {named} (wasi-nn type {ty}) does not match the model's {datatype}"
         raise NnError(_E.INVALID_ARGUMENT, msg)
-    return numpy_dtype(datatype)
+    return numpy_dtype(datatype).newbyteorder("<")
 
 
 def _check_shape(dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
