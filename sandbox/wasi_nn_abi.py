@@ -63,8 +63,8 @@ def checked(
     """Check a tensor (dims pointer, rank, type, data pointer, length) against ``spec``;
     the dims and the little-endian dtype to read the data with."""
     dims_ptr, rank, ty, _data_ptr, data_len = fields
-    if not 0 <= rank <= MAX_RANK:  # a negative i32 (the fused call's rank) is no rank
-        raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} above {MAX_RANK}")
+    if not 0 <= rank <= MAX_RANK:  # the fused call's rank is a signed i32
+        raise NnError(_E.INVALID_ARGUMENT, f"tensor rank {rank} outside 0..{MAX_RANK}")
     dims = _DIMS[rank].unpack(mem.read(dims_ptr, 4 * rank))
     dtype = _check_type(ty, spec.datatype)
     _check_shape(dims, spec.shape)

@@ -496,7 +496,8 @@ def test_fused_inference_is_the_four_calls_in_one(proxy: Adapter, declared: Decl
     [
         ([1, 5], {}, INVALID_ARGUMENT, "do not fit model shape"),
         ([1, 4], {"len": 12}, INVALID_ARGUMENT, "dims need 16"),
-        ([1, 4], {"rank": 17}, INVALID_ARGUMENT, "rank 17 above 16"),
+        ([1, 4], {"rank": 17}, INVALID_ARGUMENT, "rank 17 outside 0..16"),
+        ([1, 4], {"rank": -1}, INVALID_ARGUMENT, "rank -1 outside 0..16"),
         ([1, 4], {"graph": 7}, INVALID_ARGUMENT, "no graph with handle 7"),
         ([1, 4], {"data": FAR}, INVALID_ARGUMENT, "bad pointer"),
         ([1, 4], {"dims": FAR}, INVALID_ARGUMENT, "bad pointer"),
