@@ -122,6 +122,11 @@ class Adapter:
         """Requests that ran on a spare so far, failed ones included (observability, tests)."""
         return self._spares.taken
 
+    @property
+    def spares_waiting(self) -> int:
+        """Used instances not closed yet (at most ``spare_instances - 1``; tests)."""
+        return self._spares.waiting
+
     def close(self) -> None:
         """Close the spare instances (idempotent); later runs instantiate on their path."""
         self._spares.close()

@@ -63,6 +63,25 @@ def test_a_spare_is_never_used_twice(engine: SandboxEngine, probe: Adapter) -> N
     assert probe.spares_taken == 5
 
 
+def test_two_spares_refill_in_one_wake_and_never_hand_out_a_used_instance(
+    tmp_path: Path, wat_guest: Callable[[str], bytes]
+) -> None:
+    """With two spares a used instance waits, open, while a spare is still ready; the
+    request that takes the last one has both closed and both spares rebuilt. No request
+    ever gets a waiting instance, and closing the adapter closes them."""
+    with SandboxEngine(tmp_path / "cache", Ceilings(spare_instances=2)) as eng:
+        adapter = eng.compile(wat_guest("spare_probe"), name="spare_probe")
+        assert state_seen(adapter) == (0, 0, False)
+        waiting = []
+        for _ in range(6):
+            assert eng.settle()
+            assert state_seen(adapter) == (0, 0, True)  # nothing of the earlier requests
+            waiting.append(adapter.spares_waiting)
+        assert waiting == [1, 0] * 3  # one wake-up per two requests
+        adapter.close()
+        assert (adapter.spares_waiting, adapter.spares_ready) == (0, 0)
+
+
 def test_concurrent_requests_each_get_an_unused_instance(probe: Adapter) -> None:
     with ThreadPoolExecutor(max_workers=6) as pool:
         seen = list(pool.map(lambda _: state_seen(probe)[:2], range(120)))
