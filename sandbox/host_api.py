@@ -89,6 +89,8 @@ class RequestState:
 
     def flush(self) -> None:
         """Log what is left of unterminated stdout/stderr lines (end of the request)."""
+        if not self.pending:
+            return  # the usual case: the guest wrote nothing, or only whole lines
         for stream, rest in sorted(self.pending.items()):
             if rest:
                 self.log(f"{stream}: {rest.decode(errors='replace')}")
