@@ -52,7 +52,7 @@ from wasmgate.runtime.field.samples_http import HttpSamples
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
-from wasmgate.runtime.http import errors, manage, metrics, openapi, origin, status, traced, v2
+from wasmgate.runtime.http import edge, manage, metrics, openapi, status, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
@@ -106,10 +106,7 @@ def build_app(
     http = settings.http
     app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
     app[TRACING] = Tracing(settings.telemetry, settings.mqtt.gateway_id or socket.gethostname())
-    errors.setup(app)
-    origin.setup(app, http.allowed_hosts)
-    traced.setup(app)
-    app.middlewares.insert(0, guard.middleware())
+    edge.setup(app, guard, http.allowed_hosts)
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)

@@ -93,7 +93,12 @@ def datatype_of(dtype: npt.DTypeLike) -> str:
 
 def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
     """True when ``shape`` has the spec's rank and every fixed (non ``-1``) dimension."""
-    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
+    if len(spec) != len(shape):
+        return False
+    for s, d in zip(spec, shape, strict=True):  # a loop, not all(<generator>): per request
+        if s != -1 and s != d:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,15 @@ def validate(
 ) -> list[Array]:
     """The request's tensors in spec order; `InputMismatch` when a name, datatype or shape
     does not fit (unknown and missing names are listed, the rest names the tensor)."""
+    if len(inputs) == len(specs):  # the usual request: every name given, nothing else
+        try:
+            ordered = [np.asarray(inputs[spec.name]) for spec in specs]
+        except KeyError:
+            pass  # a name is wrong: the lists below say which
+        else:
+            for spec, array in zip(specs, ordered, strict=True):
+                _check(spec, array)
+            return ordered
     by_name = {spec.name: spec for spec in specs}
     unknown = sorted(set(inputs) - set(by_name))
     if unknown:
@@ -130,10 +144,12 @@ def validate(
 
 
 def _check(spec: TensorSpec, array: Array) -> None:
-    try:
-        given = datatype_of(array.dtype)
-    except KeyError:
-        given = str(array.dtype)
+    given = _NAMES.get(array.dtype)  # the usual numeric dtype, without `datatype_of`'s np.dtype()
+    if given is None:
+        try:
+            given = datatype_of(array.dtype)
+        except KeyError:
+            given = str(array.dtype)
     if given != spec.datatype:
         raise InputMismatch(f"input {spec.name!r}: expected datatype {spec.datatype}, got {given}")
     if not shape_matches(spec.shape, array.shape):

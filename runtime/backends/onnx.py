@@ -64,29 +64,42 @@ class OnnxModel(LoadedModel):
         self._input_names = [s.name for s in self.inputs]
         self._output_names = [s.name for s in self.outputs]
         self._watchdog = options.watchdog
+        self._spare_options: list[ort.RunOptions] = []  # list.pop/append: thread-safe
 
     def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
         session = self._session  # ORT's run() is thread-safe; close() only drops the ref
         if session is None:
             raise BackendError(f"{self.name}: model is closed")
         feed = dict(zip(self._input_names, inputs, strict=True))
-        run_options = ort.RunOptions()
         if self._watchdog is None or deadline is None:
-            return self._call(session, feed, run_options)
+            return self._call(session, feed, None)
+        try:  # a RunOptions per run in flight (its terminate flag is that run's), reused
+            run_options = self._spare_options.pop()
+        except IndexError:
+            run_options = ort.RunOptions()
 
         def stop() -> None:  # called from the watchdog thread, which ORT allows
             run_options.terminate = True
 
-        with self._watchdog.guard(deadline, stop, self.name) as guard:
-            try:
+        guard = self._watchdog.guard(deadline, stop, self.name)
+        try:
+            with guard:
                 return self._call(session, feed, run_options)
-            except BackendError as e:
-                if guard.fired:  # ORT raises Fail("Exiting due to terminate flag ...")
-                    raise DeadlineExceeded(f"{self.name}: run stopped at its deadline") from e
-                raise
+        except BackendError as e:
+            if guard.fired:  # ORT raises Fail("Exiting due to terminate flag ...")
+                raise DeadlineExceeded(f"{self.name}: run stopped at its deadline") from e
+            raise
+        finally:
+            # Past the guard, `fired` is final (the watchdog fires under the lock the guard
+            # took to leave): a RunOptions never told to terminate is good for the next run.
+            if not guard.fired:
+                self._spare_options.append(run_options)
 
     def _call(
-        self, session: ort.InferenceSession, feed: dict[str, Array], run_options: ort.RunOptions
+        self,
+        session: ort.InferenceSession,
+        feed: dict[str, Array],
+        run_options: ort.RunOptions | None,
     ) -> list[Array]:
         try:
             outputs: list[Array] = session.run(self._output_names, feed, run_options)

@@ -19,14 +19,12 @@ wakes nobody, where an empty heap would have had every guard wake the thread.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Self
 
 log = logging.getLogger(__name__)
@@ -37,14 +35,31 @@ _LINGER_S = 0.1
 _NEVER = float("inf")
 
 
-@dataclass
 class Guard:
-    """One registered run; ``fired`` once the watchdog cancelled it."""
+    """One registered run; ``fired`` once the watchdog cancelled it. A context manager
+    (`Watchdog.guard`): watched inside its block. A class, not a generator-based context
+    manager, because a tiny model's every run opens one."""
 
-    label: str
-    cancel: Callable[[], None]
-    fired: bool = False
-    done: bool = field(default=False, repr=False)
+    __slots__ = ("_deadline", "_dog", "cancel", "done", "fired", "label")
+
+    def __init__(
+        self, dog: Watchdog, deadline: float | None, cancel: Callable[[], None], label: str
+    ) -> None:
+        self.label = label
+        self.cancel = cancel
+        self.fired = False
+        self.done = False
+        self._dog = dog
+        self._deadline = deadline
+
+    def __enter__(self) -> Self:
+        if self._deadline is not None:
+            self._dog.watch(self, self._deadline)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._deadline is not None:
+            self._dog.unwatch(self)
 
 
 class Watchdog:
@@ -55,7 +70,8 @@ class Watchdog:
         self._on_fire = on_fire
         self._heap: list[tuple[float, int, Guard]] = []
         self._seq = itertools.count()
-        self._cond = threading.Condition()
+        # A plain lock (the default is an RLock): taken twice per guarded run, never nested.
+        self._cond = threading.Condition(threading.Lock())
         self._closed = False
         self._finished = 0  # finished entries still in the heap
         self._wake_at = float("inf")  # what the thread sleeps until (lock held to change)
@@ -65,27 +81,26 @@ class Watchdog:
         self._thread = threading.Thread(target=self._loop, name="wasmgate-watchdog", daemon=True)
         self._thread.start()
 
-    @contextlib.contextmanager
-    def guard(
-        self, deadline: float | None, cancel: Callable[[], None], label: str = ""
-    ) -> Iterator[Guard]:
-        """Watch the block: ``cancel()`` is called if ``deadline`` passes inside it."""
-        entry = Guard(label, cancel)
-        if deadline is not None:
-            with self._cond:
-                self._last_guard = time.monotonic()
-                heapq.heappush(self._heap, (deadline, next(self._seq), entry))
-                if deadline < self._wake_at:
-                    self._wake_at = deadline
-                    self._cond.notify()
-        try:
-            yield entry
-        finally:
-            if deadline is not None:
-                with self._cond:
-                    entry.done = True
-                    self._finished += 1
-                    self._prune()
+    def guard(self, deadline: float | None, cancel: Callable[[], None], label: str = "") -> Guard:
+        """``with watchdog.guard(...)``: ``cancel()`` is called if ``deadline`` passes inside
+        the block (no deadline: nothing is watched)."""
+        return Guard(self, deadline, cancel, label)
+
+    def watch(self, entry: Guard, deadline: float) -> None:
+        """Start watching ``entry`` (its block was entered)."""
+        with self._cond:
+            self._last_guard = time.monotonic()
+            heapq.heappush(self._heap, (deadline, next(self._seq), entry))
+            if deadline < self._wake_at:
+                self._wake_at = deadline
+                self._cond.notify()
+
+    def unwatch(self, entry: Guard) -> None:
+        """Stop watching ``entry`` (its block was left)."""
+        with self._cond:
+            entry.done = True
+            self._finished += 1
+            self._prune()
 
     def _prune(self) -> None:
         """Drop finished entries (lock held) once they are over half the heap: without a

@@ -77,6 +77,9 @@ class ServingTable:
         self._mqtt: dict[str, str] = {}
         self._models: dict[str, str] = {}
         self._closer = closer
+        # model_info per (name, version): asked on every V2 request, rebuilt only after
+        # the table changes (every change goes through _reindex or abort).
+        self._infos: dict[tuple[str, str | None], ModelInfo] = {}
         self.started = False
 
     # -- changes ----------------------------------------------------------------------
@@ -123,6 +126,7 @@ class ServingTable:
         if slot.candidate is None:
             raise NotFound(f"bundle {name!r} has no staged version")
         candidate, slot.candidate, slot.percent = slot.candidate, None, 0
+        self._infos.clear()
         self._retire(candidate)
         return candidate
 
@@ -140,6 +144,7 @@ class ServingTable:
             self._closer(bundle)
 
     def _reindex(self) -> None:
+        self._infos.clear()
         self._adapters = {
             s.current.adapter_name: name
             for name, s in self._slots.items()
@@ -208,6 +213,12 @@ class ServingTable:
         return [self.model_info(name) for name in names]
 
     def model_info(self, name: str, version: str | None = None) -> ModelInfo:
+        info = self._infos.get((name, version))
+        if info is None:
+            info = self._infos[(name, version)] = self._model_info(name, version)
+        return info
+
+    def _model_info(self, name: str, version: str | None) -> ModelInfo:
         is_model = name in self._models
         owner = self._models.get(name) if is_model else self._adapters.get(name)
         if owner is None:

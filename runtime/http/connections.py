@@ -10,7 +10,8 @@ descriptors and lock every client out. `ConnectionGuard` wraps aiohttp's protoco
   so an attacker's sockets are what goes, not a quiet client's one connection.
 
 "Idle" means no request is being answered on it (waiting for headers, or kept alive);
-`busy_middleware` marks the connections whose request is in a handler. A refused
+`ConnectionGuard.mark` (called by `wasmgate.runtime.http.edge`) marks the connections
+whose request is in a handler. A refused
 connection gets a bare ``503`` and is closed.
 """
 
@@ -23,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 log = logging.getLogger("wasmgate.http")
 
@@ -129,19 +129,6 @@ class ConnectionGuard:
         conn = self._by_transport.get(request.transport)
         if conn is not None:
             conn.busy += delta
-
-    def middleware(self) -> Middleware:
-        """Marks a connection busy while its request is answered (install outermost)."""
-
-        @web.middleware
-        async def busy_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-            self.mark(request, 1)
-            try:
-                return await handler(request)
-            finally:
-                self.mark(request, -1)
-
-        return busy_middleware
 
 
 class GuardedSite(web.TCPSite):

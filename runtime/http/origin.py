@@ -14,13 +14,11 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Middleware
 from yarl import URL
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DECIDED_MAX = 1024
@@ -62,7 +60,10 @@ def _cross_site(request: web.Request) -> str | None:
     return None
 
 
-def middleware(allowed_hosts: Iterable[str]) -> Middleware:
+def checker(allowed_hosts: Iterable[str]) -> Callable[[web.Request], None]:
+    """The check of every request (`wasmgate.runtime.http.edge` calls it inside the error
+    mapping, so its 403s become V2 error bodies): raises ``HTTPForbidden`` for a Host
+    not served here or a browser's cross-site state-changing request."""
     allowed = frozenset(h.lower().rstrip(".") for h in allowed_hosts)
     # A client sends the same Host on every request: the answer is remembered (parsing an
     # IP address took ~10 µs of a tiny model's request), bounded since clients choose it.
@@ -76,8 +77,7 @@ def middleware(allowed_hosts: Iterable[str]) -> Middleware:
             ok = decided[host] = host_allowed(host, allowed)
         return ok
 
-    @web.middleware
-    async def origin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def check(request: web.Request) -> None:
         host = request.headers.get(hdrs.HOST)
         if host is not None and not host_ok(host):
             raise web.HTTPForbidden(
@@ -87,11 +87,5 @@ def middleware(allowed_hosts: Iterable[str]) -> Middleware:
             why = _cross_site(request)
             if why is not None:
                 raise web.HTTPForbidden(text=f"cross-site request refused ({why})")
-        return await handler(request)
 
-    return origin_middleware
-
-
-def setup(app: web.Application, allowed_hosts: Iterable[str]) -> None:
-    """Install after `wasmgate.runtime.http.errors.setup` (its 403s become V2 error bodies)."""
-    app.middlewares.append(middleware(allowed_hosts))
+    return check

@@ -1,7 +1,7 @@
 """The ``http receive`` span and W3C trace context of the inference routes.
 
-A middleware, outermost but for the connection guard, so error answers (written by the
-error middleware inside it) carry ``traceparent`` too. Only the inference routes are
+Opened by `wasmgate.runtime.http.edge` outside the error mapping, so error answers carry
+``traceparent`` too. Only the inference routes are
 traced (V2 ``…/infer`` and ``POST /v1/adapters/{name}``); health checks, metrics scrapes
 and the management API are not. What goes in and out: `wasmgate.runtime.ops.tracing`.
 """
@@ -12,8 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from wasmgate.runtime.http.keys import TRACING
-from wasmgate.runtime.ops.tracing import mark_status
+from wasmgate.runtime.ops.tracing import Tracing, mark_status
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -26,29 +25,27 @@ TRACED_ROUTES = frozenset(
 )
 
 
-@web.middleware
-async def tracing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    tracing = request.app.get(TRACING)
+def wanted(tracing: Tracing, request: web.Request) -> bool:
+    """Whether ``request`` gets an ``http receive`` span (an inference route, traced)."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else ""
-    if tracing is None or canonical not in TRACED_ROUTES or not tracing.wants(request.headers):
-        return await handler(request)
+    return canonical in TRACED_ROUTES and tracing.wants(request.headers)
+
+
+async def around(tracing: Tracing, request: web.Request, answer: Handler) -> web.StreamResponse:
+    """``answer(request)`` inside the request's span; the answer carries ``traceparent``."""
     info = request.match_info
+    route = info.route.resource
     attributes = {
         "http.request.method": request.method,
-        "http.route": canonical,
+        "http.route": route.canonical if route is not None else "",
         "wasmgate.model": info.get("model") or info.get("name") or "",
     }
     with tracing.receive("http", request.headers, attributes) as current:
-        response = await handler(request)
+        response = await answer(request)
         mark_status(current, "http.response.status_code", response.status)
         source = response.headers.get("X-Wasmgate-Source")
         if current is not None and source is not None:
             current.set_attribute("wasmgate.source", source)
         response.headers.update(tracing.answer_carrier())
         return response
-
-
-def setup(app: web.Application) -> None:
-    """Install after the error middleware, so it wraps it (call before the guard's insert)."""
-    app.middlewares.insert(0, tracing_middleware)

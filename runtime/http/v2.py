@@ -110,13 +110,19 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
             key=canary_key(request),
         )
     )
-    return InferOutcome(dict(answer.outputs), answer.source, answer.version, answer.timings, None)
+    return InferOutcome(answer.outputs, answer.source, answer.version, answer.timings, None)
 
 
 async def off_loop(size: int, fn: Callable[[], T]) -> T:
     """``fn()``, in a worker thread when ``size`` (bytes) is over `OFFLOAD_BYTES`."""
     # Decoding or encoding megabytes of JSON takes long enough to stall every other client.
     return await asyncio.to_thread(fn) if size > OFFLOAD_BYTES else fn()
+
+
+def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded:
+    return v2.encode_response(
+        name, str(result.version), result.outputs, req, parameters={"source": result.source}
+    )
 
 
 async def infer(request: web.Request) -> web.Response:
@@ -127,16 +133,17 @@ async def infer(request: web.Request) -> web.Response:
         check_json_size(request.content_length if length is None else length, request)
         body = await read_body(request)
         check_json_size(len(body) if length is None else None, request)
-        req = await off_loop(len(body), lambda: v2.parse_request(body, length))
+        # Small bodies and answers (nearly all) are coded here, without off_loop's coroutine.
+        if len(body) <= OFFLOAD_BYTES:
+            req = v2.parse_request(body, length)
+        else:
+            req = await off_loop(len(body), lambda: v2.parse_request(body, length))
         result = await _run(request, info, req)
         size = sum(a.nbytes for a in result.outputs.values())
-        encoded = await off_loop(
-            size,
-            lambda: v2.encode_response(
-                info.name, str(result.version), result.outputs, req,
-                parameters={"source": result.source},
-            ),
-        )  # fmt: skip
+        if size <= OFFLOAD_BYTES:
+            encoded = _encode(info.name, result, req)
+        else:
+            encoded = await off_loop(size, lambda: _encode(info.name, result, req))
     except Exception as exc:
         observation.failed(exc)
         raise

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -36,10 +36,10 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from wasmgate.runtime.ops.pulled import GateFigures, GateGauge
+from wasmgate.runtime.ops.request_metrics import RequestFamilies
 
 Kind = Literal["adapter", "model"]
 STAGES = ("queue", "sandbox", "inference", "fallback")
@@ -126,10 +126,6 @@ class Metrics:
         self._lock = threading.Lock()
         self._model_labels: dict[str, tuple[str, str, str, str]] = {}
         self._known: dict[str, frozenset[str]] | None = None
-        # labels() takes a lock and validates its arguments on every call: a few percent of
-        # a tiny model's request. The per-request children are looked up here instead (they
-        # are never removed; only model_backend's are, and it does not go through here).
-        self._children: dict[tuple[object, ...], Any] = {}
         self._build()
 
     def set_known_names(self, adapters: Iterable[str], models: Iterable[str]) -> None:
@@ -142,31 +138,10 @@ class Metrics:
             return UNKNOWN_NAME
         return name
 
-    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
-
     def _build(self) -> None:
         reg = self.registry
-        self.requests = Counter(
-            "wasmgate_requests", "Requests answered, by transport, kind, name and source.",
-            ["transport", "kind", "name", "source"], registry=reg,
-        )  # fmt: skip
-        self.errors = Counter(
-            "wasmgate_request_errors", "Requests that failed, by error type.",
-            ["transport", "kind", "name", "error"], registry=reg,
-        )  # fmt: skip
-        self.latency = Histogram(
-            "wasmgate_request_duration_seconds", "End-to-end request latency at the bridge.",
-            ["transport", "kind", "name"], buckets=LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
-        self.stages = Histogram(
-            "wasmgate_stage_duration_seconds", "Latency per stage (STAGES).",
-            ["kind", "name", "stage"], buckets=LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+        self._per_request = RequestFamilies(LATENCY_BUCKETS, STAGES)
+        reg.register(self._per_request)
         self.batch = Histogram(
             "wasmgate_batch_size", "Requests merged into one backend run.",
             ["model"], buckets=BATCH_BUCKETS, registry=reg,
@@ -237,13 +212,9 @@ class Metrics:
         name = self._name_label(kind, name, error)
         total = seconds if seconds is not None else sum(timings.values())
         if error is None:
-            self._child(self.requests, transport, kind, name, source or "local").inc()
-            self._child(self.latency, transport, kind, name).observe(total)
-            for stage, value in timings.items():
-                if stage in STAGES:
-                    self._child(self.stages, kind, name, stage).observe(value)
+            self._per_request.answered((transport, kind, name), source or "local", total, timings)
         else:
-            self._child(self.errors, transport, kind, name, error).inc()
+            self._per_request.failed(transport, kind, name, error)
         with self._lock:
             recent = self._recent.get((kind, name))
             if recent is None:

@@ -193,7 +193,8 @@ def encode_json(array: Array, datatype: str, label: str) -> list[Any]:
     if datatype == "BF16":
         raise BadRequest(f"{label} is BF16, which travels as binary only: ask binary_data")
     if datatype != "BYTES":
-        return list(array.ravel().tolist())
+        data: list[Any] = array.ravel().tolist()  # a list already (ravel: at least 1-D)
+        return data
     result: list[str] = []
     for item in array.ravel():
         try:

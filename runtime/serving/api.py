@@ -42,7 +42,8 @@ class AdapterRequest:
     namespace: Namespace = "http"
 
     def __post_init__(self) -> None:
-        check_deadline(self.deadline, f"adapter {self.adapter!r}")
+        if self.deadline is not None:  # the label is formatted only when there is one
+            check_deadline(self.deadline, f"adapter {self.adapter!r}")
 
 
 @dataclass
@@ -74,7 +75,8 @@ class ModelRequest:
     """Canary key, as `AdapterRequest.key`."""
 
     def __post_init__(self) -> None:
-        check_deadline(self.deadline, f"model {self.model!r}")
+        if self.deadline is not None:  # the label is formatted only when there is one
+            check_deadline(self.deadline, f"model {self.model!r}")
 
 
 @dataclass

@@ -15,11 +15,10 @@ Sandbox and backend exceptions become `wasmgate.runtime.errors` types here, once
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
@@ -127,22 +126,32 @@ def _message(output: bytes) -> str:
     return text[:_MAX_ERROR_CHARS] or "(no message)"
 
 
-@contextlib.contextmanager
-def _local_failures(what: str) -> Iterator[None]:
+class _local_failures:  # noqa: N801 - used as a function: ``with _local_failures(what):``
     """The one translation of a local run's failure, for adapters and models alike.
 
     Our own errors keep their meaning (a closing batcher stays `NotReady`, a client mistake
     stays `BadRequest`: neither is a reason for cloud fallback). A backend failure is an
     inference failure naming the model, which the fallback policy may send to the cloud.
-    Anything else is a bug: logged with its traceback, reported without internals."""
-    try:
-        yield
-    except BackendError as e:
-        raise InferenceFailed(f"{what}: {e}") from e
-    except DaemonError:
-        raise
-    except Exception as e:
-        log.exception("local run of %s failed", what)
+    Anything else is a bug: logged with its traceback, reported without internals.
+    A class, not a generator-based context manager: it is on every request's path."""
+
+    __slots__ = ("_what",)
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, _: object
+    ) -> None:
+        if e is None or not isinstance(e, Exception) or isinstance(e, DaemonError):
+            return  # our own errors, cancellation and exits keep their meaning
+        what = self._what
+        if isinstance(e, BackendError):
+            raise InferenceFailed(f"{what}: {e}") from e
+        log.error("local run of %s failed", what, exc_info=e)
         raise InferenceFailed(f"{what}: internal error: {type(e).__name__}") from e
 
 
@@ -218,13 +227,12 @@ async def execute_model(
         raise InferenceFailed(f"model {served.name!r} is not loaded")
     left = remaining(deadline)
     start = time.monotonic()
-    took: list[float] = []
-    nbytes = sum(a.nbytes for a in inputs)
     inline = (
         policy is not None
         and not isinstance(handle, Batcher)
-        and policy.inline(served.name, nbytes, pool_busy)
+        and policy.inline(served.name, sum(a.nbytes for a in inputs), pool_busy)
     )
+    took: list[float] = []
     with _local_failures(f"model {served.name!r}"):
         if inline:
             outputs = _timed(handle, inputs, deadline, took)

@@ -85,6 +85,7 @@ class FairPool(Executor):
         self._recent: dict[str, tuple[float, float]] = {}  # tenant -> (last submit, weight)
         self._seq = itertools.count()
         self._closed = False
+        self._queued = 0  # jobs in every tenant's queue (changed under the lock)
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
             for i in range(workers)
@@ -119,13 +120,16 @@ class FairPool(Executor):
             t.weight = weight
             self._seen(tenant, weight)
             t.jobs.append(_Job(next(self._seq), future, lambda: ctx.run(fn, *args, **kwargs)))
+            self._queued += 1
             self._cv.notify()
         return future
 
     def has_queued(self) -> bool:
-        """Whether any job waits for a worker (an inline run must not overtake it)."""
-        with self._cv:
-            return any(t.jobs for t in self._tenants.values())
+        """Whether any job waits for a worker (an inline run must not overtake it).
+
+        Read without the lock (asked once per request on the event loop): a count changing
+        at this very moment is a race the caller's decision tolerates either way."""
+        return self._queued > 0
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per busy tenant: jobs running and queued, weight."""
@@ -143,6 +147,7 @@ class FairPool(Executor):
                 for t in self._tenants.values():
                     while t.jobs:
                         t.jobs.popleft().future.cancel()
+                        self._queued -= 1
             self._cv.notify_all()
         if wait:
             for thread in self._threads:
@@ -183,6 +188,7 @@ class FairPool(Executor):
             _, _, name = min(eligible)
             tenant = self._tenants[name]
             job = tenant.jobs.popleft()
+            self._queued -= 1
             if not job.future.set_running_or_notify_cancel():
                 self._forget_if_idle(name, tenant)
                 continue  # its request gave up while queued: never run it

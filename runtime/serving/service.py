@@ -10,12 +10,10 @@ bundle's models (Batchers) behind wasi-nn ``compute``, map the outcome to an ans
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from wasmgate.runtime.bundles.loaded import AdmissionLimits, LoadedBundle, ServedModel
+from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.cloud.policy import CloudClient, Deferrer, FallbackRunner
 from wasmgate.runtime.errors import (
@@ -31,7 +29,6 @@ from wasmgate.runtime.field.events import EventSink
 from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
-from wasmgate.runtime.serving.admission import Gate
 from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
@@ -46,6 +43,7 @@ from wasmgate.runtime.serving.inline import (
     InlinePolicy,
 )
 from wasmgate.runtime.serving.scheduler import FairPool
+from wasmgate.runtime.serving.tenants import Tenants
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
 from wasmgate.sandbox.spans import record
@@ -79,10 +77,9 @@ class InferenceService:
         self._metrics = metrics
         observe = metrics.observe_fallback if metrics else None
         self._fallback = FallbackRunner(cloud, observe, deferrer)
-        self._gates: dict[str, Gate] = {}
-        self._capped_limits: dict[AdmissionLimits, AdmissionLimits] = {}
+        self._tenants = Tenants(pool, limits)
         if metrics is not None:
-            metrics.watch_gates(self.gate_figures)
+            metrics.watch_gates(self._tenants.gate_figures)
         self._inline = InlinePolicy()
         self._inline_adapters = inline_adapters or InlinePolicy(
             ADAPTER_CAP_S, crowded_cap_s=CROWDED_ADAPTER_CAP_S
@@ -90,9 +87,7 @@ class InferenceService:
         if metrics is not None:
             metrics.watch_inline(self.inline_figures)
         self._draining = False
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._flight = InFlight()
 
     # -- state ------------------------------------------------------------------------
 
@@ -107,30 +102,18 @@ class InferenceService:
     async def drained(self, wait_s: float) -> bool:
         """Wait until no request is running or queued (at most ``wait_s``); True if so."""
         try:
-            await asyncio.wait_for(self._idle.wait(), wait_s)
+            await asyncio.wait_for(self._flight.idle.wait(), wait_s)
         except TimeoutError:
             return False
         return True
 
-    @contextlib.contextmanager
-    def _track(self) -> Iterator[None]:
-        self._active += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self._idle.set()
-
     def update_limits(self, limits: LimitSettings) -> None:
         """New daemon-wide ceilings (config reload); apply to later admissions."""
-        self._limits = limits
-        self._capped_limits.clear()
+        self._tenants.update_limits(limits)
 
     def in_flight(self) -> int:
         """Requests inside the service now (queued, running or in fallback)."""
-        return self._active
+        return self._flight.active
 
     # -- metadata ---------------------------------------------------------------------
 
@@ -149,7 +132,7 @@ class InferenceService:
         self._check_ready()
         bundle = self._table.lease_adapter(req.adapter, req.key, req.version, req.namespace)
         try:
-            with self._track(), _outcome(bundle):
+            with self._flight.counted(bundle):
                 answer = await self._run_leased(bundle, req)
                 if answer.events and self._events is not None and bundle.mqtt_name:
                     # Here, not in a bridge: an HTTP request's events reach MQTT too.
@@ -159,7 +142,7 @@ class InferenceService:
             self._table.release(bundle)
 
     async def _run_leased(self, bundle: LoadedBundle, req: AdapterRequest) -> AdapterAnswer:
-        admission = self._capped(bundle.admission)
+        admission = self._tenants.capped(bundle.admission)
         deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
         if admission.max_input_bytes is not None and len(req.payload) > admission.max_input_bytes:
             raise PayloadTooLarge(
@@ -170,17 +153,16 @@ class InferenceService:
             reason = f"model {bundle.missing_models[0]!r} is not loaded on this device"
             return await self._fallback.adapter(bundle, req, reason, req.deadline, {})
         timings: dict[str, float] = {}
-        key = f"adapter:{req.adapter}"
-        gate = self._gate(key, admission)
-        pool = self._pool.for_tenant(key, admission.weight)
+        tenant = self._tenants.of(f"adapter:{req.adapter}", admission)
+        gate = tenant.gate
         try:
             async with gate.admit(deadline) as queued:
                 timings["queue"] = queued
-                record("admission", queued, {"wasmgate.tenant": key})
+                record("admission", queued, tenant.attributes)
                 answer = await execute_adapter(
-                    pool, bundle, req, deadline, timings, hold=gate.hold,
+                    tenant.executor, bundle, req, deadline, timings, hold=gate.hold,
                     policy=self._inline_adapters, pool_busy=self._pool.has_queued(),
-                    crowded=self._active > 1,
+                    crowded=self._flight.active > 1,
                 )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)
@@ -206,7 +188,7 @@ class InferenceService:
         self._check_ready()
         bundle, served = self._table.lease_model(req.model, req.version, req.key)
         try:
-            with self._track(), _outcome(bundle):
+            with self._flight.counted(bundle):
                 return await self._infer_leased(bundle, served, req)
         finally:
             self._table.release(bundle)
@@ -224,27 +206,30 @@ class InferenceService:
         except InputMismatch as e:
             raise BadRequest(str(e)) from None
         names = _output_names(served, req.outputs)
-        admission = self._capped(bundle.admission)
+        admission = self._tenants.capped(bundle.admission)
         deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
-        key = f"model:{served.name}"
-        gate = self._gate(key, admission)
-        pool = self._pool.for_tenant(key, admission.weight)
+        tenant = self._tenants.of(f"model:{served.name}", admission)
+        gate = tenant.gate
         timings: dict[str, float] = {}
         try:
-            async with gate.admit(deadline) as queued:
-                timings["queue"] = queued
-                record("admission", queued, {"wasmgate.tenant": key})
+            # A slot free at once is taken without a coroutine (most requests of a tiny
+            # model); `leave` below gives it back on every way out.
+            timings["queue"] = 0.0 if gate.try_enter() else await gate.enter(deadline)
+            try:
+                record("admission", timings["queue"], tenant.attributes)
                 outputs = await execute_model(
-                    pool, served, ordered, deadline, timings, hold=gate.hold,
+                    tenant.executor, served, ordered, deadline, timings, hold=gate.hold,
                     policy=self._inline, pool_busy=self._pool.has_queued(),
                 )  # fmt: skip
+            finally:
+                gate.leave()
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             if not self._fallback.wants(bundle.fallback, e):
                 raise
             return await self._fallback.model(bundle, req, str(e), timings, e)
         by_name = {spec.name: out for spec, out in zip(served.outputs, outputs, strict=False)}
         return ModelAnswer(
-            outputs={n: by_name[n] for n in names},
+            outputs=by_name if names is None else {n: by_name[n] for n in names},
             source="local",
             version=bundle.version,
             timings=timings,
@@ -258,25 +243,6 @@ class InferenceService:
         if not self._table.started:
             raise NotReady("the daemon is still loading bundles")
 
-    def _capped(self, wanted: AdmissionLimits) -> AdmissionLimits:
-        # Per request, from a handful of distinct manifests: built once per distinct value.
-        capped = self._capped_limits.get(wanted)
-        if capped is None:
-            if len(self._capped_limits) >= 4096:
-                self._capped_limits.clear()
-            capped = self._capped_limits[wanted] = self._cap(wanted)
-        return capped
-
-    def _cap(self, wanted: AdmissionLimits) -> AdmissionLimits:
-        lim = self._limits
-        return AdmissionLimits(
-            max_in_flight=min(wanted.max_in_flight, lim.max_in_flight),
-            queue_size=min(wanted.queue_size, lim.queue_size),
-            deadline_s=min(wanted.deadline_s, lim.deadline_ms / 1000),
-            max_input_bytes=wanted.max_input_bytes,
-            weight=min(wanted.weight, lim.max_weight),
-        )
-
     def _note_trap(self, adapter: str, error: DaemonError) -> None:
         cause = error.__cause__
         if self._metrics is not None and isinstance(cause, GuestTrap):
@@ -287,50 +253,61 @@ class InferenceService:
         event loop and inline budget strikes so far (see `wasmgate.runtime.serving.inline`)."""
         return self._inline.figures() | self._inline_adapters.figures()
 
-    def gate_figures(self) -> dict[str, tuple[int, int]]:
-        """``(running, waiting)`` per adapter/model name (metrics read it at scrape time)."""
-        out: dict[str, tuple[int, int]] = {}
-        for key, gate in list(self._gates.items()):
-            stats = gate.stats
-            out[key.partition(":")[2]] = (stats.running, stats.waiting)  # one namespace
-        return out
-
-    def _gate(self, key: str, admission: AdmissionLimits) -> Gate:
-        gate = self._gates.get(key)
-        if gate is None:
-            gate = Gate(key, admission.max_in_flight, admission.queue_size)
-            self._gates[key] = gate
-        else:
-            gate.resize(admission.max_in_flight, admission.queue_size)
-        return gate
-
 
 _NOT_THE_VERSIONS_FAULT = (BadRequest, PayloadTooLarge, Busy)
 
 
-@contextlib.contextmanager
-def _outcome(bundle: LoadedBundle) -> Iterator[None]:
-    """Count the request for the version that answered it (a staged release's gates);
-    refusals of the request itself (bad input, too large, busy) are not the version's."""
-    started = time.monotonic()
-    try:
-        yield
-    except _NOT_THE_VERSIONS_FAULT:
-        raise
-    except Exception:
-        bundle.outcomes.record(time.monotonic() - started, failed=True)
-        raise
-    bundle.outcomes.record(time.monotonic() - started, failed=False)
+class InFlight:
+    """The requests inside the service (queued, running or in fallback); ``idle`` is set
+    while there are none (draining waits for it)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def counted(self, bundle: LoadedBundle) -> Counted:
+        return Counted(self, bundle)
+
+
+class Counted:
+    """One request, counted in flight and, as it ends, for the version that answered it (a
+    staged release's gates). Refusals of the request itself (bad input, too large, busy)
+    are not the version's; a cancelled one is neither. A class, not a generator-based
+    context manager: it is on every request's path."""
+
+    __slots__ = ("_bundle", "_flight", "_started")
+
+    def __init__(self, flight: InFlight, bundle: LoadedBundle) -> None:
+        self._flight = flight
+        self._bundle = bundle
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._flight.active += 1
+        self._flight.idle.clear()
+        self._started = time.monotonic()
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None or (
+            issubclass(kind, Exception) and not issubclass(kind, _NOT_THE_VERSIONS_FAULT)
+        ):
+            self._bundle.outcomes.record(time.monotonic() - self._started, kind is not None)
+        flight = self._flight
+        flight.active -= 1
+        if flight.active == 0:
+            flight.idle.set()
 
 
 def _earliest(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
 
-def _output_names(served: ServedModel, wanted: Any) -> list[str]:
-    declared = [spec.name for spec in served.outputs]
+def _output_names(served: ServedModel, wanted: Any) -> list[str] | None:
+    """The requested outputs, in the requested order; None: all, in the declared order."""
     if wanted is None:
-        return declared
+        return None
+    declared = [spec.name for spec in served.outputs]
     unknown = [n for n in wanted if n not in declared]
     if unknown:
         raise BadRequest(f"model {served.name!r} has no output {unknown[0]!r}")

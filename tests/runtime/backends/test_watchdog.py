@@ -57,6 +57,20 @@ def test_runs_within_their_deadline_are_left_alone(
     assert watchdog.fired == 0
 
 
+def test_a_stopped_run_leaves_nothing_for_the_next(
+    cpu_profile: DeviceProfile, watchdog: Watchdog
+) -> None:
+    # Run options are reused between runs: one told to terminate must never be, or every
+    # later run of the model would fail at once.
+    model = _slow(cpu_profile, watchdog, 5_000)
+    for _ in range(3):
+        with pytest.raises(DeadlineExceeded, match="stopped at its deadline"):
+            model.infer([X], deadline=time.monotonic() + 0.01)
+        for _ in range(2):
+            np.testing.assert_array_equal(model.infer([X], deadline=time.monotonic() + 60)[0], X)
+    assert watchdog.fired == 3
+
+
 def test_a_run_never_starts_past_its_deadline(
     cpu_profile: DeviceProfile, watchdog: Watchdog
 ) -> None:
