@@ -93,12 +93,7 @@ def datatype_of(dtype: npt.DTypeLike) -> str:
 
 def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
     """True when ``shape`` has the spec's rank and every fixed (non ``-1``) dimension."""
-    if len(spec) != len(shape):
-        return False
-    for s, d in zip(spec, shape, strict=True):  # a loop, not all(<generator>): per request
-        if s != -1 and s != d:
-            return False
-    return True
+    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
 
 
 @dataclass(frozen=True)

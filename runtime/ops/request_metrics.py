@@ -13,6 +13,7 @@ have exposed, through its public `Collector` interface.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,7 +33,7 @@ class _Histogram:
     total: float = 0.0
 
     def observe(self, bounds: Sequence[float], value: float) -> None:
-        if value != value:  # NaN: in no bucket, as in prometheus-client, nor in the sum
+        if math.isnan(value):  # in no bucket, as in prometheus-client, nor in the sum
             return  # (where it would make the sum NaN for good)
         self.counts[bisect.bisect_left(bounds, value)] += 1
         self.total += value
