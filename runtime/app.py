@@ -106,7 +106,7 @@ def build_app(
     http = settings.http
     app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
     app[TRACING] = Tracing(settings.telemetry, settings.mqtt.gateway_id or socket.gethostname())
-    edge.setup(app, guard, http.allowed_hosts)
+    edge.setup(app, guard, http.allowed_hosts, app[TRACING])
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)

@@ -22,7 +22,7 @@ from aiohttp.typedefs import Middleware
 
 from wasmgate.runtime.http import errors, origin, traced
 from wasmgate.runtime.http.connections import ConnectionGuard
-from wasmgate.runtime.http.keys import TRACING
+from wasmgate.runtime.ops.tracing import Tracing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Check = Callable[[web.Request], None]
@@ -41,14 +41,16 @@ async def _answer(request: web.Request, handler: Handler, check: Check) -> web.S
         return errors.answer_error(request, exc)
 
 
-def middleware(guard: ConnectionGuard, allowed_hosts: Iterable[str]) -> Middleware:
+def middleware(
+    guard: ConnectionGuard, allowed_hosts: Iterable[str], tracing: Tracing | None = None
+) -> Middleware:
+    """``tracing``: the app's tracing owner (None: nothing is traced)."""
     check = origin.checker(allowed_hosts)
 
     @web.middleware
     async def edge(request: web.Request, handler: Handler) -> web.StreamResponse:
         guard.mark(request, 1)
         try:
-            tracing = request.app.get(TRACING)
             if tracing is not None and traced.wanted(tracing, request):
                 answer = functools.partial(_answer, handler=handler, check=check)
                 return await traced.around(tracing, request, answer)
@@ -59,6 +61,11 @@ def middleware(guard: ConnectionGuard, allowed_hosts: Iterable[str]) -> Middlewa
     return edge
 
 
-def setup(app: web.Application, guard: ConnectionGuard, allowed_hosts: Iterable[str]) -> None:
+def setup(
+    app: web.Application,
+    guard: ConnectionGuard,
+    allowed_hosts: Iterable[str],
+    tracing: Tracing | None = None,
+) -> None:
     """Install the middleware (the app's only one; call before the app starts)."""
-    app.middlewares.append(middleware(guard, allowed_hosts))
+    app.middlewares.append(middleware(guard, allowed_hosts, tracing))

@@ -32,7 +32,7 @@ from wasmgate.runtime.http.common import (
 from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol import metadata
-from wasmgate.runtime.serving.api import ModelInfo, ModelRequest
+from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, ServiceAPI
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 OFFLOAD_BYTES = 256 * 1024
@@ -85,11 +85,13 @@ def _header_length(request: web.Request) -> int | None:
         raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
-async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> InferOutcome:
+async def _run(
+    request: web.Request, service: ServiceAPI, info: ModelInfo, req: v2.InferRequest
+) -> InferOutcome:
     deadline = deadline_of(request, req.parameters)
     if info.kind == "adapter":
         return await adapters.infer_adapter(
-            request.app[SERVICE],
+            service,
             info,
             req.inputs,
             req.input_parameters,
@@ -100,7 +102,7 @@ async def _run(request: web.Request, info: ModelInfo, req: v2.InferRequest) -> I
             # one; else the split decides per element, sticky by key
             version=request.match_info.get("version") or pinned_version(request),
         )
-    answer = await request.app[SERVICE].infer_model(
+    answer = await service.infer_model(
         ModelRequest(
             model=info.name,
             inputs=req.inputs,
@@ -126,8 +128,11 @@ def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded
 
 
 async def infer(request: web.Request) -> web.Response:
-    info = _model_info(request)
-    observation = Observation(request.app.get(METRICS), info.kind, info.name)
+    app = request.app  # a property, as are match_info and the app's own lookups: once each
+    service = app[SERVICE]
+    match = request.match_info
+    info = service.model_info(match["model"], match.get("version"))
+    observation = Observation(app.get(METRICS), info.kind, info.name)
     try:
         length = _header_length(request)
         check_json_size(request.content_length if length is None else length, request)
@@ -138,7 +143,7 @@ async def infer(request: web.Request) -> web.Response:
             req = v2.parse_request(body, length)
         else:
             req = await off_loop(len(body), lambda: v2.parse_request(body, length))
-        result = await _run(request, info, req)
+        result = await _run(request, service, info, req)
         size = sum(a.nbytes for a in result.outputs.values())
         if size <= OFFLOAD_BYTES:
             encoded = _encode(info.name, result, req)
