@@ -50,6 +50,11 @@ PROBE_MAX = 64 * PROBE_EVERY
 """Probes that find no gain come at doubling intervals, up to this many runs apart (a probe
 of a conv net queues every caller behind one slow batch)."""
 QUIET = 2.0
+ONE_SAMPLES = 4
+"""Runs of batch 1 before a batch may be found to pay against it. Its first runs after a
+load are several times slower than the rest (ORT's arena and thread pool warming up): a
+batch compared with two of them looked like a 3.5x gain on a conv net that has none, and
+once batches formed, batch 1 was never measured again (measured: half the throughput)."""
 """A batch waiting for companions starts once no request arrived for this many mean gaps."""
 
 
@@ -150,6 +155,8 @@ class Pacer:
 
     def _choose(self) -> int:
         one = self.per_row(1)
+        if one is None or self._costs[1].samples < ONE_SAMPLES:
+            return 1
         bigger = {b: c.per_row for b, c in self._costs.items() if b > 1 and c.samples > 1}
         if not bigger or one is None or min(bigger.values()) > GAIN * one:
             return 1
@@ -176,9 +183,19 @@ class Pacer:
         if chosen == 1:  # a probe's batch: big enough to show a gain, small enough not
             # to hold every caller long behind a conv net's slow batch
             return min(self.max_batch, 2 * PROBE_ROWS - 1) if self.probing() else 1
+        if self._one_due():  # batch 1 itself, to compare with again (see ONE_SAMPLES)
+            return 1
         if self._due(2 * chosen):  # the next size up: unmeasured, or not for a while
             chosen *= 2
         return min(self.max_batch, 2 * chosen - 1)
+
+    def _one_due(self) -> bool:
+        """Batch 1 is to be measured again: soon after batching was chosen on a few samples
+        of it (a slow start, another process's moment), then every `PROBE_EVERY` runs."""
+        cost = self._costs.get(1)
+        if cost is None:
+            return True
+        return self.runs - cost.run >= min(PROBE_EVERY, 16 * cost.samples)
 
     def _due(self, size: int) -> bool:
         cost = self._costs.get(size)

@@ -16,6 +16,7 @@ from tests.runtime.serving.test_batcher import _model, _rows
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
 from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
+from wasmgate.runtime.serving.pacing import ONE_SAMPLES
 
 HOUR_US = 3_600_000_000
 
@@ -63,7 +64,7 @@ def _pays(b: Batcher, gap: float) -> None:
     """Measured as a model where batching pays hugely, with requests ``gap`` apart until
     now (what a loaded batcher would have seen). Called before any request: no dispatcher
     thread reads the pacer yet."""
-    for _ in range(2):  # (a batch size's first run is not trusted)
+    for _ in range(ONE_SAMPLES):  # (a first run is not trusted; batch 1 needs more)
         b.pacer.ran(1, 1.0)
         b.pacer.ran(16, 1.6)  # 0.1 s a row instead of 1 s
     now = time.monotonic()
