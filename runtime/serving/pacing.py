@@ -158,7 +158,7 @@ class Pacer:
         if one is None or self._costs[1].samples < ONE_SAMPLES:
             return 1
         bigger = {b: c.per_row for b, c in self._costs.items() if b > 1 and c.samples > 1}
-        if not bigger or one is None or min(bigger.values()) > GAIN * one:
+        if not bigger or min(bigger.values()) > GAIN * one:
             return 1
         best = min(bigger.values())
         return max(b for b, per_row in bigger.items() if per_row * PAYS <= best)
