@@ -103,6 +103,7 @@ class Batcher:
         self.running = 0
         """Batches of this model the dispatcher runs now (its lock held to read or write)."""
         self._inline = 0  # requests callers run on their own threads now
+        self._last_one_s: float | None = None  # the last batch-1 run's seconds
         self.pacer = Pacer(max_batch_size, self.max_queue_delay)
         """Arrival and cost measurements (dispatcher lock held to read or write)."""
         self._on_batch = on_batch
@@ -165,9 +166,7 @@ class Batcher:
             self._admit(item)
             alone = self._runs_alone_now(item)
             if alone:
-                self._inline += 1
-                self._stats.at_once += 1
-                self._stats.inline += 1
+                self._start_alone()
             else:
                 self._queue.append(item)
                 self._wake_for(item)
@@ -181,6 +180,36 @@ class Batcher:
                 self._queue.withdraw(item.future)
             message = f"model {self.name}: deadline passed waiting for the batch"
             raise DeadlineExceeded(message) from None
+
+    def passes_through(self) -> bool:
+        """Whether batching does not pay now: callers run batch 1 side by side, as for an
+        unbatched model. Read without the lock: a hint (`infer_now` decides under it)."""
+        return self.pacer.passthrough()
+
+    def run_cost(self) -> float | None:
+        """Seconds the last batch-1 run took (None: none yet): the model's own time, without
+        the hand-off to the dispatcher, for the inline decision (read without the lock)."""
+        return self._last_one_s
+
+    def infer_now(
+        self, inputs: Sequence[Array], *, deadline: float | None = None
+    ) -> list[Array] | None:
+        """`infer` when it would start at once on the caller's thread, else None with
+        nothing queued: for a caller that must never wait for a batch (the event loop
+        running a tiny model inline), which then awaits `submit_async` instead."""
+        item = new_item(self.name, inputs, deadline, self._queue)
+        with self._cond:
+            if self._closed or not self._runs_alone_now(item):
+                return None
+            self._admit(item)
+            self._start_alone()
+        return self._run_alone(item)
+
+    def _start_alone(self) -> None:
+        """(Lock held.) A request runs on its caller's thread now."""
+        self._inline += 1
+        self._stats.at_once += 1
+        self._stats.inline += 1
 
     def stats(self) -> BatcherStats:
         """A snapshot of the counters and the current pacing decisions (for metrics)."""
@@ -334,6 +363,8 @@ class Batcher:
             self._stats.count(rows, requests)
             if ok:  # a failed or stopped run says nothing about what a batch costs
                 self.pacer.ran(rows, seconds, queued=not inline)
+                if rows == 1:
+                    self._last_one_s = seconds
             if inline:
                 self._inline -= 1
                 if self._closed or self._queue:  # close() or a queued batch waits for it

@@ -198,6 +198,20 @@ def start_model(
     return pool.submit(functools.partial(_timed, handle, inputs, deadline, took))
 
 
+def _inline_run(
+    handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float, took: list[float]
+) -> list[npt.NDArray[Any]] | None:
+    """A run on the loop; None when a batcher could not start it at once (it never waits
+    for a batch here: the caller then awaits one)."""
+    if not isinstance(handle, Batcher):
+        return _timed(handle, inputs, deadline, took)
+    start = time.perf_counter()
+    outputs = handle.infer_now(inputs, deadline=deadline)
+    if outputs is not None:
+        took.append(time.perf_counter() - start)
+    return outputs
+
+
 def _timed(
     handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float, took: list[float] | None
 ) -> list[npt.NDArray[Any]]:
@@ -227,17 +241,23 @@ async def execute_model(
         raise InferenceFailed(f"model {served.name!r} is not loaded")
     left = remaining(deadline)
     start = time.monotonic()
+    batcher = handle if isinstance(handle, Batcher) else None
+    # A batched model is a candidate too while batching does not pay (it passes through).
     inline = (
         policy is not None
-        and not isinstance(handle, Batcher)
+        and (batcher is None or batcher.passes_through())
         and policy.inline(served.name, sum(a.nbytes for a in inputs), pool_busy)
     )
     took: list[float] = []
     with _local_failures(f"model {served.name!r}"):
-        if inline:
-            outputs = _timed(handle, inputs, deadline, took)
-        elif isinstance(handle, Batcher):
-            outputs = await _batched(handle, inputs, deadline, left, hold)
+        outputs = _inline_run(handle, inputs, deadline, took) if inline else None
+        if outputs is not None:
+            pass
+        elif batcher is not None:
+            outputs = await _batched(batcher, inputs, deadline, left, hold)
+            cost = batcher.run_cost()  # the model's own time, not the hop's
+            if cost is not None:
+                took.append(cost)
         else:
             try:
                 future = start_model(pool, handle, inputs, deadline, took)
@@ -245,6 +265,6 @@ async def execute_model(
             except TimeoutError:
                 raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
     if policy is not None and took:
-        policy.record(served.name, took[0], inline=inline)
+        policy.record(served.name, took[0], inline=inline and outputs is not None)
     timings["inference"] = time.monotonic() - start
     return outputs

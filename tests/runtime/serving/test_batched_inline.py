@@ -1,0 +1,85 @@
+"""A batched model that batching does not pay for runs inline like an unbatched tiny one;
+the event loop never waits for a batch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+
+from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.serving.test_inline import Recording, _no_hold
+from tests.runtime.serving.test_pacing import _batch_one, _twice
+from wasmgate.runtime.bundles.loaded import ServedModel
+from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.serving.execute import execute_model
+from wasmgate.runtime.serving.inline import InlinePolicy
+from wasmgate.runtime.serving.scheduler import FairPool
+
+
+def _policy() -> InlinePolicy:
+    return InlinePolicy(cap_s=0.05)  # the routing rule is under test here, not the cap
+
+
+def _no_gain(batcher: Batcher) -> None:
+    """Measured as a tiny model that batching does not pay for (bigger batches cost as
+    much per row): its callers pass through."""
+    _batch_one(batcher.pacer, 20e-6)
+    _twice(batcher.pacer, 2, 40e-6)
+    _twice(batcher.pacer, 8, 160e-6)
+
+
+def _served(batcher: Batcher, model: Recording, n: int, policy: InlinePolicy) -> list[bool]:
+    """Per request, in order: whether the model ran on the event loop's own thread."""
+    x = _rows(1)
+    loop_thread: list[int] = []
+
+    async def requests() -> None:
+        loop_thread.append(threading.get_ident())
+        with FairPool(2) as pool:
+            served = ServedModel("mlp", batcher)
+            for _ in range(n):
+                deadline = time.monotonic() + 30
+                out = await execute_model(pool, served, [x], deadline, {}, hold=_no_hold,
+                                          policy=policy, pool_busy=False)  # fmt: skip
+                np.testing.assert_allclose(out[0], model.inner.infer([x])[0], rtol=1e-6)
+
+    asyncio.run(requests())
+    return [ident == loop_thread[0] for ident in model.threads]
+
+
+def test_passing_through_a_tiny_batched_model_runs_on_the_loop_after_warm_up() -> None:
+    model = Recording(_model())
+    with Batcher(model, 32, 2000) as batcher:
+        _no_gain(batcher)
+        assert batcher.passes_through()
+        on_loop = _served(batcher, model, 60, _policy())
+        stats = batcher.stats()
+    assert on_loop[:8] == [False] * 8  # measured first, through the dispatcher
+    assert on_loop[8:] == [True] * 52  # then inline, as an unbatched tiny model
+    assert stats.inline == sum(on_loop)
+
+
+def test_while_batches_may_form_nothing_runs_on_the_loop() -> None:
+    model = Recording(_model())
+    with Batcher(model, 32, 2000) as batcher:
+        assert not batcher.passes_through()  # nothing measured yet: batches may form
+        on_loop = _served(batcher, model, 12, _policy())
+    assert not any(on_loop)
+
+
+def test_infer_now_never_waits_for_a_batch() -> None:
+    model = Recording(_model(), sleep_s=0.3)
+    with Batcher(model, 32, 2000) as batcher:  # nothing measured: batches may form
+        running = batcher.submit([_rows(1)])
+        while not model.threads:  # the dispatcher runs it: the one worker is busy
+            time.sleep(0.001)
+        start = time.monotonic()
+        got = batcher.infer_now([_rows(1)], deadline=time.monotonic() + 30)
+        waited = time.monotonic() - start
+        running.result(10)
+        stats = batcher.stats()
+    assert (got, stats.inline, stats.requests) == (None, 0, 1)  # nothing queued either
+    assert waited < 0.1  # not the 0.3 s the running batch takes
