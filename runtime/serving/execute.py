@@ -251,20 +251,19 @@ async def execute_model(
     took: list[float] = []
     with _local_failures(f"model {served.name!r}"):
         outputs = _inline_run(handle, inputs, deadline, took) if inline else None
-        if outputs is not None:
-            pass
-        elif batcher is not None:
+        ran_inline = outputs is not None
+        if outputs is None and batcher is not None:
             outputs = await _batched(batcher, inputs, deadline, left, hold)
             cost = batcher.run_cost()  # the model's own time, not the hop's
             if cost is not None:
                 took.append(cost)
-        else:
+        elif outputs is None:
             try:
                 future = start_model(pool, handle, inputs, deadline, took)
                 outputs = await _wait(future, left, hold)
             except TimeoutError:
                 raise DeadlineExceeded(f"model {served.name!r}: deadline exceeded") from None
     if policy is not None and took:
-        policy.record(served.name, took[0], inline=inline and outputs is not None)
+        policy.record(served.name, took[0], inline=ran_inline)
     timings["inference"] = time.monotonic() - start
     return outputs
