@@ -128,27 +128,17 @@ def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded
 
 
 async def infer(request: web.Request) -> web.Response:
-    app = request.app  # a property, as are match_info and the app's own lookups: once each
-    service = app[SERVICE]
-    match = request.match_info
-    info = service.model_info(match["model"], match.get("version"))
-    observation = Observation(app.get(METRICS), info.kind, info.name)
+    info = _model_info(request)
+    observation = Observation(request.app.get(METRICS), info.kind, info.name)
     try:
         length = _header_length(request)
         check_json_size(request.content_length if length is None else length, request)
         body = await read_body(request)
         check_json_size(len(body) if length is None else None, request)
-        # Small bodies and answers (nearly all) are coded here, without off_loop's coroutine.
-        if len(body) <= OFFLOAD_BYTES:
-            req = v2.parse_request(body, length)
-        else:
-            req = await off_loop(len(body), lambda: v2.parse_request(body, length))
-        result = await _run(request, service, info, req)
+        req = await off_loop(len(body), lambda: v2.parse_request(body, length))
+        result = await _run(request, request.app[SERVICE], info, req)
         size = sum(a.nbytes for a in result.outputs.values())
-        if size <= OFFLOAD_BYTES:
-            encoded = _encode(info.name, result, req)
-        else:
-            encoded = await off_loop(size, lambda: _encode(info.name, result, req))
+        encoded = await off_loop(size, lambda: _encode(info.name, result, req))
     except Exception as exc:
         observation.failed(exc)
         raise

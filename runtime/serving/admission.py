@@ -54,19 +54,12 @@ class Gate:
     def stats(self) -> GateStats:
         return GateStats(self._running, len(self._waiters), self._max, self._queue_size)
 
-    def try_enter(self) -> bool:
-        """Take a running slot if one is free and nobody waits (no await: the request path
-        of a tiny model pays no coroutine for an admission that cannot queue)."""
+    async def enter(self, deadline: float | None) -> float:
+        """Take a running slot, queueing for one (`Busy` if the queue is full); the seconds
+        spent queued (0 without waiting). Pair with `leave`."""
         if self._running < self._max and not self._waiters:
             self._running += 1
             self._changed()
-            return True
-        return False
-
-    async def enter(self, deadline: float | None) -> float:
-        """Take a running slot, queueing for one (`Busy` if the queue is full); the seconds
-        spent queued. Pair with `leave`."""
-        if self.try_enter():
             return 0.0
         start = time.monotonic()
         await self._wait(deadline)  # _wake() took the slot for us
@@ -74,7 +67,7 @@ class Gate:
         return time.monotonic() - start
 
     def leave(self) -> None:
-        """Give back the slot `try_enter` or `enter` took."""
+        """Give back the slot `enter` took."""
         self._running -= 1
         self._wake()
         self._changed()

@@ -212,10 +212,8 @@ class InferenceService:
         gate = tenant.gate
         timings: dict[str, float] = {}
         try:
-            # A slot free at once is taken without a coroutine (most requests of a tiny
-            # model); `leave` below gives it back on every way out.
-            timings["queue"] = 0.0 if gate.try_enter() else await gate.enter(deadline)
-            try:
+            timings["queue"] = await gate.enter(deadline)
+            try:  # `leave` gives the slot back on every way out
                 record("admission", timings["queue"], tenant.attributes)
                 outputs = await execute_model(
                     tenant.executor, served, ordered, deadline, timings, hold=gate.hold,
