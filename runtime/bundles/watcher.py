@@ -1,9 +1,9 @@
 """Watch the bundle directory and the trust file by polling (no inotify dependency; works on
 every filesystem).
 
-A ``*.wgb`` file is installed once its `file_key` (size, mtime, ctime, inode) stayed the same
-for one poll interval, so a bundle still being copied in is not read half-written (an atomic
-rename into the directory is installed on the next poll). ctime is in the key because no
+A ``*.wgb`` file is installed once its `file_key` (size, mtime, ctime, inode, device) stayed
+the same for one poll interval, so a bundle still being copied in is not read half-written
+(an atomic rename into the directory is installed on the next poll). ctime is in the key because no
 unprivileged program can set it: a same-size file rewritten in place with its mtime put
 back (``cp -p``, ``os.utime``) is still a change. A file is tried once per change; a
 rejected file is tried again when it changes, when the trust file changes (``wasmgate trust
@@ -23,12 +23,13 @@ from pathlib import Path
 from wasmgate.runtime.bundles.registry import is_rollback
 from wasmgate.runtime.errors import BundleRejected
 from wasmgate.runtime.ops.tasks import background
+from wasmgate.signing.seen import Stamp, stamp
 
 log = logging.getLogger("wasmgate.watcher")
 
 Installer = Callable[[Path], Awaitable[object]]
 TrustReload = Callable[[], Awaitable[object]]
-FileKey = tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
+FileKey = Stamp
 
 
 def bundle_files(directory: Path) -> list[Path]:
@@ -39,13 +40,9 @@ def bundle_files(directory: Path) -> list[Path]:
 
 
 def file_key(path: Path) -> FileKey | None:
-    """(size, mtime_ns, ctime_ns, inode) of ``path``, None when it cannot be stat'ed: a
-    change detector."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    """``path``'s `Stamp` (size, mtime, ctime, inode, device; the store's own notion of an
+    unchanged file), None unless it is a regular file: a change detector."""
+    return stamp(path)
 
 
 class DirWatcher:
