@@ -127,11 +127,13 @@ def with_daemon(root: Path, backlog: int, seconds: float) -> list[Figure]:
         during = _latencies_until(daemon, body, lambda: sub.poll() is not None, 600)
         rate = backlog / (time.perf_counter() - back) if counter.returncode == 0 else 0.0
     finally:
-        daemon.stop()
-        if counter is not None and counter.poll() is None:
-            counter.kill()
-            counter.wait()
-        broker.stop()
+        try:
+            daemon.stop()
+        finally:  # a daemon that will not stop must not leave the broker holding our stdout
+            if counter is not None and counter.poll() is None:
+                counter.kill()
+                counter.wait()
+            broker.stop()
     configured = StoreSettings().drain_rate
     base_p50, base_p99 = median(idle), percentile(idle, 99)  # the backlog waiting
     return [
