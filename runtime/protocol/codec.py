@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
-from wasmgate.runtime.protocol import jsonio
+from wasmgate.runtime.protocol import bulkjson, jsonio
 from wasmgate.runtime.protocol.tensors import (
     array_datatype,
     decode_binary,
@@ -79,7 +79,7 @@ class Encoded:
 
 def _load_json(data: bytes, what: str) -> dict[str, Any]:
     try:
-        doc = jsonio.loads(data)
+        doc = bulkjson.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
+from wasmgate.runtime.protocol.bulkjson import Doubles
 from wasmgate.sandbox.models import datatype_of
 
 Array = npt.NDArray[Any]
@@ -23,6 +24,8 @@ Array = npt.NDArray[Any]
 _LENGTH = struct.Struct("<I")
 # JSON number kinds a target dtype accepts without silent loss (numpy dtype.kind letters).
 _JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+# The largest finite value of each float type narrower than a JSON number (`_as_float`).
+_FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32)}
 
 
 def array_datatype(array: Array) -> str:
@@ -94,7 +97,29 @@ def _json_numbers(data: Any, datatype: str, dtype: np.dtype[Any], label: str) ->
     if raw.dtype.kind not in accepted or not _in_range(raw, dtype):
         sample = raw.ravel()[:3].tolist()
         raise BadRequest(f"{label}: {datatype} data cannot hold values like {sample}")
+    if dtype.kind == "f":
+        # Integers reach a float tensor through float64, as every number read by
+        # `bulkjson` does: the same request gives the same tensor on both paths.
+        return _as_float(raw.astype(np.float64, copy=False), dtype, datatype, label)
     return raw.astype(dtype).ravel()
+
+
+def _as_float(raw: Array, dtype: np.dtype[Any], datatype: str, label: str) -> Array:
+    """``raw`` (float64) as a flat ``dtype`` array; a finite number beyond the type's range
+    is refused, not turned into an infinity."""
+    flat = raw.ravel()
+    limit = _FLOAT_MAX.get(dtype)
+    # Every number within the largest finite value: the cast cannot overflow (a NaN or an
+    # infinity, which the stdlib path reads, fails this and gets the close look).
+    if limit is None or not flat.size or np.abs(flat).max() <= limit:
+        return flat.astype(dtype)
+    with np.errstate(over="ignore"):
+        cast = flat.astype(dtype)
+    over = np.isinf(cast) & np.isfinite(flat)
+    if over.any():
+        sample = flat[over][:3].tolist()
+        raise BadRequest(f"{label}: {datatype} data cannot hold values like {sample}")
+    return cast
 
 
 def _check_count(flat: Array, shape: Sequence[int], label: str, unit: str) -> None:
@@ -118,7 +143,9 @@ def decode_json(
     typed contents (a flat list) decode here too, named ``unit`` in errors."""
     if datatype == "BF16":
         raise BadRequest(f"{label}: BF16 travels as binary data only (binary_data_size)")
-    if datatype == "BYTES":
+    if isinstance(data, Doubles):  # a flat list of numbers for a float tensor: see bulkjson
+        flat = _as_float(data.values, dtype, datatype, label)
+    elif datatype == "BYTES":
         flat = _json_bytes(data, label)
     else:
         flat = _json_numbers(data, datatype, dtype, label)
