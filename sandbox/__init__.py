@@ -35,6 +35,8 @@ Using it from the daemon::
   for tests and benchmarks; requests never wait for it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from wasmgate.sandbox.adapter import ABI_VERSION, Adapter, GuestResult, NoModels
 from wasmgate.sandbox.engine import SandboxEngine
 from wasmgate.sandbox.errors import (
@@ -47,7 +49,22 @@ from wasmgate.sandbox.errors import (
 )
 from wasmgate.sandbox.limits import Ceilings, GuestLimits
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
-from wasmgate.sandbox.runner import DirMapping, GuestRunner, NnPreload
+
+if TYPE_CHECKING:
+    from wasmgate.sandbox.runner import DirMapping, GuestRunner, NnPreload
+
+_RUNNER = frozenset({"DirMapping", "GuestRunner", "NnPreload"})
+
+
+def __getattr__(name: str) -> Any:
+    """The run-guest runner's names, imported on first use: the daemon never runs one and
+    its module cost ~1.5 ms of every start."""
+    if name in _RUNNER:
+        from wasmgate.sandbox import runner  # noqa: PLC0415
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ABI_VERSION",

@@ -19,12 +19,11 @@ protocols, the sandbox merely calls them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -43,7 +42,7 @@ __all__ = [
 
 Array = npt.NDArray[Any]
 
-DATATYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
+_EAGER: Mapping[str, np.dtype[Any]] = MappingProxyType(
     {
         "BOOL": np.dtype(np.bool_),
         "UINT8": np.dtype(np.uint8),
@@ -57,15 +56,52 @@ DATATYPES: Mapping[str, np.dtype[Any]] = MappingProxyType(
         "FP16": np.dtype(np.float16),
         "FP32": np.dtype(np.float32),
         "FP64": np.dtype(np.float64),
-        "BF16": np.dtype(ml_dtypes.bfloat16),
         "BYTES": np.dtype(np.object_),
     }
 )
+_ORDER = (*(name for name in _EAGER if name != "BYTES"), "BF16", "BYTES")
+"""The KServe V2 names in the order of the spec's table (BF16 before BYTES)."""
+
+
+def _bfloat16() -> np.dtype[Any]:
+    # Imported on first use: ml_dtypes cost ~4 ms and ~1.6 MB of every daemon start, and
+    # only BF16 tensors need it (an array of that dtype exists only once it is imported).
+    import ml_dtypes  # noqa: PLC0415
+
+    bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return bf16
+
+
+class _Datatypes(Mapping[str, np.dtype[Any]]):
+    """`DATATYPES`: read-only, in the KServe order, BF16's dtype made on first use."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> np.dtype[Any]:
+        found = _EAGER.get(name)
+        if found is not None:
+            return found
+        if name == "BF16":
+            return _bfloat16()
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _EAGER or name == "BF16"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ORDER)
+
+    def __len__(self) -> int:
+        return len(_ORDER)
+
+
+DATATYPES: Mapping[str, np.dtype[Any]] = _Datatypes()
 """KServe V2 datatype name -> numpy dtype of the arrays that carry it."""
 
 _NAMES: Mapping[np.dtype[Any], str] = MappingProxyType(
-    {dtype: name for name, dtype in DATATYPES.items() if name != "BYTES"}
+    {dtype: name for name, dtype in _EAGER.items() if name != "BYTES"}
 )
+"""Numeric dtype -> name, without BF16 (`datatype_of` finds that one)."""
 
 
 class InputMismatch(ValueError):
@@ -86,6 +122,8 @@ def datatype_of(dtype: npt.DTypeLike) -> str:
     if want.kind in "OSU":
         return "BYTES"
     name = _NAMES.get(want)
+    if name is None and want.name == "bfloat16" and want == _bfloat16():
+        return "BF16"
     if name is None:
         raise KeyError(f"no KServe V2 datatype for numpy dtype {want}")
     return name
