@@ -84,19 +84,21 @@ class DerivedCache:
         """The entry ``name`` if this daemon stored it for exactly this source and options."""
         path = self.folder / name
         try:
-            blob = path.read_bytes()
+            # Header and data read apart: the data is returned as read, where slicing one
+            # read copied it (a 17 MB optimized graph: ~5 ms and 17 MB more at the peak).
+            with path.open("rb") as f:
+                head = f.read(len(MAGIC) + _TAG_BYTES)
+                data = f.read()
         except FileNotFoundError:
             return None
         except OSError as e:
             log.warning("cache entry %s unreadable (%s): rebuilding it", path, e)
             return None
-        head = len(MAGIC) + _TAG_BYTES
-        data = memoryview(blob)[head:]
-        tag = blob[len(MAGIC) : head]
-        if blob[: len(MAGIC)] == MAGIC and hmac.compare_digest(
+        tag = head[len(MAGIC) :]
+        if head[: len(MAGIC)] == MAGIC and hmac.compare_digest(
             tag, self._tag(source_digest, options, data)
         ):
-            return bytes(data)
+            return data
         log.warning(
             "cache entry %s refused: not what this daemon derived from source %s with these "
             "options (edited, torn or foreign); rebuilding it from the verified source",
