@@ -15,7 +15,6 @@ restarts from the oldest stored entry (order is kept, nothing is skipped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wasmgate.runtime.field.store import Record, Store
+from wasmgate.runtime.ops.tasks import wake_or_timeout
 
 log = logging.getLogger("wasmgate.field")
 
@@ -101,8 +101,7 @@ class Forwarder:
             room = self._window - len(self._inflight)
             recs = await self._store.peek(self._stream, after=cursor, limit=room) if room else []
             if not recs:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), _IDLE_S)
+                await wake_or_timeout(self._wake, _IDLE_S)  # ends on cancel (gh-86296)
                 continue
             cursor = await self._send_in_order(recs, cursor)
 

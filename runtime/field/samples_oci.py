@@ -44,6 +44,7 @@ from wasmgate.runtime.fleet.ocitypes import (
     retry_delay,
 )
 from wasmgate.runtime.ops.config import RegistrySettings, Settings
+from wasmgate.runtime.ops.tasks import wake_or_timeout
 from wasmgate.runtime.protocol import jsonio
 
 log = logging.getLogger("wasmgate.field")
@@ -207,8 +208,7 @@ class OciSamples:
             self._wake.clear()
             recs = await self._store.peek(SAMPLES, limit=self._batch)
             if not recs:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), _IDLE_S)
+                await wake_or_timeout(self._wake, _IDLE_S)  # ends on cancel (gh-86296)
                 continue
             single = recs[0].id <= self._single_through
             batch = next_batch(recs[:1] if single else recs)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from wasmgate.runtime.bundles.watcher import FileKey, file_key
 from wasmgate.runtime.errors import DocumentRefused
 from wasmgate.runtime.fleet.state import peek_serial
-from wasmgate.runtime.ops.tasks import background
+from wasmgate.runtime.ops.tasks import background, wake_or_timeout
 
 if TYPE_CHECKING:  # the mqtt package imports paho: only a daemon with MQTT needs it
     from wasmgate.runtime.mqtt.messages import Incoming
@@ -104,8 +104,7 @@ class Delivery:
     async def _run(self) -> None:
         while True:
             poll = _POLL_S if self._file is not None else None  # idle: no wake-ups
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), poll)
+            await wake_or_timeout(self._kick, poll)  # ends on cancel (gh-86296)
             self._kick.clear()
             choice = self.chosen()
             if choice is not None:

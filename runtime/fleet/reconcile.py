@@ -36,6 +36,7 @@ from wasmgate.runtime.fleet.state import (
     encode_envelope,
     peek_serial,
 )
+from wasmgate.runtime.ops.tasks import wake_or_timeout
 from wasmgate.signing.errors import FleetDowngradeError, SigningError
 from wasmgate.signing.fleetdoc import Downgrade
 
@@ -180,8 +181,7 @@ class Reconciler:
             if self.state != "pending":
                 delay = self._backoff.initial_s
                 continue
-            with contextlib.suppress(TimeoutError):  # a new document cuts the wait short
-                await asyncio.wait_for(self._wake.wait(), delay)
+            await wake_or_timeout(self._wake, delay)  # a new document cuts the wait short
             self._wake.set()
             delay = min(delay * 2, self._backoff.max_s)
 

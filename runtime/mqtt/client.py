@@ -46,6 +46,9 @@ log = logging.getLogger("wasmgate.mqtt")
 _MISC_INTERVAL_S = 1.0  # paho's keepalive bookkeeping granularity
 _MIN_BACKOFF_S = 0.2
 _LAST_PUBLISH_S = 2.0  # how long a clean stop waits for the retained ``offline`` PUBACK
+_CONNECT_WAIT_S = 6.0
+"""How long `stop` lets a connect still running in the executor finish: paho's TCP connect
+timeout (5 s) and a margin. A slower DNS lookup is left to the loop's executor shutdown."""
 
 
 class NotPublished(Exception):
@@ -169,7 +172,7 @@ class MqttClient:
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
         self._misc: asyncio.TimerHandle | None = None
-        self._opening = False
+        self._connecting: asyncio.Future[None] | None = None  # the executor's connect
         self._stopping = False
         self._fd: int | None = None
         self._loop_thread = threading.get_ident()
@@ -242,6 +245,7 @@ class MqttClient:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._connect_finished()
         if self._misc is not None:
             self._misc.cancel()
         if last is not None and self.state.connected:
@@ -259,9 +263,7 @@ class MqttClient:
 
     async def _supervise(self) -> None:
         delay = _MIN_BACKOFF_S
-        # Not `while True`: under load, 3.11's wait_for can swallow the cancel of `stop` when
-        # the CONNACK future fails at the same moment (gh-86296); the flag still ends it.
-        while not self._stopping:
+        while not self._stopping:  # `stop` sets the flag and cancels: either ends it
             try:
                 await self._open()
                 delay = _MIN_BACKOFF_S
@@ -277,12 +279,14 @@ class MqttClient:
         self._lost.clear()
         self._connack = self._loop.create_future()
         self._connack.add_done_callback(_consume)
-        self._opening = True
-        try:
-            await self._loop.run_in_executor(None, self._connect_blocking)
-        finally:
-            self._opening = False
-        await asyncio.wait_for(asyncio.shield(self._connack), self._settings.keepalive_s)
+        # Shielded: a cancel (`stop`) must not walk away from a thread still creating the
+        # socket that `stop` is about to close (`_connect_finished`).
+        self._connecting = self._loop.run_in_executor(None, self._connect_blocking)
+        await asyncio.shield(self._connecting)
+        # Not `wait_for`: on 3.11 it drops a cancel (`stop`) landing in the loop turn the
+        # CONNACK arrives (gh-86296), and the supervisor then waits on `_lost` for ever.
+        async with asyncio.timeout(self._settings.keepalive_s):
+            await asyncio.shield(self._connack)
 
     def _connect_blocking(self) -> None:
         s = self._settings
@@ -298,6 +302,19 @@ class MqttClient:
             rc = self._client.connect(host, s.port, s.keepalive_s)
         if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             raise ConnectionError(f"connect: {paho.error_string(rc)}")
+
+    @property
+    def _opening(self) -> bool:
+        """A connect runs in the executor: paho's state is that thread's until it returns."""
+        return self._connecting is not None and not self._connecting.done()
+
+    async def _connect_finished(self) -> None:
+        """Let a connect still in the executor return before `stop` closes its socket."""
+        fut = self._connecting
+        if fut is not None and not fut.done():
+            await asyncio.wait([fut], timeout=_CONNECT_WAIT_S)
+            if not fut.done():
+                log.warning("mqtt connect still running at stop; its socket may outlive it")
 
     def _drop_socket(self) -> None:
         # paho calls _on_socket_close first: the loop lets go of the descriptor.

@@ -1,5 +1,6 @@
 """One background task for the length of a ``with`` block: started on entry, cancelled and
-awaited on exit (so nothing outlives its owner and no "task was destroyed" warning)."""
+awaited on exit (so nothing outlives its owner and no "task was destroyed" warning); and
+`wake_or_timeout`, the idle wait of such a task's loop that never drops that cancel."""
 
 from __future__ import annotations
 
@@ -18,3 +19,18 @@ async def background(work: Coroutine[Any, Any, None], name: str) -> AsyncIterato
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def wake_or_timeout(wake: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until ``wake`` is set (True) or ``timeout_s`` passed (False; None: no limit).
+
+    Not ``asyncio.wait_for``: on 3.11 it returns the result and drops a cancel that lands in
+    the loop turn the event is set (gh-86296). A ``while True`` loop ended by its owner's
+    cancel then runs on, and the owner's shutdown waits for it for ever (a store forwarder
+    cancelled as a PUBACK woke it). ``asyncio.timeout`` waits in the calling task, so a cancel
+    always reaches it.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            return await wake.wait()
+    return False

@@ -92,3 +92,28 @@ async def test_a_failed_send_resends_from_the_oldest_unacked(tmp_path: Path) -> 
         assert fwd.stats.failed == 2
     again = [p for p, _ in link.sent[4:]]
     assert again == [b"1", b"3", b"4", b"5"]  # 0 and 2 were acked: never sent twice
+
+
+async def test_a_cancel_landing_with_a_confirmation_ends_the_forwarder(tmp_path: Path) -> None:
+    """The owner's cancel ends `run` even when it lands in the loop turn a confirmation wakes
+    the idle wait: 3.11's ``wait_for`` returned the wake-up and dropped such a cancel
+    (gh-86296), so the forwarder ran on and the daemon's shutdown waited for it for ever."""
+    link = Link()
+    link.up.set()
+    async with Store(tmp_path / "s.db", {"events": StreamLimits(1 << 20)}) as store:
+        for turns in range(4):  # how many loop turns after the confirmation the cancel lands
+            await store.append("events", b"%d" % turns)
+            fwd = Forwarder(store, "events", link.send, link.up, window=4, pace=Pace(1e6, 64))
+            task = asyncio.create_task(fwd.run())
+            try:
+                await _until(lambda f=fwd: f.stats.sent >= 1)
+                await asyncio.sleep(0.1)  # nothing more to send: it waits for a wake-up
+                link.confirm_all()
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                task.cancel()
+                done, _ = await asyncio.wait([task], timeout=5)
+                assert task in done, f"cancel {turns} turns after the confirmation was lost"
+            finally:
+                task.cancel()
+                await asyncio.wait([task], timeout=5)
