@@ -163,7 +163,8 @@ def async_call(b: Batcher, x: Array) -> Callable[[], Awaitable[object]]:
 
     async def call() -> object:
         deadline = time.monotonic() + DEADLINE_S
-        return await asyncio.wait_for(b.submit_async([x], deadline=deadline)[0], DEADLINE_S)
+        async with asyncio.timeout(DEADLINE_S):
+            return await b.submit_async([x], deadline=deadline)[0]
 
     return call
 

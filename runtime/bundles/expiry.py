@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.errors import DaemonError
+from wasmgate.runtime.ops.tasks import wake_or_timeout
 
 log = logging.getLogger("wasmgate.registry")
 
@@ -29,8 +30,8 @@ async def _watch(registry: Registry, changed: asyncio.Event) -> None:
         changed.clear()
         due = registry.next_expiry()
         wait = MAX_SLEEP_S if due is None else due - time.time() + _MARGIN_S
-        with contextlib.suppress(TimeoutError):  # woken early by a change of what serves
-            await asyncio.wait_for(changed.wait(), min(max(wait, _MARGIN_S), MAX_SLEEP_S))
+        # woken early by a change of what serves; a shutdown cancel always ends the loop
+        await wake_or_timeout(changed, min(max(wait, _MARGIN_S), MAX_SLEEP_S))
         if due is None or time.time() < due:
             continue
         try:

@@ -223,7 +223,8 @@ async def _within(call: Coroutine[Any, Any, T], deadline: float | None) -> T:
         call.close()
         raise DeadlineExceeded("no time left for the cloud")
     try:
-        return await asyncio.wait_for(call, left)
+        async with asyncio.timeout(left):  # not wait_for: see wasmgate.runtime.ops.tasks
+            return await call
     except TimeoutError:
         raise DeadlineExceeded("the cloud did not answer before the deadline") from None
 

@@ -128,7 +128,8 @@ async def _receive(request: web.Request, dest: Path, limit: int) -> None:
         while True:
             # A big bundle may take long; a stalled one must not hold an upload slot.
             try:
-                chunk = await asyncio.wait_for(request.content.readany(), idle_s)
+                async with asyncio.timeout(idle_s):  # not wait_for: wasmgate.runtime.ops.tasks
+                    chunk = await request.content.readany()
             except TimeoutError:
                 raise web.HTTPRequestTimeout(
                     text=f"upload stalled for http.body_timeout_s ({idle_s:g} s)"

@@ -250,7 +250,8 @@ class MqttClient:
             self._misc.cancel()
         if last is not None and self.state.connected:
             try:
-                await asyncio.wait_for(self.publish(last), _LAST_PUBLISH_S)
+                async with asyncio.timeout(_LAST_PUBLISH_S):
+                    await self.publish(last)
             except (TimeoutError, NotPublished):
                 log.warning("could not publish %s before disconnect", last.topic)
         self._client.disconnect()

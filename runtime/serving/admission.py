@@ -112,7 +112,8 @@ class Gate:
         self._changed()
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: wasmgate.runtime.ops.tasks
+                await asyncio.shield(fut)  # a timeout leaves ``fut`` to the check below
         except BaseException as e:
             if fut.done():  # woken in the same instant: give the slot we were handed back
                 self._running -= 1

@@ -160,7 +160,8 @@ async def _wait(work: Future[T], wait_s: float, hold: Hold) -> T:
     not started, else handed to ``hold`` (it may still finish or be stopped later)."""
     call = asyncio.wrap_future(work)
     try:
-        return await asyncio.wait_for(asyncio.shield(call), wait_s)
+        async with asyncio.timeout(wait_s):  # not wait_for: see wasmgate.runtime.ops.tasks
+            return await asyncio.shield(call)
     except (TimeoutError, asyncio.CancelledError):
         if not work.cancel():
             hold(call)
@@ -175,7 +176,8 @@ async def _batched(
     withdrawn; one already in a running batch keeps the slot (``hold``) until it ends."""
     waiter, request = batcher.submit_async(inputs, deadline=deadline)
     try:
-        return await asyncio.wait_for(waiter, left)
+        async with asyncio.timeout(left):
+            return await waiter
     except TimeoutError:
         if not request.cancel():
             hold(asyncio.wrap_future(request))

@@ -29,6 +29,7 @@ from wasmgate.runtime.field.events import EventSink
 from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.tasks import wake_or_timeout
 from wasmgate.runtime.serving.api import (
     AdapterAnswer,
     AdapterRequest,
@@ -101,11 +102,7 @@ class InferenceService:
 
     async def drained(self, wait_s: float) -> bool:
         """Wait until no request is running or queued (at most ``wait_s``); True if so."""
-        try:
-            await asyncio.wait_for(self._flight.idle.wait(), wait_s)
-        except TimeoutError:
-            return False
-        return True
+        return await wake_or_timeout(self._flight.idle, wait_s)
 
     def update_limits(self, limits: LimitSettings) -> None:
         """New daemon-wide ceilings (config reload); apply to later admissions."""

@@ -171,7 +171,8 @@ async def test_a_pull_waiting_to_retry_can_be_cancelled(
     with pytest.raises(asyncio.CancelledError):
         await task
     registry.start()
-    assert (await asyncio.wait_for(p.pull(ref), 60)).downloaded  # nothing left locked
+    async with asyncio.timeout(60):
+        assert (await p.pull(ref)).downloaded  # nothing left locked
 
 
 async def test_refs_must_be_pinned_by_digest(registry: Registry, tmp_path: Path) -> None:

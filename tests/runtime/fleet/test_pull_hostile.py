@@ -114,4 +114,5 @@ async def test_a_silent_registry_times_out(hostile: tuple[Hostile, str], tmp_pat
     server.mode = "silent"
     p = puller(tmp_path, timeout_s=0.5)
     with pytest.raises(RegistryUnavailable, match="timed out"):
-        await asyncio.wait_for(p.pull(f"{host}/fleet/x@{DIGEST}"), 60)
+        async with asyncio.timeout(60):
+            await p.pull(f"{host}/fleet/x@{DIGEST}")

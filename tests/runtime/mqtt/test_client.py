@@ -33,4 +33,5 @@ async def test_stop_as_the_connack_arrives_ends_the_supervisor(mosquitto: Broker
         assert not client.supervising
     finally:
         if client.supervising:  # the bug: end it for good so the test leaves nothing behind
-            await asyncio.wait_for(client.stop(None), 10)
+            async with asyncio.timeout(10):
+                await client.stop(None)
