@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import simdjson
 
 from wasmgate.runtime.protocol import jsonio
 
@@ -50,6 +49,8 @@ class Doubles:
 def loads(body: bytes) -> Any:
     """`jsonio.loads(body)`, with flat float ``inputs[*].data`` as `Doubles` (see above)."""
     if len(body) >= MIN_BYTES:
+        import simdjson  # noqa: PLC0415 - only large bodies need it (~1-2 ms at start-up)
+
         try:
             doc = _walk(simdjson.Parser().parse(body))
         except (ValueError, TypeError, RuntimeError):  # simdjson's refusals: see above
@@ -60,6 +61,8 @@ def loads(body: bytes) -> Any:
 
 
 def _walk(root: Any) -> dict[str, Any] | None:
+    import simdjson  # noqa: PLC0415 - loaded by `loads` already
+
     if not isinstance(root, simdjson.Object):
         return None
     doc = _lazy(root)
@@ -85,6 +88,8 @@ def _lazy(obj: Any) -> dict[str, Any]:
 
 
 def _entry(element: Any) -> Any:
+    import simdjson  # noqa: PLC0415 - loaded by `loads` already
+
     if not isinstance(element, simdjson.Object):
         return _plain(element)
     entry = _lazy(element)
@@ -108,6 +113,8 @@ def _doubles(data: Any) -> Doubles | list[Any]:
 
 
 def _plain(value: Any) -> Any:
+    import simdjson  # noqa: PLC0415 - loaded by `loads` already
+
     if isinstance(value, simdjson.Object):
         return value.as_dict()
     if isinstance(value, simdjson.Array):
