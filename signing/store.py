@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wasmgate.signing.errors import (
     BlobNotFoundError,
@@ -55,7 +56,6 @@ from wasmgate.signing.errors import (
     StateCorruptedError,
     StoreIOError,
 )
-from wasmgate.signing.fleetdoc import Downgrade, check_delivered
 from wasmgate.signing.manifest import Manifest, Release
 from wasmgate.signing.records import (
     VerifiedBlob,
@@ -87,6 +87,9 @@ from wasmgate.signing.verify import (
     check_fresh,
     verify_stream,
 )
+
+if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
+    from wasmgate.signing.fleetdoc import Downgrade
 
 log = logging.getLogger("wasmgate.signing")
 
@@ -253,6 +256,8 @@ class BundleStore:
             try:
                 verified, blobs = self._verify_into_tmp(data, state, staged, downgrades)
                 if expect is not None:
+                    from wasmgate.signing.fleetdoc import check_delivered  # noqa: PLC0415
+
                     role = self.trust.fleet_role()
                     check_delivered(*expect, verified.manifest, role.names if role else [])
                 place_blobs(blobs, self.state_dir / "blobs")

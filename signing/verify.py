@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wasmgate.signing.archive import CHUNK, ArchiveReader, Chunk
 from wasmgate.signing.envelope import (
@@ -52,11 +52,13 @@ from wasmgate.signing.errors import (
     UntrustedKeyError,
     VersionConflictError,
 )
-from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Manifest, parse_manifest
 from wasmgate.signing.source import map_source, open_source
 from wasmgate.signing.state import StateDoc
 from wasmgate.signing.trust import TrustStore
+
+if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
+    from wasmgate.signing.fleetdoc import Downgrade
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_SIGNATURE_BYTES = 16 * 1024
@@ -187,6 +189,10 @@ def check_fresh(
         why = f"version {manifest.version} < installed {entry.floor}"
         if downgrades is None:
             raise RollbackError(label, why)
+        # Imported here: only a fleet install passes downgrades (fleet documents' models
+        # load with the first document, not at every start).
+        from wasmgate.signing.fleetdoc import Downgrade  # noqa: PLC0415
+
         wanted = Downgrade(name=manifest.name, version=manifest.version)
         if wanted not in downgrades:
             raise FleetDowngradeError(label, f"{why}, and no signed downgrade permits it")

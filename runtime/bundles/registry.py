@@ -37,7 +37,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wasmgate.runtime.bundles.admission import Admission, ExpiryPolicy
 from wasmgate.runtime.bundles.journal import Event, Journal
@@ -50,10 +50,12 @@ from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import RollbackError, SigningError
-from wasmgate.signing.fleetdoc import Downgrade
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
+
+if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
+    from wasmgate.signing.fleetdoc import Downgrade
 
 __all__ = ["Event", "ExpiryPolicy", "Registry", "Store", "describe", "is_rollback"]
 

@@ -26,12 +26,12 @@ from wasmgate.runtime.fleet.state import Plan, Want
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.signing.errors import FleetScopeError
-from wasmgate.signing.fleetdoc import FleetDoc, verify_fleet
 from wasmgate.signing.trust import TrustStore
 
-if TYPE_CHECKING:  # oras (pull) and paho (mqtt) load only in a daemon that uses them
+if TYPE_CHECKING:  # oras (pull), paho (mqtt) and fleet documents load only when used
     from wasmgate.runtime.fleet.pull import BundlePuller
     from wasmgate.runtime.mqtt.messages import Outgoing
+    from wasmgate.signing.fleetdoc import FleetDoc
 
 
 class Publisher(Protocol):
@@ -128,6 +128,9 @@ def fleet_verifier(
     another group or other gateways is refused (`FleetScopeError`) like any bad one."""
 
     def verify(data: bytes, last_serial: int | None) -> Plan:
+        # Imported here: a daemon that is never sent a document never builds their models.
+        from wasmgate.signing.fleetdoc import verify_fleet  # noqa: PLC0415
+
         doc = verify_fleet(data, trust(), last_serial=last_serial, now=datetime.now(UTC))
         target = doc.target
         if target.group is not None and target.group not in groups:

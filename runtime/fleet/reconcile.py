@@ -38,7 +38,6 @@ from wasmgate.runtime.fleet.state import (
 )
 from wasmgate.runtime.ops.tasks import wake_or_timeout
 from wasmgate.signing.errors import FleetDowngradeError, SigningError
-from wasmgate.signing.fleetdoc import Downgrade
 
 log = logging.getLogger("wasmgate.fleet")
 
@@ -212,6 +211,9 @@ class Reconciler:
         slot = self._registry.table.slots().get(want.name)
         if slot is None:
             await self._own(want.name, owned=True)  # before: a crash right after must not orphan it
+        # Imported here: fleet documents' models load only in a daemon that is sent one.
+        from wasmgate.signing.fleetdoc import Downgrade  # noqa: PLC0415
+
         try:
             await self._registry.install(
                 data,

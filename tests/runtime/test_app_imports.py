@@ -7,9 +7,9 @@ process imports, also those imported inside functions on the way to READY. The w
 OCI client of the fleet pull and the samples sink, the ``onnx`` package (the optimized
 graph stands for a model that passed its check), the OpenTelemetry SDK or LiteRT, nor map
 their native libraries; nor, with no ``cloud.url``, the cloud client, nor ml_dtypes (BF16
-tensors only) or the run-guest runner. The cold start is the counter-check that the log is
-read right: it does import ``onnx``, for the external-data check of a graph seen for the
-first time.
+tensors only), the run-guest runner or, with no fleet document, its models. The cold start
+is the counter-check that the log is read right: it does import ``onnx``, for the
+external-data check of a graph seen for the first time.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ LAZY = {
     "cloud client": ("wasmgate.runtime.cloud.client", "wasmgate.runtime.field.samples_http"),
     "bf16 dtype": ("ml_dtypes",),
     "run-guest runner": ("wasmgate.sandbox.runner",),
+    "fleet documents": ("wasmgate.signing.fleetdoc",),
 }
 NATIVE = {"onnx": "onnx_cpp2py_export", "grpc": "cygrpc", "oci deps": "rpds"}
 
