@@ -131,7 +131,13 @@ def datatype_of(dtype: npt.DTypeLike) -> str:
 
 def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
     """True when ``shape`` has the spec's rank and every fixed (non ``-1``) dimension."""
-    return len(spec) == len(shape) and all(s in (-1, d) for s, d in zip(spec, shape, strict=True))
+    if len(spec) != len(shape):
+        return False
+    # A loop, not all(<genexpr>): 0.36 vs 0.61 us for a rank-2 tensor, on every request.
+    for s, d in zip(spec, shape, strict=True):  # noqa: SIM110
+        if s not in (d, -1):
+            return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,11 @@ class _local_failures:  # noqa: N801 - used as a function: ``with _local_failure
     Anything else is a bug: logged with its traceback, reported without internals.
     A class, not a generator-based context manager: it is on every request's path."""
 
-    __slots__ = ("_what",)
+    __slots__ = ("_model", "_name")
 
-    def __init__(self, what: str) -> None:
-        self._what = what
+    def __init__(self, name: str, *, model: bool = False) -> None:
+        self._name = name
+        self._model = model  # the message says "model 'x'", built only on a failure
 
     def __enter__(self) -> None:
         return None
@@ -148,7 +149,7 @@ class _local_failures:  # noqa: N801 - used as a function: ``with _local_failure
     ) -> None:
         if e is None or not isinstance(e, Exception) or isinstance(e, DaemonError):
             return  # our own errors, cancellation and exits keep their meaning
-        what = self._what
+        what = f"model {self._name!r}" if self._model else self._name
         if isinstance(e, BackendError):
             raise InferenceFailed(f"{what}: {e}") from e
         log.error("local run of %s failed", what, exc_info=e)
@@ -200,6 +201,10 @@ def start_model(
     return pool.submit(functools.partial(_timed, handle, inputs, deadline, took))
 
 
+def _nbytes(inputs: list[npt.NDArray[Any]]) -> int:
+    return inputs[0].nbytes if len(inputs) == 1 else sum(a.nbytes for a in inputs)
+
+
 def _inline_run(
     handle: ModelHandle, inputs: list[npt.NDArray[Any]], deadline: float, took: list[float]
 ) -> list[npt.NDArray[Any]] | None:
@@ -248,10 +253,10 @@ async def execute_model(
     inline = (
         policy is not None
         and (batcher is None or batcher.passes_through())
-        and policy.inline(served.name, sum(a.nbytes for a in inputs), pool_busy)
+        and policy.inline(served.name, _nbytes(inputs), pool_busy)
     )
     took: list[float] = []
-    with _local_failures(f"model {served.name!r}"):
+    with _local_failures(served.name, model=True):
         outputs = _inline_run(handle, inputs, deadline, took) if inline else None
         ran_inline = outputs is not None
         if outputs is None and batcher is not None:

@@ -94,7 +94,9 @@ class InlinePolicy:
 
     def record(self, model: str, seconds: float, *, inline: bool = False) -> None:
         """One measured ``infer`` of ``model`` (``inline`` or in the pool)."""
-        m = self._models.setdefault(model, _Measured())
+        m = self._models.get(model)
+        if m is None:  # not setdefault: that builds a _Measured on every call
+            m = self._models[model] = _Measured()
         m.average_s = seconds if m.calls == 0 else m.average_s + _EWMA * (seconds - m.average_s)
         m.calls += 1
         if inline:
