@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,8 @@ import pytest
 from tests.sandbox.test_malicious import LIMITS, attack
 from wasmgate.sandbox import Adapter, GuestDeadlineExceeded, SandboxEngine
 from wasmgate.sandbox.adapter import NoModels
+
+ROOMY = dataclasses.replace(LIMITS, deadline_s=5.0)
 
 
 @pytest.fixture
@@ -56,7 +59,10 @@ def test_deadline_fires_while_other_guests_come_and_go(
     looping = threading.Thread(target=loop_forever)
     looping.start()
     while looping.is_alive():  # short guests start and end around the endless one
-        res = evil.run(b"\0ok", {}, NoModels(), LIMITS)
+        # Their own deadline is roomy: what is under test is the endless guest's (`attack`
+        # asserts it fired on time). One CI run on a loaded 2-core VM saw a short guest
+        # finish 200 ms late, which says nothing about the endless guest's deadline.
+        res = evil.run(b"\0ok", {}, NoModels(), ROOMY)
         assert res.output == b"\0ok"
     looping.join()
     assert errors == []
