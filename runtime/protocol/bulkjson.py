@@ -36,7 +36,6 @@ __all__ = ["MIN_BYTES", "Doubles", "loads"]
 MIN_BYTES = 64 * 1024
 """Smaller bodies go straight to `jsonio.loads`: a few hundred numbers cost orjson
 microseconds, and the simdjson walk has fixed costs of its own."""
-_FLOATS = frozenset({"FP16", "FP32", "FP64"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,77 +48,16 @@ class Doubles:
 def loads(body: bytes) -> Any:
     """`jsonio.loads(body)`, with flat float ``inputs[*].data`` as `Doubles` (see above)."""
     if len(body) >= MIN_BYTES:
-        import simdjson  # noqa: PLC0415 - only large bodies need it (~1-2 ms at start-up)
+        # Imported here: only large bodies need simdjson (~1-2 ms of every start-up).
+        from wasmgate.runtime.protocol import simdwalk  # noqa: PLC0415
 
         try:
-            doc = _walk(simdjson.Parser().parse(body))
+            doc = simdwalk.walk(body)
         except (ValueError, TypeError, RuntimeError):  # simdjson's refusals: see above
             doc = None
         if doc is not None and body.count(b"[") == _arrays(doc):
             return doc
     return jsonio.loads(body)
-
-
-def _walk(root: Any) -> dict[str, Any] | None:
-    import simdjson  # noqa: PLC0415 - loaded by `loads` already
-
-    if not isinstance(root, simdjson.Object):
-        return None
-    doc = _lazy(root)
-    for key, value in doc.items():
-        if key == "inputs" and isinstance(value, simdjson.Array):
-            doc[key] = [_entry(e) for e in value]
-        else:
-            doc[key] = _plain(value)
-    return doc
-
-
-class _Repeated(ValueError):
-    """A key repeats: `jsonio.loads` decides (the last one wins there)."""
-
-
-def _lazy(obj: Any) -> dict[str, Any]:
-    """The members of ``obj``, containers left unread (``items()`` would read every value
-    into Python, and indexing finds the first of duplicate keys, hence `_Repeated`)."""
-    keys = list(obj.keys())
-    if len(set(keys)) != len(keys):
-        raise _Repeated
-    return {key: obj[key] for key in keys}
-
-
-def _entry(element: Any) -> Any:
-    import simdjson  # noqa: PLC0415 - loaded by `loads` already
-
-    if not isinstance(element, simdjson.Object):
-        return _plain(element)
-    entry = _lazy(element)
-    floats = entry.get("datatype") in _FLOATS
-    for key, value in entry.items():
-        if key == "data" and floats and isinstance(value, simdjson.Array):
-            entry[key] = _doubles(value)
-        else:
-            entry[key] = _plain(value)
-    return entry
-
-
-def _doubles(data: Any) -> Doubles | list[Any]:
-    try:
-        values = np.frombuffer(data.as_buffer(of_type="d"), dtype=np.float64)
-    except TypeError:  # a bool, string or null in it: the list path decides
-        return list(data.as_list())
-    if len(values) != len(data):  # nested: numpy checks that it is regular
-        return list(data.as_list())
-    return Doubles(values)
-
-
-def _plain(value: Any) -> Any:
-    import simdjson  # noqa: PLC0415 - loaded by `loads` already
-
-    if isinstance(value, simdjson.Object):
-        return value.as_dict()
-    if isinstance(value, simdjson.Array):
-        return value.as_list()
-    return value
 
 
 def _arrays(doc: Any) -> int:

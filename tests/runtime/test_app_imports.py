@@ -35,6 +35,7 @@ LAZY = {
     "bf16 dtype": ("ml_dtypes",),
     "run-guest runner": ("wasmgate.sandbox.runner",),
     "fleet documents": ("wasmgate.signing.fleetdoc",),
+    "large JSON walk": ("simdjson", "wasmgate.runtime.protocol.simdwalk"),
 }
 NATIVE = {"onnx": "onnx_cpp2py_export", "grpc": "cygrpc", "oci deps": "rpds"}
 
