@@ -73,6 +73,22 @@ def test_policy_rules() -> None:
     assert not InlinePolicy(cap_s=0).inline("m", 10, pool_busy=False)
 
 
+def test_one_preempted_run_does_not_send_a_tiny_model_to_the_pool() -> None:
+    p = InlinePolicy(cap_s=2e-4)
+    for _ in range(8):
+        p.record("m", 2e-5, inline=True)
+    p.record("m", 5e-3, inline=True)  # the vCPU was taken away mid-run
+    p.record("m", 5e-3)  # and a pool run measured the GIL hand-back
+    assert p.inline("m", 10, pool_busy=False)
+    runs = 0
+    while p.inline("m", 10, pool_busy=False) and runs < 25:  # it really got slow
+        p.record("m", 5e-3, inline=True)
+        p.record("m", 5e-3)
+        runs += 1
+    assert not p.inline("m", 10, pool_busy=False)  # off the loop within 25 runs,
+    assert runs > 3  # by steps, not at the first slow run
+
+
 def test_the_crowded_cap_applies_when_the_caller_says_so() -> None:
     p = InlinePolicy(cap_s=1e-3, crowded_cap_s=2e-4)
     for _ in range(8):
