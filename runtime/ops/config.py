@@ -23,13 +23,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.ops.config_env import env_data, env_paths, merged
 from wasmgate.signing.variables import Value as VariableValue
 
 DEFAULT_CONFIG_PATH = Path("/etc/wasmgate/config.toml")
-ENV_PREFIX = "WASMGATE_"
 
 
 def default_data_dir() -> Path:
@@ -459,15 +458,11 @@ class TelemetrySettings(_Section):
     """Time one export POST may take; also the most the final flush delays shutdown."""
 
 
-class Settings(BaseSettings):
-    """Root settings of ``wasmgate serve``."""
+class Settings(BaseModel):
+    """Root settings of ``wasmgate serve``; the environment's ``WASMGATE_*`` variables win
+    over the values given (the TOML file's), see `config_env`."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     http: HttpSettings = HttpSettings()
     """HTTP server (KServe V2, raw adapter endpoint, management API, metrics, status)."""
@@ -505,31 +500,12 @@ class Settings(BaseSettings):
     when the bundle loads; a refused value is logged and the default kept. A value set over
     the management API or MQTT (persisted in the state dir) wins over this one."""
 
+    @model_validator(mode="before")
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file is passed as init kwargs by load_settings; env wins over it.
-        # No .env files and no secrets dir: the operator's config file is the one source.
-        del settings_cls, dotenv_settings, file_secret_settings
-        return (env_settings, init_settings)
-
-
-def _env_overrides() -> dict[tuple[str, ...], str]:
-    """Config-looking environment variables by the key path they set (lower case).
-
-    Only names with ``__`` count as config: ``WASMGATE_BUILD_CACHE`` and friends belong to
-    other tools, while ``WASMGATE_PROFILE``/``WASMGATE_DRAIN_S`` are top-level fields."""
-    found: dict[tuple[str, ...], str] = {}
-    for name in os.environ:
-        if name.upper().startswith(ENV_PREFIX):
-            found[tuple(name[len(ENV_PREFIX) :].lower().split("__"))] = name
-    return found
+    def _environment_wins(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return merged(data, env_data(cls))
 
 
 def _check_env_sections(env: dict[tuple[str, ...], str]) -> None:
@@ -576,7 +552,7 @@ def load_settings(path: Path | None, *, required: bool = False) -> Settings:
     elif required:
         raise ConfigError(f"{file_path}: cannot read: no such file")
     source = str(file_path) if data else "configuration"
-    env = _env_overrides()
+    env = env_paths()
     _check_env_sections(env)
     try:
         return Settings(**data)

@@ -7,7 +7,8 @@ process imports, also those imported inside functions on the way to READY. The w
 OCI client of the fleet pull and the samples sink, the ``onnx`` package (the optimized
 graph stands for a model that passed its check), the OpenTelemetry SDK or LiteRT, nor map
 their native libraries; nor, with no ``cloud.url``, the cloud client, nor ml_dtypes (BF16
-tensors only), the run-guest runner or, with no fleet document, its models. The cold start
+tensors only), the run-guest runner or, with no fleet document, its models; nor
+pydantic-settings (the environment's settings are read by `config_env`). The cold start
 is the counter-check that the log is read right: it does import ``onnx``, for the
 external-data check of a graph seen for the first time.
 """
@@ -36,6 +37,7 @@ LAZY = {
     "run-guest runner": ("wasmgate.sandbox.runner",),
     "fleet documents": ("wasmgate.signing.fleetdoc",),
     "large JSON walk": ("simdjson", "wasmgate.runtime.protocol.simdwalk"),
+    "settings sources": ("pydantic_settings", "dotenv"),
 }
 NATIVE = {"onnx": "onnx_cpp2py_export", "grpc": "cygrpc", "oci deps": "rpds"}
 
