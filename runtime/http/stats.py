@@ -13,7 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from wasmgate.runtime.http.keys import METRICS, SERVICE
-from wasmgate.runtime.ops.metrics import Metrics, NameStats
+from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.recent import NameStats
 from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI
 
 

@@ -23,7 +23,7 @@ from aiohttp import web
 import wasmgate
 from wasmgate.runtime.http.history import HISTORY, history_ctx
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
-from wasmgate.runtime.ops.metrics import NameStats
+from wasmgate.runtime.ops.recent import NameStats
 from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.api import ModelInfo
 

@@ -19,12 +19,8 @@ known names are declared (bridge tests without a registry) names pass as given.
 
 from __future__ import annotations
 
-import statistics
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from prometheus_client import (
@@ -39,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from wasmgate.runtime.ops.pulled import GateFigures, GateGauge
+from wasmgate.runtime.ops.recent import NameStats, Recent
 from wasmgate.runtime.ops.request_metrics import RequestFamilies
 
 Kind = Literal["adapter", "model"]
@@ -53,76 +50,13 @@ LATENCY_BUCKETS = (
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-@dataclass(frozen=True)
-class NameStats:
-    """What the status page shows per adapter/model."""
-
-    requests: int
-    errors: int
-    last_ms: float | None
-    p50_ms: float | None
-    p99_ms: float | None
-    sources: Mapping[str, int]
-    ok_seconds: float = 0.0
-    """Summed latency of answered requests (Triton's ``success.ns``)."""
-    error_seconds: float = 0.0
-    stage_seconds: Mapping[str, float] = field(default_factory=dict)
-    """Summed ``timings`` per stage of answered requests."""
-    last_unix_ms: int = 0
-
-
-class _Recent:
-    """Bounded per-name request history for the status page (Prometheus has no quantiles)."""
-
-    def __init__(self, size: int) -> None:
-        self.latencies: deque[float] = deque(maxlen=size)
-        self.requests = 0
-        self.errors = 0
-        self.sources: dict[str, int] = {}
-        self.ok_seconds = 0.0
-        self.error_seconds = 0.0
-        self.stage_seconds: dict[str, float] = {}
-        self.last_unix_ms = 0
-
-    def add(
-        self, seconds: float, source: str | None, error: str | None, timings: Mapping[str, float]
-    ) -> None:
-        self.requests += 1
-        self.last_unix_ms = int(time.time() * 1000)
-        if error is not None:
-            self.errors += 1
-            self.error_seconds += seconds
-            return
-        self.latencies.append(seconds)
-        self.ok_seconds += seconds
-        for stage, value in timings.items():
-            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + value
-        if source is not None:
-            self.sources[source] = self.sources.get(source, 0) + 1
-
-    def stats(self) -> NameStats:
-        ms = sorted(v * 1000 for v in self.latencies)
-        return NameStats(
-            requests=self.requests,
-            errors=self.errors,
-            last_ms=self.latencies[-1] * 1000 if self.latencies else None,
-            p50_ms=statistics.median(ms) if ms else None,
-            p99_ms=ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))] if ms else None,
-            sources=dict(self.sources),
-            ok_seconds=self.ok_seconds,
-            error_seconds=self.error_seconds,
-            stage_seconds=dict(self.stage_seconds),
-            last_unix_ms=self.last_unix_ms,
-        )
-
-
 class Metrics:
     """Every daemon metric; thread-safe (prometheus-client is, the recent-history lock too)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, recent: int = 512) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._recent_size = recent
-        self._recent: dict[tuple[Kind, str], _Recent] = {}
+        self._recent: dict[tuple[Kind, str], Recent] = {}
         self._lock = threading.Lock()
         self._model_labels: dict[str, tuple[str, str, str, str]] = {}
         self._known: dict[str, frozenset[str]] | None = None
@@ -218,7 +152,7 @@ class Metrics:
         with self._lock:
             recent = self._recent.get((kind, name))
             if recent is None:
-                recent = self._recent[(kind, name)] = _Recent(self._recent_size)
+                recent = self._recent[(kind, name)] = Recent(self._recent_size)
             recent.add(total, source, error, timings)
 
     # -- service, batcher ---------------------------------------------------------------------
