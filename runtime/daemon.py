@@ -23,6 +23,7 @@ import signal
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -96,10 +97,16 @@ def _summary(app: web.Application) -> str:
     return f"serving {len(service.adapter_names())} adapters, {models} models"
 
 
-async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
+async def run_daemon(
+    settings: Settings,
+    config_path: Path | None = None,
+    *,
+    on_ready: Callable[[], None] | None = None,
+) -> int:
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
-    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
+    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists);
+    ``on_ready`` runs once READY=1 is sent (`wasmgate serve` resumes the collector there).
     """
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
@@ -138,6 +145,8 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         },
     )
     notifier.ready(_summary(app))
+    if on_ready is not None:
+        on_ready()
     try:
         await _serve(app, notifier)
     finally:
