@@ -259,13 +259,13 @@ async def execute_model(
     with _local_failures(served.name, model=True):
         outputs = _inline_run(handle, inputs, deadline, took) if inline else None
         ran_inline = outputs is not None
-        if outputs is None and batcher is not None:
+        if outputs is None and batcher is not None and not batcher.passes_through():
             outputs = await _batched(batcher, inputs, deadline, left, hold)
             cost = batcher.run_cost()  # the model's own time, not the hop's
             if cost is not None:
                 took.append(cost)
-        elif outputs is None:
-            try:
+        elif outputs is None:  # unbatched, or batching does not pay: a worker of the pool
+            try:  # runs it (a passing-through `Batcher.infer` on that worker's own thread)
                 future = start_model(pool, handle, inputs, deadline, took)
                 outputs = await _wait(future, left, hold)
             except TimeoutError:

@@ -57,9 +57,11 @@ def test_passing_through_a_tiny_batched_model_runs_on_the_loop_after_warm_up() -
         assert batcher.passes_through()
         on_loop = _served(batcher, model, 60, _policy())
         stats = batcher.stats()
-    assert on_loop[:8] == [False] * 8  # measured first, through the dispatcher
+    assert on_loop[:8] == [False] * 8  # measured first, on the pool
     assert on_loop[8:] == [True] * 52  # then inline, as an unbatched tiny model
-    assert stats.inline == sum(on_loop)
+    # Every run was a caller's own (a pool worker's, then the loop's): none waited for the
+    # dispatcher, whose thread per CPU would run fewer side by side than the pool does.
+    assert stats.inline == 60
 
 
 def test_while_batches_may_form_nothing_runs_on_the_loop() -> None:
@@ -83,3 +85,30 @@ def test_infer_now_never_waits_for_a_batch() -> None:
         stats = batcher.stats()
     assert (got, stats.inline, stats.requests) == (None, 0, 1)  # nothing queued either
     assert waited < 0.1  # not the 0.3 s the running batch takes
+
+
+def test_a_slow_model_batching_does_not_pay_for_runs_side_by_side_on_the_pool() -> None:
+    model = Recording(_model(), sleep_s=0.1)  # far over the inline cap: never on the loop
+    x = _rows(1)
+
+    async def four_at_once(batcher: Batcher) -> None:
+        with FairPool(4) as pool:
+            served = ServedModel("mlp", batcher)
+            calls = [
+                execute_model(pool, served, [x], time.monotonic() + 30, {}, hold=_no_hold,
+                              policy=_policy(), pool_busy=False)
+                for _ in range(4)
+            ]  # fmt: skip
+            for out in await asyncio.gather(*calls):
+                np.testing.assert_allclose(out[0], model.inner.infer([x])[0], rtol=1e-6)
+
+    with Batcher(model, 32, 2000, workers=1) as batcher:  # one batch at a time
+        _no_gain(batcher)
+        assert batcher.passes_through()
+        asyncio.run(four_at_once(batcher))
+        stats = batcher.stats()
+    # Pool workers ran them side by side, as for an unbatched model (the pool's share for
+    # one tenant: 3 of its 4 workers); through the dispatcher's one worker they would have
+    # run one after another on one thread.
+    assert len(set(model.threads[-4:])) == 3
+    assert stats.inline == 4
