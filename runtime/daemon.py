@@ -106,7 +106,8 @@ async def run_daemon(
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
     ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists);
-    ``on_ready`` runs once READY=1 is sent (`wasmgate serve` resumes the collector there).
+    ``on_ready`` runs once listening, just before READY=1 (`wasmgate serve` resumes the
+    collector there).
     """
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
@@ -144,9 +145,9 @@ async def run_daemon(
             "startup_s": round(time.monotonic() - started, 2),
         },
     )
-    notifier.ready(_summary(app))
     if on_ready is not None:
-        on_ready()
+        on_ready()  # before READY=1: its time is the start's, not the first requests'
+    notifier.ready(_summary(app))
     try:
         await _serve(app, notifier)
     finally:

@@ -1,15 +1,15 @@
-"""The cyclic garbage collector paused while ``wasmgate serve`` starts, resumed at READY.
+"""The cyclic garbage collector paused while ``wasmgate serve`` starts, until it listens.
 
 A start imports some 800 modules and builds ~60 pydantic models: with the collector on, it
 ran ~200 collections during the imports alone, each walking every object made so far, for
-objects that nearly all live as long as the process. Measured on the loaded 2-core VM,
-alternating with the collector on (4 runs of 8-10 starts of the 3-bundle bench daemon):
-spawn to the first log line -90 to -185 ms, READY -40 to -130 ms (medians), idle RSS
-+0.4 to +1.1 MB (the cycles are freed late, into pools that live objects share; a
-threshold of 20 000 instead of a pause gained neither). Reference counting still frees
-everything that is not in a cycle; the cycles made meanwhile (typing and schema-building
-garbage, ~50k objects) are collected once when the daemon is ready, and the collector then
-runs as always.
+objects that nearly all live as long as the process. Paused, those walks become one full
+collection when the daemon listens (~130k objects, ~100 ms on the loaded 2-core VM), done
+just before READY=1 so that its time counts in the start, not in the first requests.
+Measured there, alternating with the collector on (3-bundle bench daemon, 10 warm starts
+each): spawn to the first log line 1.28 -> 1.11 s, READY 1.58 -> 1.48 s (medians); idle RSS
++0.4 to +1.1 MB over several runs (objects freed late, into pools live objects share). A
+threshold of 20 000 instead of a pause gained neither. Reference counting still frees
+everything that is not in a cycle meanwhile.
 
 Not `gc.freeze()`: objects frozen at start are never examined again, and a bundle loaded at
 start can end up in a cycle when it is swapped out; a frozen cycle holding an ONNX Runtime
