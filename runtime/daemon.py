@@ -23,7 +23,6 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -97,17 +96,10 @@ def _summary(app: web.Application) -> str:
     return f"serving {len(service.adapter_names())} adapters, {models} models"
 
 
-async def run_daemon(
-    settings: Settings,
-    config_path: Path | None = None,
-    *,
-    on_ready: Callable[[], None] | None = None,
-) -> int:
+async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
-    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists);
-    ``on_ready`` runs once listening, just before READY=1 (`wasmgate serve` resumes the
-    collector there).
+    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
     """
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
@@ -145,8 +137,6 @@ async def run_daemon(
             "startup_s": round(time.monotonic() - started, 2),
         },
     )
-    if on_ready is not None:
-        on_ready()  # before READY=1: its time is the start's, not the first requests'
     notifier.ready(_summary(app))
     try:
         await _serve(app, notifier)

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 
 from wasmgate import __version__
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
-from wasmgate.runtime.ops.startgc import StartupGc
 
 _COMMANDS = {
     "serve": "serve",
@@ -59,19 +58,15 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    chosen = _chosen(words)
-    # `serve`: no cyclic collections until READY (`StartupGc`); the imports start here.
-    with StartupGc(paused=chosen == "serve") as startup_gc:
-        parser = build_parser(chosen)
-        args = parser.parse_args(words)
-        args.startup_gc = startup_gc
-        try:
-            code: int = args.func(args)
-        except CliError as e:
-            print(f"wasmgate {args.command}: {e}", file=sys.stderr)
-            return e.exit_code
-        except KeyboardInterrupt:
-            return 130
+    parser = build_parser(_chosen(words))
+    args = parser.parse_args(words)
+    try:
+        code: int = args.func(args)
+    except CliError as e:
+        print(f"wasmgate {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
     return code
 
 

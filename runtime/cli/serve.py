@@ -84,9 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         with data_dir_lock(owned):
             if args.demo:
                 settings = _demo_settings(settings)
-            ready = getattr(args, "startup_gc", None)
-            on_ready = ready.resume if ready is not None else None
-            return asyncio.run(run_daemon(settings, config_path, on_ready=on_ready))
+            return asyncio.run(run_daemon(settings, config_path))
     except ConfigError as e:
         raise CliError(str(e), EXIT_USAGE) from e
     except ListenError as e:
