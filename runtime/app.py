@@ -115,6 +115,7 @@ def build_app(
     manage.setup(app)
     variable_routes.setup(app)
     openapi.setup(app)
+    edge.finish(app)  # the catch-all, after every route
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
     app.cleanup_ctx.append(_store_ctx)

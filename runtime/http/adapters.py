@@ -20,6 +20,7 @@ import numpy as np
 from aiohttp import hdrs, web
 
 from wasmgate.runtime.errors import BadRequest
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.common import (
     InferOutcome,
     Observation,
@@ -124,4 +125,5 @@ async def infer_adapter(
 
 def setup(app: web.Application) -> None:
     """``POST /v1/adapters/{name}``; expects ``app[SERVICE]`` (optional ``app[METRICS]``)."""
-    app.router.add_post("/v1/adapters/{name}", raw_adapter)
+    routes = edge.routes(app)
+    routes.add_post("/v1/adapters/{name}", raw_adapter)

@@ -49,6 +49,7 @@ from wasmgate.runtime.errors import (
     PayloadTooLarge,
     Unauthorized,
 )
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import FLEET, LIVE, REGISTRY
 from wasmgate.signing.manifest import Release
 
@@ -240,13 +241,14 @@ async def get_desired(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     """Register the routes; they read ``app[REGISTRY]``, ``app[FLEET]`` and ``app[LIVE]`` per
     request."""
-    app.router.add_get("/v1/bundles", guarded(list_bundles))
-    app.router.add_put("/v1/bundles", guarded(put_bundle))
-    app.router.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
-    app.router.add_post("/v1/bundles/{name}/abort", guarded(abort_bundle))
-    app.router.add_delete("/v1/bundles/{name}", guarded(delete_bundle))
-    app.router.add_put("/v1/desired", guarded(put_desired))
-    app.router.add_get("/v1/desired", guarded(get_desired))
+    routes = edge.routes(app)
+    routes.add_get("/v1/bundles", guarded(list_bundles))
+    routes.add_put("/v1/bundles", guarded(put_bundle))
+    routes.add_post("/v1/bundles/{name}/promote", guarded(promote_bundle))
+    routes.add_post("/v1/bundles/{name}/abort", guarded(abort_bundle))
+    routes.add_delete("/v1/bundles/{name}", guarded(delete_bundle))
+    routes.add_put("/v1/desired", guarded(put_desired))
+    routes.add_get("/v1/desired", guarded(get_desired))
 
     async def sweep(app: web.Application) -> None:
         sweep_uploads(app[LIVE].settings.paths.resolved("state_dir"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import METRICS
 
 
@@ -14,4 +15,5 @@ async def metrics(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     """Register ``GET /metrics``; expects ``app[METRICS]`` (a `Metrics`)."""
-    app.router.add_get("/metrics", metrics)
+    routes = edge.routes(app)
+    routes.add_get("/metrics", metrics)

@@ -11,6 +11,8 @@ from importlib import resources
 
 from aiohttp import web
 
+from wasmgate.runtime.http import edge
+
 
 def document() -> bytes:
     return (
@@ -25,4 +27,4 @@ async def openapi(_request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get("/openapi.json", openapi)
+    edge.routes(app).add_get("/openapi.json", openapi)

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.recent import NameStats
@@ -69,6 +70,7 @@ async def stats(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     """Register the stats routes (before ``/v2/models/{model}``: ``stats`` is not a model)."""
-    app.router.add_get("/v2/models/stats", stats)
-    app.router.add_get("/v2/models/{model}/stats", stats)
-    app.router.add_get("/v2/models/{model}/versions/{version}/stats", stats)
+    routes = edge.routes(app)
+    routes.add_get("/v2/models/stats", stats)
+    routes.add_get("/v2/models/{model}/stats", stats)
+    routes.add_get("/v2/models/{model}/versions/{version}/stats", stats)

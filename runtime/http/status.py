@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 import wasmgate
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.history import HISTORY, history_ctx
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
 from wasmgate.runtime.ops.recent import NameStats
@@ -131,10 +132,11 @@ def setup(app: web.Application) -> None:
 
     Reads ``app[SERVICE]`` and, when present, ``app[METRICS]`` and ``app[STATUS_PROVIDERS]``.
     """
+    routes = edge.routes(app)
     app[STARTED] = time.monotonic()
     app.setdefault(STATUS_PROVIDERS, {})
     app.cleanup_ctx.append(history_ctx)
-    app.router.add_get("/", _file("index.html"))
-    app.router.add_get("/v1/status", status_json)
+    routes.add_get("/", _file("index.html"))
+    routes.add_get("/v1/status", status_json)
     for name in _ASSETS:
-        app.router.add_get(f"/static/{name}", _file(name))
+        routes.add_get(f"/static/{name}", _file(name))

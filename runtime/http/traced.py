@@ -25,13 +25,6 @@ TRACED_ROUTES = frozenset(
 )
 
 
-def wanted(tracing: Tracing, request: web.Request) -> bool:
-    """Whether ``request`` gets an ``http receive`` span (an inference route, traced)."""
-    route = request.match_info.route.resource
-    canonical = route.canonical if route is not None else ""
-    return canonical in TRACED_ROUTES and tracing.wants(request.headers)
-
-
 async def around(tracing: Tracing, request: web.Request, answer: Handler) -> web.StreamResponse:
     """``answer(request)`` inside the request's span; the answer carries ``traceparent``."""
     info = request.match_info

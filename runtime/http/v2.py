@@ -18,7 +18,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from wasmgate.runtime.errors import BadRequest, NotReady
-from wasmgate.runtime.http import adapters, stats
+from wasmgate.runtime.http import adapters, edge, stats
 from wasmgate.runtime.http.common import (
     InferOutcome,
     Observation,
@@ -156,9 +156,10 @@ def setup(app: web.Application) -> None:
     """Register the V2 routes and the raw adapter endpoint.
 
     Expects ``app[SERVICE]`` (a `ServiceAPI`) before requests arrive; ``app[METRICS]`` is
-    optional. Install `wasmgate.runtime.http.errors.setup` too for V2 error bodies.
+    optional. Set `wasmgate.runtime.http.edge` up first (or install
+    `wasmgate.runtime.http.errors.setup`) for V2 error bodies.
     """
-    router = app.router
+    router = edge.routes(app)
     # aiohttp tries the routes under one static prefix (/v2/models) in registration order:
     # the inference routes first, so a request matches on the first try.
     router.add_post("/v2/models/{model}/infer", infer)

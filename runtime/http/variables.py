@@ -16,6 +16,7 @@ from aiohttp import web
 
 from wasmgate.runtime.bundles.variables import Variables
 from wasmgate.runtime.errors import BadRequest, PayloadTooLarge
+from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import REGISTRY
 from wasmgate.runtime.http.manage import guarded
 
@@ -48,5 +49,6 @@ async def put_variables(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     """Register the routes; the composition root stores ``app[VARIABLES]``."""
-    app.router.add_get("/v1/bundles/{name}/variables", guarded(get_variables))
-    app.router.add_put("/v1/bundles/{name}/variables", guarded(put_variables))
+    routes = edge.routes(app)
+    routes.add_get("/v1/bundles/{name}/variables", guarded(get_variables))
+    routes.add_put("/v1/bundles/{name}/variables", guarded(put_variables))

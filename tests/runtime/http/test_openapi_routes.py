@@ -18,8 +18,8 @@ def _routed() -> set[tuple[str, str]]:
     found = set()
     for route in app.router.routes():
         method, path = route.method.lower(), route.resource.canonical if route.resource else ""
-        if method == "head" or path.startswith(UNDOCUMENTED_PREFIXES):
-            continue  # aiohttp adds HEAD to every GET route
+        if method in ("head", "*") or path.startswith(UNDOCUMENTED_PREFIXES):
+            continue  # aiohttp adds HEAD to every GET route; "*" is the edge's catch-all
         found.add((method, path))
     return found
 
