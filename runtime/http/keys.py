@@ -36,7 +36,7 @@ LIVE = web.AppKey("live_settings", LiveSettings)
 REGISTRY = web.AppKey("registry", Registry)
 """The bundle registry (management API, status, reload)."""
 CONNECTIONS = web.AppKey("connections", ConnectionGuard)
-"""Connection caps of the listener (the daemon's site uses it; its middleware marks busy)."""
+"""Connection caps of the listener (the daemon's site uses it; the edge marks busy)."""
 TRACING = web.AppKey("tracing", Tracing)
 """Trace context and spans (`wasmgate.runtime.ops.tracing`); its tracer starts with the app."""
 FLEET = web.AppKey("fleet", FleetMember)
