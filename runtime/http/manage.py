@@ -21,8 +21,9 @@ the directory never holds more than that many bundles. A full disk answers 507.
 No ``http.management_token`` configured → every route answers 403 "disabled". A missing or
 wrong token → 401 before the body is read, and nothing changes. Tokens are compared with
 `hmac.compare_digest`. The token is read per request, so a SIGHUP reload applies at once.
-Errors are raised as `wasmgate.runtime.errors` types and answered by the edge's error mapping (`wasmgate.runtime.http.edge`)
-(`wasmgate.runtime.http.errors`), so statuses and bodies match the data plane's.
+Errors are raised as `wasmgate.runtime.errors` types and answered by the edge's error
+mapping (`wasmgate.runtime.http.edge`, `wasmgate.runtime.http.errors`), so statuses and
+bodies match the data plane's.
 """
 
 from __future__ import annotations
