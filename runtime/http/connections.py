@@ -49,6 +49,9 @@ class _Guarded(asyncio.Protocol):
         self.peer = str(peer[0]) if isinstance(peer, tuple) else "-"
         self.admitted = self._guard.admit(self)
         if self.admitted:
+            # The transport looks data_received up on every read: the instance attribute
+            # hands the bytes to aiohttp's handler directly, a Python frame less per read.
+            self.data_received = self.inner.data_received  # type: ignore[method-assign]
             self.inner.connection_made(transport)
         else:
             transport.write(REFUSED)
