@@ -32,12 +32,6 @@ class _Histogram:
     counts: list[int]
     total: float = 0.0
 
-    def observe(self, bounds: Sequence[float], value: float) -> None:
-        if math.isnan(value):  # in no bucket, as in prometheus-client, nor in the sum
-            return  # (where it would make the sum NaN for good)
-        self.counts[bisect.bisect_left(bounds, value)] += 1
-        self.total += value
-
 
 @dataclass
 class _Count:
@@ -64,13 +58,23 @@ class RequestFamilies(Collector):
         """One answered request of ``series`` (transport, kind, name): its source,
         end-to-end seconds and stage timings."""
         transport, kind, name = series
-        bounds = self._bounds
         with self._lock:
             self._count(self._requests, (transport, kind, name, source))
-            self._histogram(self._latency, series).observe(bounds, total)
+            self._observe(self._latency, series, total)
+            stages, table = self._stages, self._stage
             for stage, value in timings.items():
-                if stage in self._stages:
-                    self._histogram(self._stage, (kind, name, stage)).observe(bounds, value)
+                if stage in stages:
+                    self._observe(table, (kind, name, stage), value)
+
+    def _observe(self, table: dict[Labels, _Histogram], labels: Labels, value: float) -> None:
+        """`_Histogram.observe` of ``labels``' histogram, made on first use (one call, not
+        two, per figure: three figures on every request)."""
+        hist = table.get(labels)
+        if hist is None:
+            hist = table[labels] = _Histogram([0] * (len(self._bounds) + 1))
+        if not math.isnan(value):  # in no bucket, as in prometheus-client, nor in the sum
+            hist.counts[bisect.bisect_left(self._bounds, value)] += 1
+            hist.total += value
 
     def failed(self, transport: str, kind: str, name: str, error: str) -> None:
         with self._lock:
@@ -82,12 +86,6 @@ class RequestFamilies(Collector):
         if count is None:
             count = table[labels] = _Count()
         count.value += 1
-
-    def _histogram(self, table: dict[Labels, _Histogram], labels: Labels) -> _Histogram:
-        hist = table.get(labels)
-        if hist is None:
-            hist = table[labels] = _Histogram([0] * (len(self._bounds) + 1))
-        return hist
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:  # a consistent copy; the families are built outside the lock
