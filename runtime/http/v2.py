@@ -137,7 +137,9 @@ async def infer(request: web.Request) -> web.Response:
         check_json_size(len(body) if length is None else None, request)
         req = await off_loop(len(body), lambda: v2.parse_request(body, length))
         result = await _run(request, request.app[SERVICE], info, req)
-        size = sum(a.nbytes for a in result.outputs.values())
+        size = 0
+        for array in result.outputs.values():  # a loop, not sum() over a generator
+            size += array.nbytes
         encoded = await off_loop(size, lambda: _encode(info.name, result, req))
     except Exception as exc:
         observation.failed(exc)

@@ -17,7 +17,6 @@ classification extension is refused rather than silently ignored.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,18 +115,28 @@ numpy checks the product of the others even for an empty array."""
 
 def checked_shape(shape: object, what: str) -> tuple[int, ...]:
     """A declared tensor shape (any transport's): non-negative ints within the limits."""
-    if not isinstance(shape, list | tuple) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+    if isinstance(shape, list | tuple):
+        # A loop, not all() over a generator: every request's every tensor comes here.
+        for d in shape:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                break
+        else:
+            return _within_limits(tuple(shape), what)
+    raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+
+
+def _within_limits(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
     if len(shape) > MAX_RANK:
         raise BadRequest(f"{what}: 'shape' has {len(shape)} dimensions, at most {MAX_RANK}")
-    if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+    elements = 1
+    for d in shape:  # at most MAX_RANK of them
+        elements *= d or 1
+    if elements > MAX_ELEMENTS:
         shown = repr(list(shape))[:100]
         raise BadRequest(
             f"{what}: 'shape' {shown} is out of range (at most {MAX_ELEMENTS} elements)"
         )
-    return tuple(shape)
+    return shape
 
 
 def checked_datatype(datatype: object, what: str) -> str:
@@ -139,8 +148,11 @@ def checked_datatype(datatype: object, what: str) -> str:
 
 def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
     entries = doc.get(key)
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+    if not isinstance(entries, list):
         raise BadRequest(f"{what}: '{key}' must be a list of objects")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise BadRequest(f"{what}: '{key}' must be a list of objects")
     for entry in entries:
         if not isinstance(entry.get("name"), str):
             raise BadRequest(f"{what}: every entry of '{key}' needs a string 'name'")
