@@ -68,15 +68,22 @@ async def test_a_run_past_the_budget_is_made_again_on_the_pool(
 ) -> None:
     async with _stack(tmp_path, kit, kit.build("probe", 1, **UNBATCHED)) as st:
         await _warm(st)
+        # A loaded CI machine can measure the first pool runs over the cap: warm until the
+        # adapter runs inline (what this test starts from), then push it past the budget.
+        for _ in range(8 * WARMUP):
+            if _figures(st)[0] > 0:
+                break
+            await _warm(st, 1)
+        runs, strikes = _figures(st)
+        assert (runs > 0, strikes) == (True, 0)
         # Tens of milliseconds of spinning: far past the budget, well inside the deadline.
         answer = await st.service.run_adapter(_req(b"W40"))
         assert answer.body == b"v1:40"  # the pool's run answered; the inline one was dropped
-        runs, strikes = _figures(st)
-        assert (runs, strikes) == (0, 1)
+        assert _figures(st) == (runs, 1)
         await _warm(st, 2 * WARMUP - 1)  # a warm-up twice as long, on the pool
-        assert _figures(st) == (0, 1)
+        assert _figures(st) == (runs, 1)
         await _warm(st, 1)
-        assert _figures(st) == (1, 1)  # and inline again
+        assert _figures(st) == (runs + 1, 1)  # and inline again
         text = st.metrics.exposition()[0].decode()
         assert 'wasmgate_inline_strikes_total{name="adapter:probe"} 1.0' in text
 
