@@ -1,7 +1,8 @@
 """The environment's part of the daemon settings: ``WASMGATE_<SECTION>__<FIELD>=value``.
 
-pydantic-settings did this until it was measured: importing it (its sources, dotenv, the
-plugin scan) cost every ``wasmgate serve`` ~15-25 ms and 2.8 MB of idle RSS, for the one
+pydantic-settings did this until it was measured: dropping it took the daemon's imports
+plus settings from 564 to 524 ms (fastest of 10 alternating in-process rounds) and idle
+RSS with 3 bundles from 127.4 to 126.1 MB (same-run `bench_daemon` pair), for the one
 source the daemon reads besides its TOML file. The rules are the ones it applied:
 
 - names are case-insensitive; ``__`` separates the levels (``WASMGATE_STORE__DEFAULTS__...``);
