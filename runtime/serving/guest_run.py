@@ -74,14 +74,17 @@ def inline_run(
     limits = bundle.guest_limits(budget)
     later = asyncio.get_running_loop().call_soon
     start = time.monotonic()
+    trapped = False
     try:
         result = run_guest(adapter, bundle, req, limits, after=later)
     except GuestDeadlineExceeded:
         if budget >= left:
             raise  # the request's own deadline
-        # The budget's epoch deadline is a few ticks: a ticker that woke late on a loaded
-        # machine catches up in one step and can fire it early. Either way: the pool.
-        result = None
+        # The budget's epoch deadline: a strike even when it fired early (a ticker that
+        # woke late on a loaded machine catches up in one step), because the guest did not
+        # finish inside the budget as the sandbox counts it; without the strike it would
+        # stall the loop again on the next request.
+        result, trapped = None, True
     except SandboxError:
         if budget >= left or time.monotonic() - start < budget:
             raise  # a failure no deadline caused
@@ -89,8 +92,8 @@ def inline_run(
     took = time.monotonic() - start
     if result is not None and (budget >= left or took < budget):
         return result  # no inline budget fired: the pool would have produced the same
-    if took >= budget:
-        policy.strike(f"adapter:{req.adapter}", took)
+    if trapped or took >= budget:
+        policy.strike(f"adapter:{req.adapter}", max(took, budget))
         log.warning("adapter %s ran past its inline budget (%.1f ms); back to the worker pool",
                     req.adapter, took * 1e3)  # fmt: skip
     return None
