@@ -20,9 +20,14 @@ def _bundle() -> Any:
     return SimpleNamespace(guest_limits=lambda budget: budget)
 
 
+def _trap_at_once(*_: object, **__: object) -> NoReturn:
+    raise GuestDeadlineExceeded("epoch deadline")
+
+
 def _run(policy: InlinePolicy, deadline_s: float = 10.0) -> object:
-    req = AdapterRequest("probe", b"", deadline=time.monotonic() + deadline_s)
-    return guest_run.inline_run(None, _bundle(), req, req.deadline or 0.0, policy)  # type: ignore[arg-type]
+    deadline = time.monotonic() + deadline_s
+    req = AdapterRequest("probe", b"", deadline=deadline)
+    return guest_run.inline_run(None, _bundle(), req, deadline, policy)  # type: ignore[arg-type]
 
 
 async def test_an_epoch_deadline_that_fires_early_is_still_a_strike(
@@ -31,10 +36,7 @@ async def test_an_epoch_deadline_that_fires_early_is_still_a_strike(
     # A ticker that woke late catches up in one step and traps the guest before the budget
     # has passed on the clock: the run is thrown away, and the guest must not get the loop
     # again on the next request (it did: no strike, so the next one stalled the loop too).
-    def trap_at_once(*_: object, **__: object) -> NoReturn:
-        raise GuestDeadlineExceeded("epoch deadline")
-
-    monkeypatch.setattr(guest_run, "run_guest", trap_at_once)
+    monkeypatch.setattr(guest_run, "run_guest", _trap_at_once)
     policy = InlinePolicy(1.0)
     assert _run(policy) is None
     assert policy.figures()[KEY] == (0, 1)
@@ -44,10 +46,7 @@ async def test_an_epoch_deadline_that_fires_early_is_still_a_strike(
 async def test_the_requests_own_deadline_is_not_a_strike(monkeypatch: pytest.MonkeyPatch) -> None:
     # Inside a deadline shorter than the budget, the trap is the request's: it is raised
     # to the caller (504), and the adapter keeps its inline standing.
-    def trap_at_once(*_: object, **__: object) -> NoReturn:
-        raise GuestDeadlineExceeded("epoch deadline")
-
-    monkeypatch.setattr(guest_run, "run_guest", trap_at_once)
+    monkeypatch.setattr(guest_run, "run_guest", _trap_at_once)
     policy = InlinePolicy(1.0)
     with pytest.raises(GuestDeadlineExceeded):
         _run(policy, deadline_s=guest_run.INLINE_BUDGET_S / 2)
