@@ -250,18 +250,20 @@ async def execute_model(
     start = time.monotonic()
     batcher = handle if isinstance(handle, Batcher) else None
     # A batched model is a candidate too while batching does not pay (it passes through).
+    # Read once: a hint either way (`Batcher.infer_now` decides under the batcher's lock).
+    batching = batcher if batcher is not None and not batcher.passes_through() else None
     inline = (
         policy is not None
-        and (batcher is None or batcher.passes_through())
+        and batching is None
         and policy.inline(served.name, _nbytes(inputs), pool_busy)
     )
     took: list[float] = []
     with _local_failures(served.name, model=True):
         outputs = _inline_run(handle, inputs, deadline, took) if inline else None
         ran_inline = outputs is not None
-        if outputs is None and batcher is not None and not batcher.passes_through():
-            outputs = await _batched(batcher, inputs, deadline, left, hold)
-            cost = batcher.run_cost()  # the model's own time, not the hop's
+        if outputs is None and batching is not None:
+            outputs = await _batched(batching, inputs, deadline, left, hold)
+            cost = batching.run_cost()  # the model's own time, not the hop's
             if cost is not None:
                 took.append(cost)
         elif outputs is None:  # unbatched, or batching does not pay: a worker of the pool

@@ -65,6 +65,13 @@ class _Measured:
     inline_s: float = 0.0  # average of the runs made inline
 
 
+def _moved(average: float, sample: float, *, first: bool) -> float:
+    """The moving average after ``sample``, clipped at ``_CLIP`` times the average so far."""
+    if first:
+        return sample
+    return average + _EWMA * (min(sample, _CLIP * average) - average)
+
+
 class InlinePolicy:
     """Per-model latency averages and the inline decision (owned by the service)."""
 
@@ -103,17 +110,11 @@ class InlinePolicy:
         m = self._models.get(model)
         if m is None:  # not setdefault: that builds a _Measured on every call
             m = self._models[model] = _Measured()
-        if m.calls == 0:
-            m.average_s = seconds
-        else:
-            m.average_s += _EWMA * (min(seconds, _CLIP * m.average_s) - m.average_s)
+        m.average_s = _moved(m.average_s, seconds, first=m.calls == 0)
         m.calls += 1
         if inline:
             m.inline_runs += 1
-            if m.inline_n == 0:
-                m.inline_s = seconds
-            else:
-                m.inline_s += _EWMA * (min(seconds, _CLIP * m.inline_s) - m.inline_s)
+            m.inline_s = _moved(m.inline_s, seconds, first=m.inline_n == 0)
             m.inline_n += 1
 
     def strike(self, key: str, seconds: float) -> None:

@@ -112,3 +112,32 @@ def test_a_slow_model_batching_does_not_pay_for_runs_side_by_side_on_the_pool() 
     # run one after another on one thread.
     assert len(set(model.threads[-4:])) == 3
     assert stats.inline == 4
+
+
+def test_a_passing_through_batched_model_keeps_tenants_fair() -> None:
+    """Two tenants on one batched model that passes through: the flood's runs queue in its
+    own share of the pool, so the quiet tenant's one request is not served behind them (as
+    it would be through a dispatcher shared by every caller of the model)."""
+    model = Recording(_model(), sleep_s=0.05)  # over the inline cap: always the pool
+    x = _rows(1)
+    finished: list[str] = []
+
+    async def one(pool: FairPool, tenant: str, served: ServedModel) -> None:
+        await execute_model(pool.for_tenant(tenant, 1.0), served, [x], time.monotonic() + 30,
+                            {}, hold=_no_hold, policy=_policy(), pool_busy=True)  # fmt: skip
+        finished.append(tenant)
+
+    async def flood_then_quiet(batcher: Batcher) -> None:
+        with FairPool(2) as pool:  # one worker per tenant while both are seen
+            served = ServedModel("mlp", batcher)
+            flood = [asyncio.create_task(one(pool, "flood", served)) for _ in range(8)]
+            await asyncio.sleep(0.01)  # the flood's 8 are queued
+            await one(pool, "quiet", served)
+            await asyncio.gather(*flood)
+
+    with Batcher(model, 32, 2000, workers=1) as batcher:
+        _no_gain(batcher)
+        assert batcher.passes_through()
+        asyncio.run(flood_then_quiet(batcher))
+    assert len(finished) == 9
+    assert finished.index("quiet") <= 2, finished  # not 9th, behind the whole flood
