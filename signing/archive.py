@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import re
-import tarfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -241,6 +240,8 @@ def write_archive(out: BinaryIO, members: Iterable[tuple[str, bytes | Path]]) ->
     Headers are deterministic (mode 0644, uid/gid 0, mtime 0) so equal inputs give equal
     archives.
     """
+    import tarfile  # noqa: PLC0415 - only bundle builders write archives, not the daemon
+
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.USTAR_FORMAT) as tf:
         for name, src in members:
             info = tarfile.TarInfo(name)
