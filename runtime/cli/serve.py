@@ -66,6 +66,9 @@ def _print_unit(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.print_unit:
         return _print_unit(args)
+    from wasmgate.runtime.http._aiohttp_private import import_lean  # noqa: PLC0415
+
+    import_lean()  # first: before anything imports aiohttp (its unused CA loading skipped)
     from wasmgate.runtime.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
     from wasmgate.runtime.ops.lock import data_dir_lock  # noqa: PLC0415 - keep `--help` fast
 

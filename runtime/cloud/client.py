@@ -121,9 +121,10 @@ class CloudFallback:
         self.last_error: str | None = None
 
     async def __aenter__(self) -> Self:
-        ctx: ssl.SSLContext | bool = True
-        if self._settings.tls_ca is not None:
-            ctx = ssl.create_default_context(cafile=str(self._settings.tls_ca))
+        # A context of our own, never aiohttp's default (`wasmgate.runtime.http._aiohttp_private`
+        # leaves that one without roots); loading a CA file is blocking I/O: off the loop.
+        cafile = None if self._settings.tls_ca is None else str(self._settings.tls_ca)
+        ctx = await asyncio.to_thread(ssl.create_default_context, cafile=cafile)
         headers = {}
         if self._settings.token is not None:
             headers["Authorization"] = f"Bearer {self._settings.token}"
@@ -307,6 +308,9 @@ class CloudFallback:
 
 
 def _connection_cause(e: aiohttp.ClientConnectionError) -> str:
+    if isinstance(e, aiohttp.ClientSSLError):
+        # Its errno is OpenSSL's (1: "Operation not permitted"); its text says what failed.
+        return f"TLS with {e.host}:{e.port} failed: {e.os_error}"
     if isinstance(e, aiohttp.ClientConnectorError):
         err = e.os_error
         # asyncio's "Connect call failed (host, port)" hides the reason; errno has it.
