@@ -97,3 +97,20 @@ def test_without_the_fence_aiohttp_loads_the_system_store_twice_over(
     """What `import_lean` saves (and why ``default_client`` above is a refusal)."""
     report = _report(_PLAIN, https, cert)
     assert (report["default_cas"], report["default_client"]) == (1, "hello")
+
+
+def test_wasmgate_serve_imports_aiohttp_through_the_fence(tmp_path: Path, cert: Path) -> None:
+    """``serve`` imports aiohttp lean before anything else does (here it then stops at a
+    config file that does not exist, with aiohttp imported)."""
+    code = (
+        "import sys; from wasmgate.runtime.cli import main; "
+        f"code = main(['serve', '--config', {str(tmp_path / 'missing.toml')!r}]); "
+        "import aiohttp.connector as c; "
+        "print(code, c._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'])"
+    )
+    env = {**os.environ, "SSL_CERT_FILE": str(cert)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=60, check=True)  # fmt: skip
+    exit_code, cas = out.stdout.split()
+    assert exit_code != "0", out.stderr  # the missing config is refused
+    assert cas == "0"  # plain `import aiohttp` would have loaded SSL_CERT_FILE's one root
