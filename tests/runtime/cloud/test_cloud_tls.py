@@ -11,7 +11,6 @@ The last test runs the real daemon (`wasmgate serve`, which imports aiohttp thro
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.net import self_signed_cert, serving
+from tests.fixtures.net import self_signed_cert, server_tls, serving
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.cloud.test_daemon_fallback import FALLBACK, _post, _start
 from wasmgate.runtime.cloud.client import CloudFallback
@@ -51,9 +50,7 @@ def cloud(certs: Certs) -> Iterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/adapters/{name}", answer)
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(certs.cert, certs.key)
-    with serving(app, tls) as url:
+    with serving(app, server_tls(certs.cert, certs.key)) as url:
         yield url
 
 

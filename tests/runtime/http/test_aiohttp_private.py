@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.fixtures.net import self_signed_cert, serving
+from tests.fixtures.net import self_signed_cert, server_tls, serving
 
 _REPORT = """
 import asyncio, json, ssl, sys
@@ -61,9 +60,7 @@ def https(tmp_path: Path, cert: Path) -> Iterator[str]:
 
     app = web.Application()
     app.router.add_get("/", hello)
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(cert, tmp_path / "key.pem")
-    with serving(app, tls) as url:
+    with serving(app, server_tls(cert, tmp_path / "key.pem")) as url:
         yield url
 
 
