@@ -43,7 +43,7 @@ from wasmgate.sandbox.errors import (
     SandboxError,
 )
 from wasmgate.sandbox.host_api import RequestState, define_host_api
-from wasmgate.sandbox.instance import Instance, arm, instantiate, limits_key, new_store
+from wasmgate.sandbox.instance import Instance, instantiate, limits_key, new_store
 from wasmgate.sandbox.limits import GuestLimits
 from wasmgate.sandbox.memory import GuestPointerError
 from wasmgate.sandbox.models import ModelProvider, NoModels
@@ -199,11 +199,13 @@ class Adapter:
         key = limits_key(lim)
         inst = self._spares.take(key) if self.mode == "fresh" else None
         if inst is not None:
-            arm(inst.store, c, lim)  # the request's own deadline, from now
+            # The request's own deadline, from now.
+            inst.store.set_epoch_deadline(self._engine.deadline_ticks(lim.deadline_s))
             inst.slot[0], inst.nn = req, nn
             return inst, True
         slot = [req]
-        store = new_store(self._engine.engine, c, lim, slot)
+        ticks = self._engine.deadline_ticks(lim.deadline_s)
+        store = new_store(self._engine.engine, c, lim, slot, ticks)
         return instantiate(self._pre, store, slot, key, nn, initialize=self._has_initialize), False
 
     def _reuse(self, inst: Instance, req: RequestState, models: ModelProvider) -> None:
@@ -212,7 +214,7 @@ class Adapter:
         store.set_limits(lim.memory_bytes, lim.table_elements, instances=1, tables=4, memories=1)
         if c.fuel_enabled:
             store.set_fuel(lim.fuel if lim.fuel is not None else 2**63 - 1)
-        arm(store, c, lim)
+        store.set_epoch_deadline(self._engine.deadline_ticks(lim.deadline_s))
         inst.slot[0] = req
         nn = inst.nn
         nn.provider, nn.log, nn.infer_s, nn.deadline = models, req.log, 0.0, req.deadline
@@ -234,7 +236,8 @@ class Adapter:
         self._tls.req = self._tls.nn = unbound
         store: wasmtime.Store | None = None
         try:
-            store = new_store(self._engine.engine, self._engine.ceilings, lim, slot)
+            ticks = self._engine.deadline_ticks(lim.deadline_s)  # re-armed when taken
+            store = new_store(self._engine.engine, self._engine.ceilings, lim, slot, ticks)
             with self._engine.guest_running():
                 inst = instantiate(
                     self._pre, store, slot, limits_key(lim), NnSession(NoModels(), init.log),

@@ -4,14 +4,10 @@ Invariants:
 - One ``wasmtime.Engine`` per ``SandboxEngine``, built with epoch interruption (and fuel
   when ``Ceilings.fuel_enabled``), a bounded wasm stack and a lowered memory reservation
   (so many instances fit in the address space).
-- Exactly one ticker thread increments the epoch every ``Ceilings.tick_s`` of wall-clock
-  time (catching up when a wait overshot) while a guest runs (`guest_running`) and for
-  ``_LINGER_S`` after the last one ended, then sleeps until the next: an idle daemon's
-  ticker takes the GIL 0 times a second instead of 1/tick_s, and a busy one is not woken
-  (a futex wake and a GIL hand-off, mid-request) for every request. Epoch deadlines are
-  set relative to the epoch when a run starts, so a pause between runs changes no deadline
-  (precision stays one tick).
-  ``close()`` stops and joins it.
+- One epoch ticker (`wasmgate.sandbox.epoch`): the epoch advances with wall-clock time while
+  guest code runs, and deadlines (`deadline_ticks`) count from the time the current epoch
+  stands for, so a ticker running late on a loaded machine neither stretches a deadline
+  nor fires one early. ``close()`` stops and joins it.
 - One background thread (`wasmgate.sandbox.background`, started on first use) builds the
   adapters' spare instances and closes used stores off the request path; ``close()`` stops
   it too. Each adapter owns (and closes) its spares.
@@ -30,9 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import threading
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from importlib.metadata import version
@@ -46,13 +40,12 @@ from wasmgate.sandbox import _wasmtime_private
 from wasmgate.sandbox.adapter import Adapter
 from wasmgate.sandbox.background import Background
 from wasmgate.sandbox.compiler import CompileBudget, compile_in_child, engine_config
+from wasmgate.sandbox.epoch import EpochTicker
 from wasmgate.sandbox.errors import AdapterLoadError, SandboxError
 from wasmgate.sandbox.limits import MIB, Ceilings
 
 __all__ = ["SandboxEngine"]
 
-_LINGER_S = 0.1
-"""How long the ticker keeps ticking after the last guest ended (20 ticks of 5 ms)."""
 _WASM_MAGIC = b"\0asm"
 _CORE_VERSION = b"\x01\x00\x00\x00"
 
@@ -81,18 +74,9 @@ class SandboxEngine:
         self._engine_settings = settings = self._settings()
         self.fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         self.engine = wasmtime.Engine(self._config())
-        self._stop = threading.Event()
-        self._guests = 0
-        self.ticks = 0
-        """Epoch increments so far (observability: an idle engine does not tick)."""
-        self._guests_cv = threading.Condition()
-        self._left_at = 0.0  # when the last guest ended (monotonic)
-        self._ticker_idle = False  # the ticker waits for a guest (set under _guests_cv)
-        self._running = _GuestRunning(self._enter_guest, self._leave_guest)
         self.background = Background("wasmgate-spares")
         """Off-request-path work: spare instances, closing used stores."""
-        self._ticker = threading.Thread(target=self._tick, name="wasmgate-epoch", daemon=True)
-        self._ticker.start()
+        self.epoch = EpochTicker(self.engine, self.ceilings.tick_s)
 
     def _settings(self) -> dict[str, object]:
         c = self.ceilings
@@ -111,42 +95,18 @@ class SandboxEngine:
     def _config(self) -> wasmtime.Config:
         return engine_config(self._engine_settings)
 
-    def _tick(self) -> None:
-        tick_s = self.ceilings.tick_s
-        last = time.monotonic()
-        while True:
-            with self._guests_cv:
-                if self._guests == 0 and time.monotonic() - self._left_at >= _LINGER_S:
-                    self._ticker_idle = True
-                    while self._guests == 0 and not self._stop.is_set():
-                        self._guests_cv.wait()
-                    self._ticker_idle = False
-                    last = time.monotonic()  # an idle pause is no guest's time
-            if self._stop.wait(tick_s):
-                return
-            # On a loaded machine a wait overshoots: tick for the time that really passed,
-            # so a deadline of N ticks stays N x tick_s of wall-clock time.
-            due = max(1, int((time.monotonic() - last) / tick_s))
-            for _ in range(due):
-                self.engine.increment_epoch()
-            self.ticks += due
-            last += due * tick_s
+    @property
+    def ticks(self) -> int:
+        """Epoch increments so far (observability: an idle engine does not tick)."""
+        return self.epoch.ticks
 
     def guest_running(self) -> AbstractContextManager[None]:
         """Hold around any guest code (instantiation, calls): the epoch ticks meanwhile."""
-        return self._running
+        return self.epoch.running
 
-    def _enter_guest(self) -> None:
-        with self._guests_cv:
-            self._guests += 1
-            if self._ticker_idle:
-                self._guests_cv.notify()
-
-    def _leave_guest(self) -> None:
-        with self._guests_cv:
-            self._guests -= 1
-            if self._guests == 0:
-                self._left_at = time.monotonic()
+    def deadline_ticks(self, seconds: float) -> int:
+        """The epoch deadline (ticks from now) of a run that may take ``seconds``."""
+        return self.epoch.deadline_ticks(seconds)
 
     def compile(self, wasm: bytes, sha256: str | None = None, *, name: str = "adapter") -> Adapter:
         """Validate ``wasm`` as a daemon adapter (imports, exports, ABI version) and return it.
@@ -161,7 +121,7 @@ class SandboxEngine:
         self, wasm: bytes, sha256: str | None = None, *, name: str = "module"
     ) -> wasmtime.Module:
         """Compile (or load from the private cache) a core wasm module; no ABI checks."""
-        if self._stop.is_set():
+        if self.epoch.closed:
             raise SandboxError("sandbox engine is closed")
         _check_binary(wasm, self.ceilings.max_module_bytes, name)
         digest = hashlib.sha256(wasm).hexdigest()
@@ -224,11 +184,7 @@ class SandboxEngine:
         """Stop the ticker and background threads (idempotent). Running guests then hit their
         deadline checks."""
         self.background.close()
-        self._stop.set()
-        with self._guests_cv:
-            self._guests_cv.notify()
-        if self._ticker.is_alive():
-            self._ticker.join()
+        self.epoch.close()
 
     def __enter__(self) -> Self:
         """Context manager: ``close()`` on exit."""
@@ -239,20 +195,6 @@ class SandboxEngine:
     ) -> None:
         """Close the engine."""
         self.close()
-
-
-class _GuestRunning:
-    """``guest_running()``: a plain context manager, not a generator (it runs per request)."""
-
-    def __init__(self, enter: Callable[[], None], leave: Callable[[], None]) -> None:
-        self._enter = enter
-        self._leave = leave
-
-    def __enter__(self) -> None:
-        self._enter()
-
-    def __exit__(self, *exc: object) -> None:
-        self._leave()
 
 
 def _check_binary(wasm: bytes, max_bytes: int, name: str) -> None:

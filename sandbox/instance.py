@@ -2,11 +2,11 @@
 
 Invariants:
 - ``new_store`` applies the memory/table/instance limits and the fuel budget *before*
-  anything is instantiated in the store, and arms the epoch deadline (``arm``) so start
-  functions and ``_initialize`` run under it; a store gets exactly one instance.
-- ``arm`` sets the deadline relative to the engine's current epoch: called again when a
-  request starts on an instance made earlier (a spare), the request gets its own full
-  deadline and the time the instance waited counts for nothing.
+  anything is instantiated in the store, and arms the epoch deadline (ticks from now, as
+  `SandboxEngine.deadline_ticks` counts them) so start functions and ``_initialize`` run
+  under it; a store gets exactly one instance.
+- A request that starts on an instance made earlier (a spare) re-arms the deadline: it
+  gets its own full deadline and the time the instance waited counts for nothing.
 - An instance's WASI stdout/stderr write to whatever request is in its ``slot`` (set when a
   request takes the instance), never to a request that ran earlier.
 """
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from wasmgate.sandbox.limits import Ceilings, GuestLimits
     from wasmgate.sandbox.wasi_nn import NnSession
 
-__all__ = ["Instance", "LimitsKey", "arm", "instantiate", "limits_key", "new_store"]
+__all__ = ["Instance", "LimitsKey", "instantiate", "limits_key", "new_store"]
 
 LimitsKey = tuple[int, int, int | None]
 """What a store's limits are made of once instantiated: memory, table elements, fuel."""
@@ -55,9 +55,14 @@ class Instance:
 
 
 def new_store(
-    engine: wasmtime.Engine, ceilings: Ceilings, lim: GuestLimits, slot: list[RequestState]
+    engine: wasmtime.Engine,
+    ceilings: Ceilings,
+    lim: GuestLimits,
+    slot: list[RequestState],
+    ticks: int,
 ) -> wasmtime.Store:
-    """A store with ``lim``'s limits, fuel and deadline, and WASI output going to ``slot``."""
+    """A store with ``lim``'s limits and fuel, an epoch deadline ``ticks`` from now
+    (`SandboxEngine.deadline_ticks`), and WASI output going to ``slot``."""
     store = wasmtime.Store(engine)
     store.set_limits(
         memory_size=lim.memory_bytes,
@@ -68,14 +73,9 @@ def new_store(
     )
     if ceilings.fuel_enabled:
         store.set_fuel(lim.fuel if lim.fuel is not None else 2**63 - 1)
-    arm(store, ceilings, lim)
+    store.set_epoch_deadline(ticks)
     store.set_wasi(restricted_wasi_config(_slot_sink(slot, "stdout"), _slot_sink(slot, "stderr")))
     return store
-
-
-def arm(store: wasmtime.Store, ceilings: Ceilings, lim: GuestLimits) -> None:
-    """(Re)start the epoch deadline: ``lim.deadline_s`` from now, rounded up to a tick."""
-    store.set_epoch_deadline(int(lim.deadline_s / ceilings.tick_s) + 1)
 
 
 def instantiate(

@@ -104,7 +104,7 @@ def probe_abi(
     req = RequestState({}, lim)
     tls.req, tls.nn = req, NnSession(NoModels(), req.log)
     try:
-        store = new_store(engine.engine, c, lim, [req])
+        store = new_store(engine.engine, c, lim, [req], engine.deadline_ticks(lim.deadline_s))
         with engine.guest_running():
             instance = pre.instantiate(store)
             got = RawFunc(store, instance, "wasmgate_abi_version", (0, 1))(store)

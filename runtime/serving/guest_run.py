@@ -80,10 +80,11 @@ def inline_run(
     except GuestDeadlineExceeded:
         if budget >= left:
             raise  # the request's own deadline
-        # The budget's epoch deadline: a strike even when it fired early (a ticker that
-        # woke late on a loaded machine catches up in one step), because the guest did not
-        # finish inside the budget as the sandbox counts it; without the strike it would
-        # stall the loop again on the next request.
+        # The budget's epoch deadline: a strike. Deadlines count from the time the epoch
+        # stands for (`wasmgate.sandbox.epoch`), so it fires early only past a ticker
+        # stalled beyond the lag they make up for; even then the guest did not finish
+        # inside the budget as the sandbox counts it, and without a strike it would stall
+        # the loop again on the next request.
         result, trapped = None, True
     except SandboxError:
         if budget >= left or time.monotonic() - start < budget:
