@@ -199,8 +199,7 @@ class Adapter:
         key = limits_key(lim)
         inst = self._spares.take(key) if self.mode == "fresh" else None
         if inst is not None:
-            # The request's own deadline, from now.
-            inst.store.set_epoch_deadline(self._engine.deadline_ticks(lim.deadline_s))
+            self._engine.arm(inst.store, lim.deadline_s)  # the request's own deadline, from now
             inst.slot[0], inst.nn = req, nn
             return inst, True
         slot = [req]
@@ -214,7 +213,7 @@ class Adapter:
         store.set_limits(lim.memory_bytes, lim.table_elements, instances=1, tables=4, memories=1)
         if c.fuel_enabled:
             store.set_fuel(lim.fuel if lim.fuel is not None else 2**63 - 1)
-        store.set_epoch_deadline(self._engine.deadline_ticks(lim.deadline_s))
+        self._engine.arm(store, lim.deadline_s)
         inst.slot[0] = req
         nn = inst.nn
         nn.provider, nn.log, nn.infer_s, nn.deadline = models, req.log, 0.0, req.deadline

@@ -108,6 +108,10 @@ class SandboxEngine:
         """The epoch deadline (ticks from now) of a run that may take ``seconds``."""
         return self.epoch.deadline_ticks(seconds)
 
+    def arm(self, store: wasmtime.Store, seconds: float) -> None:
+        """(Re)start ``store``'s epoch deadline: ``seconds`` from now (`deadline_ticks`)."""
+        store.set_epoch_deadline(self.epoch.deadline_ticks(seconds))
+
     def compile(self, wasm: bytes, sha256: str | None = None, *, name: str = "adapter") -> Adapter:
         """Validate ``wasm`` as a daemon adapter (imports, exports, ABI version) and return it.
 
