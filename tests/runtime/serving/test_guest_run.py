@@ -25,7 +25,10 @@ def _trap_at_once(*_: object, **__: object) -> NoReturn:
 
 
 def _run(policy: InlinePolicy, deadline_s: float = 10.0) -> object:
-    deadline = time.monotonic() + deadline_s
+    return _run_at(policy, time.monotonic() + deadline_s)
+
+
+def _run_at(policy: InlinePolicy, deadline: float) -> object:
     req = AdapterRequest("probe", b"", deadline=deadline)
     return guest_run.inline_run(None, _bundle(), req, deadline, policy)  # type: ignore[arg-type]
 
@@ -56,15 +59,19 @@ async def test_the_requests_own_deadline_is_not_a_strike(monkeypatch: pytest.Mon
 async def test_a_quick_answer_is_kept_and_a_slow_one_is_thrown_away(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    answers = iter([0.0, 2 * guest_run.INLINE_BUDGET_S])
+    # A fake clock: a real sleep(0) can take longer than the budget on a loaded machine.
+    now = [1000.0]
+    monkeypatch.setattr(guest_run, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    answers = iter([guest_run.INLINE_BUDGET_S / 2, 2 * guest_run.INLINE_BUDGET_S])
 
     def answer(*_: object, **__: object) -> str:
-        time.sleep(next(answers))
+        now[0] += next(answers)
         return "answer"
 
     monkeypatch.setattr(guest_run, "run_guest", answer)
     policy = InlinePolicy(1.0)
-    assert _run(policy) == "answer"
+    deadline = now[0] + 10.0
+    assert _run_at(policy, deadline) == "answer"
     assert KEY not in policy.figures()
-    assert _run(policy) is None  # finished, but past the budget: made again on the pool
+    assert _run_at(policy, deadline) is None  # finished, but past the budget: made again
     assert policy.figures()[KEY] == (0, 1)
