@@ -4,13 +4,14 @@ systemd (``Type=notify``): ``READY=1`` once start-up bundles are loaded and the 
 are up; ``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
 around a reload; ``STOPPING=1`` when the drain starts.
 
-SIGHUP re-reads the config file: the log level, management token, limits and
+SIGHUP re-reads the config file: the log level, management token, limits (but the
+thread counts ``limits.workers`` and ``limits.batch_workers``) and
 ``[variables.<bundle>]`` apply at once;
 the trust store is re-read (bundles it no longer accepts are unloaded) and the bundle
 directory rescanned, retrying the files refused before. The trust file is also watched: a
 change on disk (``wasmgate trust add``) applies within a second or two without SIGHUP.
-Settings that need a restart (listen address, paths, MQTT, cloud, profile) are logged and
-keep their running value. An invalid file changes nothing.
+Settings that need a restart (listen address, paths, MQTT, cloud, profile, the two thread
+counts) are logged and keep their running value. An invalid file changes nothing.
 SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then exit 0.
 """
 
@@ -43,6 +44,8 @@ log = logging.getLogger("wasmgate.daemon")
 
 _RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet")
 _HTTP_LIVE = ("management_token",)
+_LIMITS_AT_START = ("workers", "batch_workers")
+"""Sizes of the thread pools built once at start (`wasmgate.runtime.app`)."""
 
 
 class ListenError(DaemonError):
@@ -182,7 +185,12 @@ def _keep_restart_only(old: Settings, new: Settings) -> Settings:
     http = old.http.model_copy(update=live_http)
     if http != new.http:
         log.warning("http listener settings changed: take effect after a restart")
-    return new.model_copy(update={**kept, "http": http})
+    pools = {k: getattr(old.limits, k) for k in _LIMITS_AT_START}
+    for key, running in pools.items():
+        if getattr(new.limits, key) != running:
+            log.warning("limits.%s changed: takes effect after a restart", key)
+    limits = new.limits.model_copy(update=pools)
+    return new.model_copy(update={**kept, "http": http, "limits": limits})
 
 
 async def reload(app: web.Application) -> bool:

@@ -204,7 +204,8 @@ class LimitSettings(_Section):
     queue_size: int = Field(default=256, ge=0)
     """Ceiling on requests waiting per adapter before 'busy'."""
     workers: int = Field(default=0, ge=0)
-    """Worker threads for guests and models; 0 = 2 x CPU count."""
+    """Worker threads for guests and models; 0 = 2 x CPU count. Read at start (a reload
+    keeps the running count)."""
     spare_instances: int = Field(default=2, ge=0, le=64)
     """Fresh-mode adapters: instances started (instantiated, ``_initialize`` run) off the
     request path after a request, each handed to exactly one later request; 0 = every
@@ -220,7 +221,7 @@ class LimitSettings(_Section):
     a worker free for the other tenants however slow the busy tenant's requests are."""
     batch_workers: int = Field(default=0, ge=0)
     """Threads that run the batches of every batched model together (one pool per daemon,
-    not a thread per model); 0 = CPU count."""
+    not a thread per model); 0 = CPU count. Read at start, like ``workers``."""
     max_batch_size: int = Field(default=64, gt=0)
     """Ceiling on a model's dynamic batch size."""
 

@@ -1,0 +1,36 @@
+"""What a SIGHUP reload takes from the new config file, and what waits for a restart."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from wasmgate.runtime import daemon
+from wasmgate.runtime.ops.config import Settings
+
+
+def _settings(**limits: int) -> Settings:
+    return Settings.model_validate({"limits": limits, "http": {"management_token": "old"}})
+
+
+def test_pool_sizes_keep_their_running_value_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    # The worker and batch pools are built once at start: a reload that took the new
+    # counts would report (on /v1/status) thread counts the daemon does not have.
+    old = _settings(workers=4, batch_workers=2, max_in_flight=64)
+    new = _settings(workers=2, batch_workers=1, max_in_flight=8)
+    with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
+        kept = daemon._keep_restart_only(old, new)  # noqa: SLF001 - the reload rule itself
+    assert (kept.limits.workers, kept.limits.batch_workers) == (4, 2)
+    assert kept.limits.max_in_flight == 8  # the other limits apply at once
+    warned = [r.getMessage() for r in caplog.records]
+    assert "limits.workers changed: takes effect after a restart" in warned
+    assert "limits.batch_workers changed: takes effect after a restart" in warned
+
+
+def test_unchanged_pool_sizes_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    old = _settings(workers=4, max_in_flight=64)
+    with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
+        kept = daemon._keep_restart_only(old, _settings(workers=4, max_in_flight=32))  # noqa: SLF001
+    assert kept.limits.max_in_flight == 32
+    assert not [r for r in caplog.records if "limits." in r.getMessage()]
