@@ -44,8 +44,11 @@ log = logging.getLogger("wasmgate.daemon")
 
 _RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet")
 _HTTP_LIVE = ("management_token",)
-_LIMITS_AT_START = ("workers", "batch_workers")
-"""Sizes of the thread pools built once at start (`wasmgate.runtime.app`)."""
+_FIELDS_AT_START = {
+    "http": tuple(k for k in HttpSettings.model_fields if k not in _HTTP_LIVE),  # listener
+    "limits": ("workers", "batch_workers"),  # the thread pools, built once at start
+}
+"""Fields read only at start (`wasmgate.runtime.app`) of sections that otherwise apply at once."""
 
 
 class ListenError(DaemonError):
@@ -181,16 +184,13 @@ def _keep_restart_only(old: Settings, new: Settings) -> Settings:
         if getattr(old, section) != getattr(new, section):
             log.warning("%s changed: takes effect after a restart", section)
         kept[section] = getattr(old, section)
-    live_http = {k: getattr(new.http, k) for k in _HTTP_LIVE}
-    http = old.http.model_copy(update=live_http)
-    if http != new.http:
-        log.warning("http listener settings changed: take effect after a restart")
-    pools = {k: getattr(old.limits, k) for k in _LIMITS_AT_START}
-    for key, running in pools.items():
-        if getattr(new.limits, key) != running:
-            log.warning("limits.%s changed: takes effect after a restart", key)
-    limits = new.limits.model_copy(update=pools)
-    return new.model_copy(update={**kept, "http": http, "limits": limits})
+    for section, fields in _FIELDS_AT_START.items():
+        running = {k: getattr(getattr(old, section), k) for k in fields}
+        for key, value in running.items():
+            if getattr(getattr(new, section), key) != value:
+                log.warning("%s.%s changed: takes effect after a restart", section, key)
+        kept[section] = getattr(new, section).model_copy(update=running)
+    return new.model_copy(update=kept)
 
 
 async def reload(app: web.Application) -> bool:

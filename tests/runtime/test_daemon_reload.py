@@ -16,7 +16,8 @@ def _settings(**limits: int) -> Settings:
 
 def test_pool_sizes_keep_their_running_value_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
     # The worker and batch pools are built once at start: a reload that took the new
-    # counts would report (on /v1/status) thread counts the daemon does not have.
+    # counts would leave the running settings (which the next reload compares against)
+    # naming thread counts the daemon does not have, and nobody told to restart.
     old = _settings(workers=4, batch_workers=2, max_in_flight=64)
     new = _settings(workers=2, batch_workers=1, max_in_flight=8)
     with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
@@ -34,3 +35,14 @@ def test_unchanged_pool_sizes_say_nothing(caplog: pytest.LogCaptureFixture) -> N
         kept = daemon._keep_restart_only(old, _settings(workers=4, max_in_flight=32))  # noqa: SLF001
     assert kept.limits.max_in_flight == 32
     assert not [r for r in caplog.records if "limits." in r.getMessage()]
+
+
+def test_the_listener_waits_for_a_restart_and_the_token_applies_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = Settings.model_validate({"http": {"port": 8080, "management_token": "old"}})
+    new = Settings.model_validate({"http": {"port": 9090, "management_token": "new"}})
+    with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
+        kept = daemon._keep_restart_only(old, new)  # noqa: SLF001
+    assert (kept.http.port, kept.http.management_token) == (8080, "new")
+    assert "http.port changed: takes effect after a restart" in caplog.messages
