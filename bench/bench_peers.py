@@ -11,16 +11,21 @@
   (MLServer's REST API has no binary tensor extension) to ``/v2/models/<m>/infer`` on each
   server in turn per cell: p50 at 1 connection, req/s at 8. Plus the daemon's raw adapter
   endpoint (the sandboxed path) at 1 connection against the ceiling's p50.
+- The same MobileNet-class input to wasmgate as binary tensors (the V2 binary extension)
+  against the JSON body: req/s at 8 connections, rounds alternating, with the daemon's
+  CPU time per request beside each (read from ``/proc``): what a client saves the gateway
+  by not spelling a megabyte of floats in JSON.
 - Triton's ``perf_analyzer`` drives wasmgate's digits model (binary tensors, 1 client,
   count windows); baseline = wrk on the same request.
 
-``ensure_peers(quick)`` installs the peers on first use; in ``--quick`` a peer whose venv
-is not cached yet is skipped with the reason printed (installing takes minutes).
+`Peer.ensure` installs a peer on first use; in ``--quick`` a peer whose venv is not cached
+yet is skipped with the reason printed (installing takes minutes).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ import numpy.typing as npt
 
 from bench import bench_http, wrk
 from bench.bench_ladder import inputs
-from bench.common import Figure, script_main
+from bench.common import Figure, median, script_main
 from bench.peers import (
     MLSERVER,
     PERF_ANALYZER,
@@ -87,6 +92,36 @@ def raw_adapter(daemon: Daemon, bare: BareServer, x: Array, seconds: float) -> F
                   CEILING, theirs.p50 * 1e6)  # fmt: skip
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def binary_vs_json(daemon: Daemon, x: Array, seconds: float, rounds: int) -> list[Figure]:
+    """req/s and CPU per request of the binary extension against JSON, same model, same
+    daemon, 8 connections, ``rounds`` alternating rounds (medians)."""
+    if daemon.proc is None:
+        raise RuntimeError("daemon not running")
+    url = f"{daemon.url}/v2/models/mobilenet/infer"
+    bodies = {"json": json_body(x), "binary": bench_http.v2_body(x, "input")}
+    rps: dict[str, list[float]] = {k: [] for k in bodies}
+    cpu_ms: dict[str, list[float]] = {k: [] for k in bodies}
+    for _ in range(rounds):
+        for kind, (body, headers) in bodies.items():
+            before = _cpu_s(daemon.proc.pid)
+            got = wrk.run(url, body, headers, 8, seconds)
+            rps[kind].append(got.rps)
+            cpu_ms[kind].append((_cpu_s(daemon.proc.pid) - before) / got.requests * 1e3)
+    scenario = "mobilenet V2 binary vs JSON"
+    return [
+        Figure(scenario, "req/s, 8 connections", median(rps["binary"]), "/s", "JSON",
+               median(rps["json"]), lower_is_better=False),
+        Figure(scenario, "daemon CPU per request", median(cpu_ms["binary"]), "ms", "JSON",
+               median(cpu_ms["json"])),
+    ]  # fmt: skip
+
+
 def with_perf_analyzer(daemon: Daemon, x: Array, quick: bool, tmp: Path) -> list[Figure]:
     url = daemon.url.split("//")[1]
     # --quick only checks that it runs: a loaded machine must not fail it on stability.
@@ -142,6 +177,7 @@ def run(quick: bool) -> list[Figure]:
                 urls["MLServer 1.7"] = peer.url
             figures = versus(urls, cases, seconds)
             figures.append(raw_adapter(daemon, bare, cases["digits"][1], seconds))
+            figures += binary_vs_json(daemon, cases["mobilenet"][1], seconds, 1 if quick else 3)
             if why[PERF_ANALYZER.name] is None:
                 figures += with_perf_analyzer(daemon, cases["digits"][1], quick, root)
         finally:
