@@ -170,3 +170,11 @@ def test_generated_bodies_mean_the_same_on_both_paths(
     body = json.dumps({"inputs": [entry], "id": name}).encode()
     with pytest.MonkeyPatch.context() as mp:
         _same(body, mp)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096) | st.text(alphabet='[]{}\\"a1, ', max_size=512).map(str.encode))
+def test_the_bracket_count_is_the_byte_count(body: bytes) -> None:
+    # The flatness check compares this count with the arrays the walk found: any byte it
+    # miscounts would let a nested list through as a flat one, or refuse a flat one.
+    assert bulkjson.open_brackets(body) == body.count(b"[")
