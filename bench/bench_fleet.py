@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import tempfile
 import threading
 import time
@@ -31,7 +30,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from bench.common import Figure, script_main
+from bench.common import Figure, cpu_seconds, script_main
 from tests.fixtures.benchkit import daemon_pid, rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
@@ -39,12 +38,6 @@ from tests.fixtures.registry import Registry
 from tests.reliability.conftest import put_bundle
 from tests.runtime.fleet.e2ekit import PREFIX, RealFleet, dump
 from wasmgate.runtime.mqtt._paho_private import close_threaded
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (``/proc/<pid>/stat`` fields 14, 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager

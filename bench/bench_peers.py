@@ -25,7 +25,6 @@ yet is skipped with the reason printed (installing takes minutes).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import numpy.typing as npt
 
 from bench import bench_http, wrk
 from bench.bench_ladder import inputs
-from bench.common import Figure, median, script_main
+from bench.common import Figure, cpu_seconds, median, script_main
 from bench.peers import (
     MLSERVER,
     PERF_ANALYZER,
@@ -92,12 +91,6 @@ def raw_adapter(daemon: Daemon, bare: BareServer, x: Array, seconds: float) -> F
                   CEILING, theirs.p50 * 1e6)  # fmt: skip
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def binary_vs_json(daemon: Daemon, x: Array, seconds: float, rounds: int) -> list[Figure]:
     """req/s and CPU per request of the binary extension against JSON, same model, same
     daemon, 8 connections, ``rounds`` alternating rounds (medians)."""
@@ -109,10 +102,10 @@ def binary_vs_json(daemon: Daemon, x: Array, seconds: float, rounds: int) -> lis
     cpu_ms: dict[str, list[float]] = {k: [] for k in bodies}
     for _ in range(rounds):
         for kind, (body, headers) in bodies.items():
-            before = _cpu_s(daemon.proc.pid)
+            before = cpu_seconds(daemon.proc.pid)
             got = wrk.run(url, body, headers, 8, seconds)
             rps[kind].append(got.rps)
-            cpu_ms[kind].append((_cpu_s(daemon.proc.pid) - before) / got.requests * 1e3)
+            cpu_ms[kind].append((cpu_seconds(daemon.proc.pid) - before) / got.requests * 1e3)
     scenario = "mobilenet V2 binary vs JSON"
     return [
         Figure(scenario, "req/s, 8 connections", median(rps["binary"]), "/s", "JSON",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -83,3 +84,9 @@ def script_main(doc: str | None, run: Callable[[bool], Sequence[Figure]], quick_
     print(format_table(figures))
     if args.json:
         write_json(figures, args.json, {"cpus": os.cpu_count()})
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (``/proc/<pid>/stat`` fields 14, 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
