@@ -1,6 +1,7 @@
 """wasmgate.device_profiles: TOML profiles per hardware kind, their schema, and detection.
 
-Imports only pydantic and the standard library (never `wasmgate.runtime`).
+Imports only msgspec, the root module `wasmgate.typed` and the standard library (never
+`wasmgate.runtime`).
 """
 
 from wasmgate.device_profiles.detect import Detection, HostFacts, detect, read_facts

@@ -1,4 +1,4 @@
-"""Device-profile errors. This package imports only pydantic and the standard library."""
+"""Device-profile errors. This package imports only msgspec, `wasmgate.typed` and the stdlib."""
 
 
 class ProfileError(Exception):

@@ -1,15 +1,18 @@
 """The device-profile schema: one TOML file per hardware kind, validated strictly.
 
-Every field carries a description (``wasmgate profiles schema`` prints them all) and
-unknown keys are refused: a typo in a profile must fail loudly, because ONNX Runtime itself
-accepts unknown session-config keys silently.
+Every field carries a description in its `msgspec.Meta` (``wasmgate profiles schema`` prints
+them all) and unknown keys are refused (`Document`): a typo in a profile must fail loudly,
+because ONNX Runtime itself accepts unknown session-config keys silently.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import msgspec
+from msgspec import Meta
+
+from wasmgate.typed import BadField, Document
 
 Arch = Literal["x86_64", "aarch64"]
 Precision = Literal["int4", "int8", "bf16", "fp16", "fp32"]
@@ -108,78 +111,83 @@ KNOWN_PROVIDER_OPTIONS: dict[str, frozenset[str]] = {
 }  # fmt: skip
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# kw_only is repeated on every class: msgspec applies it to the fields a class defines, not
+# to its subclasses' (and pydantic models never took positional arguments either).
+class CpuSpec(Document, kw_only=True):
+    arch: Annotated[Arch, Meta(description="CPU architecture as `uname -m` prints it.")]
+    features: Annotated[
+        list[str],
+        Meta(
+            description="CPU feature flags that must all be present (x86 `flags` / ARM "
+            "`Features` words of /proc/cpuinfo), e.g. `asimddp` for fast INT8 on ARM, `bf16` "
+            "for BF16."
+        ),
+    ] = msgspec.field(default_factory=list)
 
 
-class CpuSpec(_Strict):
-    arch: Arch = Field(description="CPU architecture as `uname -m` prints it.")
-    features: list[str] = Field(
-        default_factory=list,
-        description="CPU feature flags that must all be present (x86 `flags` / ARM `Features` "
-        "words of /proc/cpuinfo), e.g. `asimddp` for fast INT8 on ARM, `bf16` for BF16.",
-    )
+class ExecutionProvider(Document, kw_only=True):
+    name: Annotated[
+        str, Meta(description="ONNX Runtime provider name, e.g. `QNNExecutionProvider`.")
+    ]
+    options: Annotated[
+        dict[str, OptionValue],
+        Meta(description="Provider options passed to ONNX Runtime as strings."),
+    ] = msgspec.field(default_factory=dict)
 
-
-class ExecutionProvider(_Strict):
-    name: str = Field(description="ONNX Runtime provider name, e.g. `QNNExecutionProvider`.")
-    options: dict[str, OptionValue] = Field(
-        default_factory=dict, description="Provider options passed to ONNX Runtime as strings."
-    )
-
-    @model_validator(mode="after")
-    def _known(self) -> ExecutionProvider:
+    def __post_init__(self) -> None:
         if self.name not in KNOWN_PROVIDERS:
             raise ValueError(f"unknown execution provider {self.name!r}")
         known = KNOWN_PROVIDER_OPTIONS.get(self.name)
         unknown = sorted(set(self.options) - known) if known is not None else []
         if unknown:
             raise ValueError(f"{self.name}: unknown option(s) {', '.join(unknown)}")
-        return self
 
 
-class OnnxRuntimeSettings(_Strict):
-    providers: list[ExecutionProvider] = Field(
-        min_length=1,
-        description="Execution providers in preference order. At load time the list is "
-        "intersected with what the installed ONNX Runtime offers; the rest is reported.",
-    )
-    intra_op_threads: int = Field(
-        default=0, ge=0, description="Threads inside one operator (0 = one per physical core)."
-    )
-    inter_op_threads: int = Field(default=1, ge=0, description="Threads across operators.")
-    graph_optimization_level: GraphOptimization = Field(
-        default="all", description="ORT graph optimization level."
-    )
-    optimized_model_cache: bool = Field(
-        default=False,
-        description="Save the optimized graph in the runtime cache directory (keyed by model "
-        "hash, providers, level and ORT version) and load it from there next time.",
-    )
-    accelerator_required: bool = Field(
-        default=False,
-        description="Accelerator-or-fail: sets `session.disable_cpu_ep_fallback=1`, so a model "
-        "the accelerator cannot fully take fails to load instead of running on the CPU. The "
-        "provider list must then not contain `CPUExecutionProvider`.",
-    )
-    session_config: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra ORT session-config entries (only known keys are accepted).",
-    )
+class OnnxRuntimeSettings(Document, kw_only=True):
+    providers: Annotated[
+        list[ExecutionProvider],
+        Meta(
+            min_length=1,
+            description="Execution providers in preference order. At load time the list is "
+            "intersected with what the installed ONNX Runtime offers; the rest is reported.",
+        ),
+    ]
+    intra_op_threads: Annotated[
+        int, Meta(ge=0, description="Threads inside one operator (0 = one per physical core).")
+    ] = 0
+    inter_op_threads: Annotated[int, Meta(ge=0, description="Threads across operators.")] = 1
+    graph_optimization_level: Annotated[
+        GraphOptimization, Meta(description="ORT graph optimization level.")
+    ] = "all"
+    optimized_model_cache: Annotated[
+        bool,
+        Meta(
+            description="Save the optimized graph in the runtime cache directory (keyed by "
+            "model hash, providers, level and ORT version) and load it from there next time."
+        ),
+    ] = False
+    accelerator_required: Annotated[
+        bool,
+        Meta(
+            description="Accelerator-or-fail: sets `session.disable_cpu_ep_fallback=1`, so a "
+            "model the accelerator cannot fully take fails to load instead of running on the "
+            "CPU. The provider list must then not contain `CPUExecutionProvider`."
+        ),
+    ] = False
+    session_config: Annotated[
+        dict[str, str],
+        Meta(description="Extra ORT session-config entries (only known keys are accepted)."),
+    ] = msgspec.field(default_factory=dict)
 
-    @field_validator("session_config")
-    @classmethod
-    def _keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
+    def __post_init__(self) -> None:
+        # Also runs on `replace` (the ONNX backend derives settings that way): a derived copy
+        # cannot smuggle in a key the runtime manages. BadField: the error names the field.
+        for key in self.session_config:
             if key in MANAGED_SESSION_CONFIG:
                 owner = MANAGED_SESSION_CONFIG[key]
-                raise ValueError(f"{key} is managed by the runtime: set {owner}")
+                raise BadField("session_config", f"{key} is managed by the runtime: set {owner}")
             if key not in KNOWN_SESSION_CONFIG:
-                raise ValueError(f"unknown session config key {key!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> OnnxRuntimeSettings:
+                raise BadField("session_config", f"unknown session config key {key!r}")
         names = [p.name for p in self.providers]
         if len(set(names)) != len(names):
             raise ValueError("a provider is listed twice")
@@ -187,61 +195,67 @@ class OnnxRuntimeSettings(_Strict):
             raise ValueError(
                 "accelerator_required conflicts with CPUExecutionProvider in providers"
             )
-        return self
 
 
-class TfliteDelegate(_Strict):
-    name: str = Field(description="Short name used in logs, e.g. `edgetpu`.")
-    library: str = Field(description="Shared library passed to `load_delegate`.")
-    options: dict[str, str] = Field(default_factory=dict, description="Delegate options.")
-
-
-class TfliteSettings(_Strict):
-    delegates: list[TfliteDelegate] = Field(
-        default_factory=list,
-        description="Delegates tried in order; if none loads, the built-in XNNPACK/CPU path runs.",
-    )
-    threads: int = Field(default=0, ge=0, description="Interpreter threads (0 = all CPUs).")
-
-
-class BatchingCap(_Strict):
-    max_batch_size: int = Field(
-        default=32, ge=1, description="Upper bound on any manifest's max_batch_size."
-    )
-    max_queue_delay_us: int = Field(
-        default=5000, ge=0, description="Upper bound on any manifest's max_queue_delay_us."
+class TfliteDelegate(Document, kw_only=True):
+    name: Annotated[str, Meta(description="Short name used in logs, e.g. `edgetpu`.")]
+    library: Annotated[str, Meta(description="Shared library passed to `load_delegate`.")]
+    options: Annotated[dict[str, str], Meta(description="Delegate options.")] = msgspec.field(
+        default_factory=dict
     )
 
 
-class DetectionRules(_Strict):
-    priority: int = Field(
-        default=0, description="Higher wins among matching profiles (generic profiles use 0)."
-    )
-    dt_model: list[str] = Field(
-        default_factory=list, description="Substrings of the device-tree `model` (any matches)."
-    )
-    dt_compatible: list[str] = Field(
-        default_factory=list, description="Device-tree `compatible` entries (any matches)."
-    )
-    cpu_parts: list[str] = Field(
-        default_factory=list, description="ARM `CPU part` ids, e.g. `0xd40` (any matches)."
-    )
-    cpu_flags: list[str] = Field(
-        default_factory=list,
-        description="Additional /proc/cpuinfo flags that must all be present to match.",
-    )
-    paths: list[str] = Field(
-        default_factory=list,
-        description="Glob patterns relative to the root, e.g. `dev/apex_*` (any exists).",
-    )
-    accel_drivers: list[str] = Field(
-        default_factory=list,
-        description="Drivers bound under /sys/class/accel/*/device/driver, e.g. `intel_vpu`.",
-    )
-    dmi_product: list[str] = Field(
-        default_factory=list,
-        description="Substrings of /sys/class/dmi/id/product_name or sys_vendor (any matches).",
-    )
+class TfliteSettings(Document, kw_only=True):
+    delegates: Annotated[
+        list[TfliteDelegate],
+        Meta(
+            description="Delegates tried in order; if none loads, the built-in XNNPACK/CPU "
+            "path runs."
+        ),
+    ] = msgspec.field(default_factory=list)
+    threads: Annotated[int, Meta(ge=0, description="Interpreter threads (0 = all CPUs).")] = 0
+
+
+class BatchingCap(Document, kw_only=True):
+    max_batch_size: Annotated[
+        int, Meta(ge=1, description="Upper bound on any manifest's max_batch_size.")
+    ] = 32
+    max_queue_delay_us: Annotated[
+        int, Meta(ge=0, description="Upper bound on any manifest's max_queue_delay_us.")
+    ] = 5000
+
+
+class DetectionRules(Document, kw_only=True):
+    priority: Annotated[
+        int, Meta(description="Higher wins among matching profiles (generic profiles use 0).")
+    ] = 0
+    dt_model: Annotated[
+        list[str], Meta(description="Substrings of the device-tree `model` (any matches).")
+    ] = msgspec.field(default_factory=list)
+    dt_compatible: Annotated[
+        list[str], Meta(description="Device-tree `compatible` entries (any matches).")
+    ] = msgspec.field(default_factory=list)
+    cpu_parts: Annotated[
+        list[str], Meta(description="ARM `CPU part` ids, e.g. `0xd40` (any matches).")
+    ] = msgspec.field(default_factory=list)
+    cpu_flags: Annotated[
+        list[str],
+        Meta(description="Additional /proc/cpuinfo flags that must all be present to match."),
+    ] = msgspec.field(default_factory=list)
+    paths: Annotated[
+        list[str],
+        Meta(description="Glob patterns relative to the root, e.g. `dev/apex_*` (any exists)."),
+    ] = msgspec.field(default_factory=list)
+    accel_drivers: Annotated[
+        list[str],
+        Meta(description="Drivers bound under /sys/class/accel/*/device/driver, e.g. `intel_vpu`."),
+    ] = msgspec.field(default_factory=list)
+    dmi_product: Annotated[
+        list[str],
+        Meta(
+            description="Substrings of /sys/class/dmi/id/product_name or sys_vendor (any matches)."
+        ),
+    ] = msgspec.field(default_factory=list)
 
     @property
     def has_identity(self) -> bool:
@@ -257,56 +271,75 @@ class DetectionRules(_Strict):
 
 
 def field_docs(
-    model: type[BaseModel] | None = None, prefix: str = ""
+    model: type[msgspec.Struct] | None = None, prefix: str = ""
 ) -> list[tuple[str, str, str]]:
     """(dotted path, type, description) of every profile field, nested tables included."""
+    kind_of = model or DeviceProfile
     rows = []
-    for name, info in (model or DeviceProfile).model_fields.items():
-        path, annotation = f"{prefix}{name}", info.annotation
-        args = get_args(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.append((path, "table", info.description or ""))
+    hints = get_type_hints(kind_of, include_extras=True)  # the Meta is in Annotated's extras
+    for name in kind_of.__struct_fields__:
+        annotation, description = _described(hints[name])
+        path, args = f"{prefix}{name}", get_args(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+            rows.append((path, "table", description))
             rows += field_docs(annotation, f"{path}.")
-        elif args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
-            rows.append((path, "array of tables", info.description or ""))
+        elif args and isinstance(args[0], type) and issubclass(args[0], msgspec.Struct):
+            rows.append((path, "array of tables", description))
             rows += field_docs(args[0], f"{path}[].")
         else:
             kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-            rows.append((path, kind.replace("typing.", ""), info.description or ""))
+            rows.append((path, kind.replace("typing.", ""), description))
     return rows
 
 
-class DeviceProfile(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="Profile name (file stem).")
-    description: str = Field(description="One line for `wasmgate profiles list`.")
-    cpu: CpuSpec = Field(description="Architecture and required CPU features.")
-    onnxruntime: OnnxRuntimeSettings = Field(description="ONNX Runtime providers and options.")
-    tflite: TfliteSettings = Field(
-        default_factory=TfliteSettings, description="TFLite/LiteRT settings."
-    )
-    precision: list[Precision] = Field(
-        min_length=1,
-        description="Preferred precision order. `bf16` means: run the fp32 (or bf16-named) "
-        "variant with BF16 compute (ARM64 fast-math GEMM), not a bf16 tensor type.",
-    )
-    batching: BatchingCap = Field(
-        default_factory=BatchingCap, description="Caps on manifest batching."
-    )
-    detect: DetectionRules = Field(
-        default_factory=DetectionRules, description="How `wasmgate profiles detect` finds it."
-    )
-    unverified: list[str] = Field(
-        default_factory=list,
-        description="Which values come from vendor documentation and were not run on the real "
-        "board (shown by `wasmgate profiles show`).",
-    )
+def _described(hint: object) -> tuple[object, str]:
+    """``Annotated[T, Meta(description=...)]`` -> (T, the description; "" if none)."""
+    if get_origin(hint) is not Annotated:
+        return hint, ""
+    kind, *extras = get_args(hint)
+    texts = [m.description for m in extras if isinstance(m, Meta) and m.description]
+    return kind, texts[0] if texts else ""
 
-    @model_validator(mode="after")
-    def _consistent(self) -> DeviceProfile:
+
+class DeviceProfile(Document, kw_only=True):
+    # \Z, not $: Python's $ also matches before a final newline, and "x\n" is no file stem.
+    name: Annotated[
+        str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]*\Z", description="Profile name (file stem).")
+    ]
+    description: Annotated[str, Meta(description="One line for `wasmgate profiles list`.")]
+    cpu: Annotated[CpuSpec, Meta(description="Architecture and required CPU features.")]
+    onnxruntime: Annotated[
+        OnnxRuntimeSettings, Meta(description="ONNX Runtime providers and options.")
+    ]
+    tflite: Annotated[TfliteSettings, Meta(description="TFLite/LiteRT settings.")] = msgspec.field(
+        default_factory=TfliteSettings
+    )
+    precision: Annotated[
+        list[Precision],
+        Meta(
+            min_length=1,
+            description="Preferred precision order. `bf16` means: run the fp32 (or bf16-named) "
+            "variant with BF16 compute (ARM64 fast-math GEMM), not a bf16 tensor type.",
+        ),
+    ]
+    batching: Annotated[BatchingCap, Meta(description="Caps on manifest batching.")] = (
+        msgspec.field(default_factory=BatchingCap)
+    )
+    detect: Annotated[
+        DetectionRules, Meta(description="How `wasmgate profiles detect` finds it.")
+    ] = msgspec.field(default_factory=DetectionRules)
+    unverified: Annotated[
+        list[str],
+        Meta(
+            description="Which values come from vendor documentation and were not run on the "
+            "real board (shown by `wasmgate profiles show`)."
+        ),
+    ] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
         if len(set(self.precision)) != len(self.precision):
             raise ValueError("precision order lists a precision twice")
         if "bf16" in self.precision and (
             self.cpu.arch != "aarch64" or "bf16" not in self.cpu.features
         ):
             raise ValueError("precision 'bf16' needs cpu.arch aarch64 with feature 'bf16'")
-        return self

@@ -39,13 +39,14 @@ from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.signing.errors import SigningError
+from wasmgate.typed import fields, replace
 
 log = logging.getLogger("wasmgate.daemon")
 
 _RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet")
 _HTTP_LIVE = ("management_token",)
 _FIELDS_AT_START = {
-    "http": tuple(k for k in HttpSettings.model_fields if k not in _HTTP_LIVE),  # listener
+    "http": tuple(k for k in fields(HttpSettings) if k not in _HTTP_LIVE),  # listener
     "limits": ("workers", "batch_workers"),  # the thread pools, built once at start
 }
 """Fields read only at start (`wasmgate.runtime.app`) of sections that otherwise apply at once."""
@@ -184,13 +185,13 @@ def _keep_restart_only(old: Settings, new: Settings) -> Settings:
         if getattr(old, section) != getattr(new, section):
             log.warning("%s changed: takes effect after a restart", section)
         kept[section] = getattr(old, section)
-    for section, fields in _FIELDS_AT_START.items():
-        running = {k: getattr(getattr(old, section), k) for k in fields}
+    for section, names in _FIELDS_AT_START.items():
+        running = {k: getattr(getattr(old, section), k) for k in names}
         for key, value in running.items():
             if getattr(getattr(new, section), key) != value:
                 log.warning("%s.%s changed: takes effect after a restart", section, key)
-        kept[section] = getattr(new, section).model_copy(update=running)
-    return new.model_copy(update=kept)
+        kept[section] = replace(getattr(new, section), **running)
+    return replace(new, **kept)
 
 
 async def reload(app: web.Application) -> bool:

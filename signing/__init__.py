@@ -7,7 +7,8 @@ Invariants (details in each module's docstring):
 - Nothing from a manifest is parsed before its signature verifies; signatures are
   domain-separated (DSSE PAE) so bundle and trust signatures cannot be swapped.
 - Installed files live in a content-addressed blob store; a failed install changes nothing.
-- This package imports only PyNaCl, pydantic and the standard library.
+- This package imports only PyNaCl, msgspec and the standard library (and `wasmgate.typed`,
+  the shared document base).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -84,7 +84,7 @@ from typing import Any
 import nacl.signing
 
 from wasmgate.signing.archive import check_member_name, write_archive
-from wasmgate.signing.envelope import BUNDLE_PAYLOAD_TYPE, Envelope, sign
+from wasmgate.signing.envelope import BUNDLE_PAYLOAD_TYPE, Envelope, sign, to_json
 from wasmgate.signing.errors import ManifestError
 from wasmgate.signing.keys import key_id_of
 from wasmgate.signing.manifest import Manifest, manifest_from_dict, parse_manifest
@@ -190,7 +190,7 @@ def build_bundle(
     }
     data = _manifest_dict(raw, files, fixed)
     manifest = manifest_from_dict(data, f"{label}@{version}")
-    manifest_bytes = manifest.model_dump_json(exclude_none=True, indent=2).encode() + b"\n"
+    manifest_bytes = to_json(manifest)
     parse_manifest(manifest_bytes, manifest.label())  # what we sign must verify
     sig = sign(key, BUNDLE_PAYLOAD_TYPE, manifest_bytes)
     env = Envelope(payload_type=BUNDLE_PAYLOAD_TYPE, signatures=[sig]).to_json()

@@ -28,19 +28,21 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
+import msgspec
 import nacl.signing
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from msgspec import Meta
 
 from wasmgate.signing.envelope import (
     FLEET_PAYLOAD_TYPE,
     Envelope,
     EnvelopeFormatError,
-    first_error,
+    Instant,
     loads_strict,
     parse_envelope,
     sign,
+    to_json,
 )
 from wasmgate.signing.errors import (
     FleetExpiredError,
@@ -53,69 +55,66 @@ from wasmgate.signing.manifest import NAME_RE, Manifest
 from wasmgate.signing.scope import claimed_names, matches
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import verify_threshold
+from wasmgate.typed import Document, Invalid, convert
 
 FLEET_FORMAT: Literal["wasmgate-fleet/1"] = "wasmgate-fleet/1"
 MAX_FLEET_BYTES = 1024 * 1024
 MAX_SERIAL = 2**63 - 1
 REF_RE = (
     r"^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:[0-9]{1,5})?"
-    r"/[a-z0-9]+([._/-]+[a-z0-9]+)*@sha256:[0-9a-f]{64}$"
+    r"/[a-z0-9]+([._/-]+[a-z0-9]+)*@sha256:[0-9a-f]{64}\Z"
 )
 """``HOST[:PORT]/REPO@sha256:<manifest digest>``: always pinned by digest, never a tag."""
-TOPIC_LEVEL_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+TOPIC_LEVEL_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
 """A group or gateway id: one MQTT topic level, so never ``/``, ``+``, ``#`` or empty."""
-BundleName = Annotated[str, Field(pattern=NAME_RE)]
-TopicLevel = Annotated[str, Field(pattern=TOPIC_LEVEL_RE)]
+BundleName = Annotated[str, Meta(pattern=NAME_RE)]
+TopicLevel = Annotated[str, Meta(pattern=TOPIC_LEVEL_RE)]
+Version = Annotated[int, Meta(ge=0, le=2**53)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class DesiredBundle(_Strict):
+class DesiredBundle(Document, kw_only=True):
     """One wanted bundle: exact version, where to pull it, optional staged share (1-99 %)."""
 
     name: BundleName
-    version: int = Field(ge=0, le=2**53)
-    ref: str = Field(pattern=REF_RE, max_length=512)
-    staged_percent: int | None = Field(default=None, ge=1, le=99)
+    version: Version
+    ref: Annotated[str, Meta(pattern=REF_RE, max_length=512)]
+    staged_percent: Annotated[int, Meta(ge=1, le=99)] | None = None
 
 
-class Downgrade(_Strict):
+class Downgrade(Document, kw_only=True):
     """Permission to install exactly ``version`` of ``name`` below its anti-rollback floor."""
 
     name: BundleName
-    version: int = Field(ge=0, le=2**53)
+    version: Version
 
 
-class Target(_Strict):
+class Target(Document, kw_only=True):
     """Who the document is for: a gateway group or a list of gateway ids (exactly one)."""
 
     group: TopicLevel | None = None
-    gateways: list[TopicLevel] | None = Field(default=None, min_length=1, max_length=4096)
+    gateways: Annotated[list[TopicLevel], Meta(min_length=1, max_length=4096)] | None = None
 
-    @model_validator(mode="after")
-    def _one(self) -> Self:
+    def __post_init__(self) -> None:
         if (self.group is None) == (self.gateways is None):
             raise ValueError("give exactly one of target.group and target.gateways")
         if self.gateways is not None and len(set(self.gateways)) != len(self.gateways):
             raise ValueError("target.gateways lists a gateway twice")
-        return self
 
 
-class FleetDoc(_Strict):
+class FleetDoc(Document, kw_only=True):
     """The desired state (the payload of a signed fleet document)."""
 
     format: Literal["wasmgate-fleet/1"] = FLEET_FORMAT
-    serial: int = Field(ge=1, le=MAX_SERIAL)
-    issued: AwareDatetime
-    expires: AwareDatetime
+    serial: Annotated[int, Meta(ge=1, le=MAX_SERIAL)]
+    issued: Instant
+    expires: Instant
     target: Target
-    bundles: list[DesiredBundle] = Field(max_length=256)
-    downgrades: list[Downgrade] = Field(default_factory=list, max_length=256)
+    bundles: Annotated[list[DesiredBundle], Meta(max_length=256)]
+    downgrades: Annotated[list[Downgrade], Meta(max_length=256)] = msgspec.field(
+        default_factory=list
+    )
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
+    def __post_init__(self) -> None:
         if self.expires <= self.issued:
             raise ValueError("expires is not after issued")
         names = [b.name for b in self.bundles]
@@ -132,7 +131,6 @@ class FleetDoc(_Strict):
                 raise ValueError(f"downgrade {d.name}@{d.version} is not among the bundles")
             if b.staged_percent is not None:
                 raise ValueError(f"downgrade {d.name}@{d.version} cannot be staged (a way back)")
-        return self
 
     def names(self) -> list[tuple[str, str]]:
         """Every (field, bundle name) the document asks for, for the scope check.
@@ -145,7 +143,7 @@ class FleetDoc(_Strict):
 
     def to_json(self) -> bytes:
         """Serialise (stable field order; None fields left out)."""
-        return self.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+        return to_json(self)
 
 
 def sign_fleet(doc: FleetDoc, keys: list[nacl.signing.SigningKey]) -> bytes:
@@ -187,12 +185,9 @@ def _authenticate(env: Envelope, payload: bytes, trust: TrustStore) -> set[str]:
 def parse_fleet(payload: bytes) -> FleetDoc:
     """Parse a fleet document payload strictly; :class:`FleetFormatError` says what is wrong."""
     try:
-        loads_strict(payload)  # duplicate keys and NaN, which the pydantic parser lets by
-        return FleetDoc.model_validate_json(payload)
-    except EnvelopeFormatError as e:
+        return convert(loads_strict(payload), FleetDoc)
+    except (EnvelopeFormatError, Invalid) as e:
         raise FleetFormatError(f"fleet document: {e}") from e
-    except ValidationError as e:
-        raise FleetFormatError(f"fleet document: {first_error(e)}") from e
 
 
 def check_delivered(name: str, version: int, manifest: Manifest, patterns: Sequence[str]) -> None:

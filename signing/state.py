@@ -28,16 +28,18 @@ import os
 import secrets
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+import msgspec
+from msgspec import Meta
 
+from wasmgate.signing.envelope import Instant, KeyId
 from wasmgate.signing.errors import StateCorruptedError
 from wasmgate.signing.manifest import Release
+from wasmgate.typed import convert, plain
 
 STATE_FILE = "state.json"
 PREV_FILE = "state.prev.json"
-_HEX64 = r"^[0-9a-f]{64}$"
 
 
 def fsync_dir(path: Path) -> None:
@@ -65,46 +67,49 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsync_dir(path.parent)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+class _Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """`wasmgate.typed.Document`'s rules, but mutable: the store edits a deep copy of the
+    state in place. (Not a Document subclass with ``frozen=False``: type checkers refuse a
+    mutable subclass of a frozen class. Assignments are not validated; what is saved is
+    checked when it is read back.)"""
 
 
-class ActiveBundle(_Strict):
+class ActiveBundle(_Record, kw_only=True):
     """The installed version of one name and its manifest digest."""
 
-    version: int = Field(ge=0)
-    digest: str = Field(pattern=_HEX64)
+    version: Annotated[int, Meta(ge=0)]
+    digest: KeyId
 
 
-class StagedBundle(_Strict):
+class StagedBundle(_Record, kw_only=True):
     """A candidate answering ``percent`` of the requests next to the active version."""
 
-    version: int = Field(ge=0)
-    digest: str = Field(pattern=_HEX64)
-    percent: int = Field(ge=1, le=99)
+    version: Annotated[int, Meta(ge=0)]
+    digest: KeyId
+    percent: Annotated[int, Meta(ge=1, le=99)]
     gates: Release | None = None
     """The metric gates in force (manifest tightened by the operator), None = manual."""
 
 
-class NameState(_Strict):
+class NameState(_Record, kw_only=True):
     """Per-name record: highest version seen (and its digest), what is active (None if removed),
     the staged candidate (if any)."""
 
-    floor: int = Field(ge=0)
-    floor_digest: str = Field(pattern=_HEX64)
+    floor: Annotated[int, Meta(ge=0)]
+    floor_digest: KeyId
     active: ActiveBundle | None = None
     staged: StagedBundle | None = None
 
 
-class StateDoc(_Strict):
+class StateDoc(_Record, kw_only=True):
     """The whole anti-rollback state."""
 
     format: Literal["wasmgate-state/1"] = "wasmgate-state/1"
-    generation: int = Field(default=0, ge=0)
-    clock_floor: AwareDatetime | None = None
-    clock_set_by_trust: int = Field(default=0, ge=0)
+    generation: Annotated[int, Meta(ge=0)] = 0
+    clock_floor: Instant | None = None
+    clock_set_by_trust: Annotated[int, Meta(ge=0)] = 0
     """Version of the root-signed trust document whose ``clock_floor`` was applied last."""
-    bundles: dict[str, NameState] = Field(default_factory=dict)
+    bundles: dict[str, NameState] = msgspec.field(default_factory=dict)
 
     def advance_clock(self, now: datetime) -> None:
         """Raise the clock floor to the local clock's ``now`` if it is later."""
@@ -120,7 +125,7 @@ class StateDoc(_Strict):
 
 
 def _encode(doc: StateDoc) -> bytes:
-    state = doc.model_dump(mode="json")
+    state = plain(doc)
     canon = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
     body = {"checksum": hashlib.sha256(canon).hexdigest(), "state": state}
     return json.dumps(body, indent=1, sort_keys=True).encode() + b"\n"
@@ -133,7 +138,7 @@ def _decode(data: bytes) -> StateDoc:
     canon = json.dumps(body["state"], sort_keys=True, separators=(",", ":")).encode()
     if hashlib.sha256(canon).hexdigest() != body["checksum"]:
         raise ValueError("checksum mismatch")
-    return StateDoc.model_validate_json(json.dumps(body["state"]))
+    return convert(body["state"], StateDoc, whole="state")
 
 
 class StateFile:
@@ -159,7 +164,7 @@ class StateFile:
                 found.append(_decode(p.read_bytes()))
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError, ValidationError, RecursionError) as e:
+            except (OSError, ValueError, RecursionError) as e:  # wasmgate.typed.Invalid too
                 problems.append(f"{p}: {str(e).splitlines()[0]}")
         self.used_previous = bool(problems) or not self.path.exists()
         if found:

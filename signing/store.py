@@ -37,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import logging
 import threading
@@ -162,7 +163,7 @@ class BundleStore:
         if floor is None or not trust.signed:
             return
         with self._file_lock():
-            new = self._load_state().model_copy(deep=True)
+            new = copy.deepcopy(self._load_state())
             before = new.clock_floor
             if not new.set_clock(floor, trust.doc.version):
                 return
@@ -365,7 +366,7 @@ class BundleStore:
         self, v: VerifiedBundle, state: StateDoc, percent: int, gates: Release | None
     ) -> None:
         m = v.manifest
-        new = state.model_copy(deep=True)
+        new = copy.deepcopy(state)
         entry = new.bundles.get(m.name)
         if percent < 100 and entry is not None and entry.active is not None:
             records = self.state_dir / "records" / "staged"
@@ -397,7 +398,7 @@ class BundleStore:
                 manifest, manifest_bytes, sig_bytes = read_record(src)
                 # the record first: floors rebuilt from records then include the promotion
                 write_record(self.state_dir / "records", staged.digest, manifest_bytes, sig_bytes)
-                new = state.model_copy(deep=True)
+                new = copy.deepcopy(state)
                 active = ActiveBundle(version=staged.version, digest=staged.digest)
                 # staged.version >= floor: checked at the commit, and the floor only rises
                 # through a promotion or a full install, which both clear the candidate
@@ -418,7 +419,7 @@ class BundleStore:
             entry = state.bundles.get(name)
             if entry is None or entry.staged is None:
                 raise NotStagedError(f"bundle {name!r} has no staged version")
-            new = state.model_copy(deep=True)
+            new = copy.deepcopy(state)
             new.bundles[name].staged = None
             try:
                 self._save(new)
@@ -457,7 +458,7 @@ class BundleStore:
             entry = state.bundles.get(name)
             if entry is None or entry.active is None:
                 return
-            new = state.model_copy(deep=True)
+            new = copy.deepcopy(state)
             new.bundles[name].active = None
             new.bundles[name].staged = None
             self._save(new)

@@ -20,18 +20,16 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import nacl.signing
-from pydantic import ValidationError
 
 from wasmgate.signing.envelope import (
     TRUST_PAYLOAD_TYPE,
     Envelope,
     EnvelopeFormatError,
-    first_error,
+    envelope_of,
     loads_strict,
 )
 from wasmgate.signing.errors import (
@@ -49,6 +47,7 @@ from wasmgate.signing.manifest import Manifest
 from wasmgate.signing.scope import check_scope
 from wasmgate.signing.state import atomic_write
 from wasmgate.signing.trustdoc import FleetSection, TrustDoc, parse_doc, verify_threshold
+from wasmgate.typed import Invalid, convert, plain
 
 PIN_FILE = "trust.pinned.json"
 MAX_TRUST_BYTES = 1024 * 1024
@@ -81,9 +80,9 @@ class TrustStore:
             obj = loads_strict(data)
             if "payload_type" not in obj:
                 return cls(parse_doc(data, source))
-            env = Envelope.model_validate(obj)
+            env = envelope_of(obj)
             payload = env.payload_bytes()
-        except (EnvelopeFormatError, ValidationError) as e:
+        except EnvelopeFormatError as e:
             raise TrustFileError(f"trust file {source}: {e}") from e
         if env.payload_type != TRUST_PAYLOAD_TYPE:
             raise TrustFileError(f"trust file {source}: payload type {env.payload_type!r}")
@@ -201,11 +200,13 @@ class TrustStore:
     def _edited(self, **update: object) -> TrustStore:
         if self.signed:
             raise TrustFileError("a root-signed trust file cannot be edited here; re-sign it")
-        data = self.doc.model_dump(mode="json") | update | {"version": self.doc.version + 1}
+        # Through JSON values and a strict convert, as a file read back would be: an edit is
+        # held to every rule of the schema (patterns, bounds, key ids, cross-field checks).
+        data = plain(self.doc) | update | {"version": self.doc.version + 1}
         try:
-            return TrustStore(TrustDoc.model_validate_json(json.dumps(data)))
-        except ValidationError as e:
-            raise TrustFileError(f"trust edit refused: {first_error(e)}") from e
+            return TrustStore(convert(data, TrustDoc))
+        except Invalid as e:
+            raise TrustFileError(f"trust edit refused: {e}") from e
 
     def with_signer(
         self,
@@ -217,7 +218,7 @@ class TrustStore:
         """A copy that trusts ``public`` for ``names`` (replacing an entry of the same key)."""
         entry = {"public": encode_public(public), "names": names, "max_limits": max_limits}
         entry |= {"comment": comment} if comment else {}
-        signers = self.doc.model_dump(mode="json")["signers"] | {key_id_of(public): entry}
+        signers = plain(self.doc.signers) | {key_id_of(public): entry}
         return self._edited(signers=signers)
 
     def with_fleet_key(self, public: nacl.signing.VerifyKey, names: list[str]) -> TrustStore:
@@ -232,14 +233,14 @@ class TrustStore:
                 "the fleet role is accepted only in a root-signed trust file: edit the trust "
                 "document that has the 'root' section, then sign it with `wasmgate trust sign`"
             )
-        fleet = self.doc.model_dump(mode="json").get("fleet") or {"keys": {}, "names": []}
+        fleet = plain(self.doc.fleet) or {"keys": {}, "names": []}
         fleet["keys"] |= {key_id_of(public): encode_public(public)}
         fleet["names"] += [n for n in names if n not in fleet["names"]]
         return self._edited(fleet=fleet)
 
     def with_revoked(self, *, key_id: str | None = None, digest: str | None = None) -> TrustStore:
         """A copy with ``key_id`` and/or bundle manifest ``digest`` revoked."""
-        revoked = self.doc.model_dump(mode="json")["revoked"]
+        revoked = plain(self.doc.revoked)
         if key_id is not None and key_id not in revoked["keys"]:
             revoked["keys"].append(key_id)
         if digest is not None and digest not in revoked["bundles"]:

@@ -1,7 +1,9 @@
 """The trust document schema and trust-file signing.
 
 Invariants:
-- Unknown fields are refused; every key id equals the SHA-256 of its public key.
+- Unknown fields are refused at every level and types are strict; duplicate JSON keys and
+  NaN are refused (``loads_strict``), in a signed file's payload too.
+- Every key id equals the SHA-256 of its public key.
 - A root threshold never exceeds the number of root keys.
 - Trust signatures use the trust payload type, so they can never pass as bundle signatures.
 - The ``fleet`` role (keys that sign fleet documents, see ``fleetdoc.py``) is allowed only
@@ -13,18 +15,22 @@ Invariants:
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
+import msgspec
 import nacl.signing
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from msgspec import Meta
 
 from wasmgate.signing.envelope import (
-    HEX64,
     TRUST_PAYLOAD_TYPE,
     Envelope,
+    EnvelopeFormatError,
+    Instant,
+    KeyId,
     count_valid,
-    first_error,
+    loads_strict,
     sign,
+    to_json,
 )
 from wasmgate.signing.errors import (
     KeyFileError,
@@ -33,69 +39,70 @@ from wasmgate.signing.errors import (
     TrustSignatureError,
 )
 from wasmgate.signing.keys import decode_public, key_id_of
+from wasmgate.typed import Document, Invalid, convert
 
 TRUST_FORMAT = "wasmgate-trust/1"
-KeyId = Annotated[str, Field(pattern=HEX64)]
-Pattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?-]{1,64}$")]
+Pattern = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._*?-]{1,64}\Z")]  # \Z: see envelope.py
 LimitName = Literal[
     "memory_mb", "deadline_ms", "fuel", "max_input_bytes", "max_output_bytes",
     "max_in_flight", "queue_size", "weight",
 ]  # fmt: skip
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+Keys = Annotated[dict[KeyId, str], Meta(min_length=1, max_length=32)]
+Patterns = Annotated[list[Pattern], Meta(min_length=1, max_length=64)]
 
 
-class SignerEntry(_Strict):
+class SignerEntry(Document, kw_only=True):
     """A bundle-signing key, the names it may sign and its optional limit ceilings."""
 
     public: str
-    names: list[Pattern] = Field(min_length=1, max_length=64)
-    max_limits: dict[LimitName, int] = Field(default_factory=dict)
-    comment: str = Field(default="", max_length=200)
+    names: Patterns
+    max_limits: dict[LimitName, int] = msgspec.field(default_factory=dict)
+    comment: Annotated[str, Meta(max_length=200)] = ""
 
 
-class RootSection(_Strict):
+class RootSection(Document, kw_only=True):
     """Root keys (key id -> base64 public key) and how many must sign the trust file."""
 
-    keys: dict[KeyId, str] = Field(min_length=1, max_length=32)
-    threshold: int = Field(ge=1)
+    keys: Keys
+    threshold: Annotated[int, Meta(ge=1)]
 
 
-class FleetSection(_Strict):
+class FleetSection(Document, kw_only=True):
     """The fleet role: keys that sign fleet documents, k-of-n, and the bundle names they
     may ask for (fnmatch patterns, the same matching as signer scopes)."""
 
-    keys: dict[KeyId, str] = Field(min_length=1, max_length=32)
-    threshold: int = Field(default=1, ge=1)
-    names: list[Pattern] = Field(min_length=1, max_length=64)
+    keys: Keys
+    threshold: Annotated[int, Meta(ge=1)] = 1
+    names: Patterns
 
 
-class Revoked(_Strict):
+class Revoked(Document, kw_only=True):
     """Revoked signer key ids and revoked bundle manifest digests."""
 
-    keys: list[KeyId] = Field(default_factory=list)
-    bundles: list[KeyId] = Field(default_factory=list)
+    keys: list[KeyId] = msgspec.field(default_factory=list)
+    bundles: list[KeyId] = msgspec.field(default_factory=list)
 
 
-class TrustDoc(_Strict):
+class TrustDoc(Document, kw_only=True):
     """The trust document (the payload of a signed trust file, or the plain file)."""
 
     format: Literal["wasmgate-trust/1"] = "wasmgate-trust/1"
-    version: int = Field(default=1, ge=1)
-    expires: AwareDatetime | None = None
-    clock_floor: AwareDatetime | None = None
+    version: Annotated[int, Meta(ge=1)] = 1
+    expires: Instant | None = None
+    clock_floor: Instant | None = None
     """Root-signed files only: sets the daemon's clock floor (also lower, to repair one
     pushed too far ahead) the first time this trust version is applied."""
     root: RootSection | None = None
     fleet: FleetSection | None = None
     """Root-signed files only: the keys that may sign fleet documents (``fleetdoc.py``)."""
-    signers: dict[KeyId, SignerEntry] = Field(default_factory=dict, max_length=1024)
-    revoked: Revoked = Field(default_factory=Revoked)
+    signers: Annotated[dict[KeyId, SignerEntry], Meta(max_length=1024)] = msgspec.field(
+        default_factory=dict
+    )
+    revoked: Revoked = msgspec.field(default_factory=Revoked)
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
+    def __post_init__(self) -> None:
         pairs = [(k, s.public) for k, s in self.signers.items()]
         pairs += list(self.root.keys.items()) if self.root else []
         pairs += list(self.fleet.keys.items()) if self.fleet else []
@@ -115,7 +122,6 @@ class TrustDoc(_Strict):
                 raise ValueError("the fleet role is accepted only in a root-signed trust file")
             if self.fleet.threshold > len(self.fleet.keys):
                 raise ValueError("fleet threshold is larger than the number of fleet keys")
-        return self
 
     def root_keys(self) -> dict[str, nacl.signing.VerifyKey]:
         """The root keys by key id (empty when unsigned)."""
@@ -124,14 +130,15 @@ class TrustDoc(_Strict):
 
     def to_json(self) -> bytes:
         """Serialise (stable field order, indented)."""
-        return self.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+        return to_json(self)
 
 
 def parse_doc(data: bytes, source: str) -> TrustDoc:
+    """A trust document from JSON bytes (strict: ``loads_strict``, then ``convert``)."""
     try:
-        return TrustDoc.model_validate_json(data)
-    except ValidationError as e:
-        raise TrustFileError(f"trust file {source}: {first_error(e)}") from e
+        return convert(loads_strict(data), TrustDoc)
+    except (EnvelopeFormatError, Invalid) as e:
+        raise TrustFileError(f"trust file {source}: {e}") from e
 
 
 def verify_threshold(

@@ -17,22 +17,17 @@ Invariants:
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    model_validator,
-)
+import msgspec
+
+from wasmgate.typed import Document
 
 VarType = Literal["int", "float", "bool", "string", "enum"]
-Value = StrictBool | StrictInt | StrictFloat | StrictStr
-Number = StrictInt | StrictFloat
+# Converted strictly (``convert``): each JSON value keeps its own type, so ``true`` stays a
+# bool, ``3`` an int and ``3.0`` a float (check_declarations compares the types).
+Value = bool | int | float | str
+Number = int | float
 MAX_STRING = 4096
 _MAX_INT = 2**53  # what every JSON reader keeps exactly
 
@@ -41,21 +36,18 @@ class VariableError(ValueError):
     """A value an operator may not set (its message names the variable and the reason)."""
 
 
-class Variable(BaseModel):
+class Variable(Document, kw_only=True):
     """One overridable param (``[variables.<name>]`` in bundle.toml)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     type: VarType
     min: Number | None = None
     max: Number | None = None
-    values: list[StrictStr] | None = Field(default=None, min_length=1, max_length=256)
-    max_length: int = Field(default=256, ge=1, le=MAX_STRING)
+    values: Annotated[list[str], msgspec.Meta(min_length=1, max_length=256)] | None = None
+    max_length: Annotated[int, msgspec.Meta(ge=1, le=MAX_STRING)] = 256
     default: Value | None = None
-    description: str = Field(default="", max_length=500)
+    description: Annotated[str, msgspec.Meta(max_length=500)] = ""
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
+    def __post_init__(self) -> None:
         numeric = self.type in ("int", "float")
         if numeric and (self.min is None or self.max is None):
             raise ValueError(f"a {self.type} variable needs min and max")
@@ -67,7 +59,6 @@ class Variable(BaseModel):
             raise ValueError("min is above max")
         if (self.type == "enum") != (self.values is not None):
             raise ValueError("values is required for an enum and only for an enum")
-        return self
 
     def check(self, name: str, value: object) -> bool | int | float | str:
         """``value`` if this variable may take it, else :class:`VariableError`."""

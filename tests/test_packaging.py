@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import wasmgate
 from tests.fixtures.cache import cache_dir, content_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,3 +120,13 @@ def test_wheel_contains_packages_and_data(wheel: Path) -> None:
         rel = "wasmgate/" + str(path.relative_to(REPO))
         assert rel in names, f"data file {rel} missing from the wheel"
     assert not [n for n in names if n.startswith(("tests/", "runtime/", "sandbox/"))]
+
+
+def test_the_wheel_has_the_version_the_package_says(wheel: Path) -> None:
+    # The version is written once, in wasmgate/__init__.py; pyproject.toml reads it there.
+    archive = zipfile.ZipFile(wheel)
+    for module in (REPO / "runtime" / "_root").glob("*.py"):
+        assert f"wasmgate/{module.name}" in archive.namelist()
+    meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"\nVersion: {wasmgate.__version__}\n" in archive.read(meta).decode()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", wasmgate.__version__)

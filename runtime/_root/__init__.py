@@ -6,11 +6,9 @@ The import root. Subpackages map to the repository's top-level folders:
 ``wasmgate.guest_adapters`` (guest SDK data).
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("wasmgate")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# The one place the version is written: pyproject.toml reads it from here (setuptools'
+# dynamic ``attr``). Asking importlib.metadata instead cost every daemon start its import
+# (zipfile, email, csv: ~25 ms) and a scan of the installed distributions.
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

@@ -29,6 +29,7 @@ from wasmgate.runtime.backends.base import (
     model_bytes,
 )
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
+from wasmgate.typed import replace
 
 if TYPE_CHECKING:
     from wasmgate.signing.derived import DerivedCache
@@ -165,7 +166,7 @@ class OnnxBackend(InferenceBackend):
             # key holds their SHA-256 and the checks' version) passed it.
             notes.append(f"optimized graph loaded from cache {key[:16]}")
             # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
-            offline = settings.model_copy(update={"graph_optimization_level": "disable"})
+            offline = replace(settings, graph_optimization_level="disable")
             return _session(
                 cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
             )
@@ -221,7 +222,7 @@ def _ep_context(
     if settings.session_config.get("ep.context_enable") != "1":
         return settings, {}
     config = {k: v for k, v in settings.session_config.items() if not k.startswith("ep.context")}
-    stripped = settings.model_copy(update={"session_config": config})
+    stripped = replace(settings, session_config=config)
     if all(p in _NON_COMPILING for p, _ in providers):
         notes.append("ep.context_enable ignored: no compiling execution provider in use")
         return stripped, {}

@@ -33,6 +33,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.signing.build import build_bundle
 from wasmgate.signing.keys import generate_key, key_id_of, read_private_key, write_private_key
 from wasmgate.signing.trust import TrustStore
+from wasmgate.typed import replace
 
 __all__ = ["DemoSetup", "apply_demo", "prepare_demo"]
 
@@ -101,15 +102,14 @@ def prepare_demo(data_dir: Path, *, names: tuple[str, ...] | None = None) -> Dem
 def apply_demo(settings: Settings, setup: DemoSetup | None = None) -> Settings:
     """``settings`` with the demo's paths (preparing the demo first unless ``setup`` is given)."""
     setup = setup or prepare_demo(settings.paths.data_dir)
-    paths = settings.paths.model_copy(
-        update={
-            "bundle_dir": setup.bundle_dir,
-            "trust_file": setup.trust_file,
-            "state_dir": setup.state_dir,
-            "cache_dir": setup.cache_dir,
-        }
+    paths = replace(
+        settings.paths,
+        bundle_dir=setup.bundle_dir,
+        trust_file=setup.trust_file,
+        state_dir=setup.state_dir,
+        cache_dir=setup.cache_dir,
     )
-    return settings.model_copy(update={"paths": paths})
+    return replace(settings, paths=paths)
 
 
 def _inputs_hash(src: Path, key_id: str) -> str:

@@ -53,6 +53,7 @@ from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
+from wasmgate.typed import plain
 
 if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
     from wasmgate.signing.fleetdoc import Downgrade
@@ -350,7 +351,7 @@ class Registry:
                 entry["staged"] = {
                     **describe(slot.candidate),
                     "percent": slot.percent,
-                    "gates": gates.model_dump() if gates is not None else None,
+                    "gates": plain(gates),
                     "measured": vars(measure(slot.candidate, slot.current)),
                 }
             if name in self.verdicts:

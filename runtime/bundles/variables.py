@@ -29,6 +29,7 @@ from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BadRequest, DaemonError, NotFound
 from wasmgate.signing.variables import Variable, VariableError
+from wasmgate.typed import plain
 
 log = logging.getLogger("wasmgate.variables")
 
@@ -98,7 +99,7 @@ class Variables:
                 "value": value,
                 "source": source,
                 "default": _default(name, var, bundle.signed_params),
-                **var.model_dump(exclude_none=True, exclude={"default"}),
+                **{k: v for k, v in plain(var, omit_none=True).items() if k != "default"},
             }
         return out
 

@@ -24,7 +24,7 @@ from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.runtime.cli import bundle_oci
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers, say
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
-from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.config import settings_from
 from wasmgate.signing import (
     BundleInfo,
     Manifest,
@@ -36,6 +36,7 @@ from wasmgate.signing import (
     parse_duration,
     verify_bundle,
 )
+from wasmgate.typed import plain
 
 MAX_BUNDLE_BYTES = 2 * 1024**3
 
@@ -82,7 +83,8 @@ def trust_path(args: argparse.Namespace) -> Path:
     """The trust file named by --trust (a directory means DIR/trust.json) or the default."""
     given: Path | None = args.trust
     if given is None:
-        return Settings().paths.resolved_trust_file()
+        # The environment's paths (WASMGATE_PATHS__TRUST_FILE, ..._DATA_DIR) over the defaults.
+        return settings_from({}).paths.resolved_trust_file()
     return given / "trust.json" if given.is_dir() else given
 
 
@@ -150,7 +152,7 @@ def _inspect(args: argparse.Namespace) -> int:
             "digest": info.digest,
             "signers": info.key_ids,
             "size": info.size,
-            "manifest": info.manifest.model_dump(mode="json", exclude_none=True),
+            "manifest": plain(info.manifest, omit_none=True),
         }
         print(json.dumps(doc, indent=2))
     else:
@@ -181,7 +183,7 @@ def describe(info: BundleInfo) -> list[str]:
     """Human-readable lines for ``inspect``."""
     m = info.manifest
     adapter = f"{m.adapter.file} ({m.adapter.mode})" if m.adapter else "none"
-    limits = " ".join(f"{k}={v}" for k, v in m.limits.model_dump(exclude_none=True).items())
+    limits = " ".join(f"{k}={v}" for k, v in plain(m.limits, omit_none=True).items())
     targets = " ".join([*m.targets.profiles, *m.targets.arch]) or "any"
     lines = [
         _row("bundle", f"{m.label()}  (NOT verified: use `wasmgate bundle verify`)"),
@@ -196,7 +198,7 @@ def describe(info: BundleInfo) -> list[str]:
         _row("routes", f"http={m.routes.http} mqtt={m.routes.mqtt}"),
         _row("limits", limits),
         _row("targets", targets),
-        _row("fallback", _on(m.fallback.model_dump())),
+        _row("fallback", _on(plain(m.fallback))),
         _row("params", json.dumps(m.params) if m.params else "-"),
         _row("variables", ", ".join(sorted(m.variables or {})) or "-"),
         _row("state", f"{m.state.max_bytes} bytes, {m.state.max_keys} keys" if m.state else "-"),

@@ -28,6 +28,7 @@ from wasmgate.runtime.fleet.oci import BUNDLE_NAME, BUNDLE_VERSION, Artifact, Oc
 from wasmgate.runtime.fleet.ocitypes import Reference, RegistryError
 from wasmgate.runtime.ops.config import RegistrySettings, load_settings
 from wasmgate.signing import SigningError, inspect_bundle
+from wasmgate.typed import replace
 
 MAX_PUSH_BYTES = 2 * 1024**3  # the same ceiling as `bundle inspect`
 
@@ -65,7 +66,7 @@ def _setup(args: argparse.Namespace, *, tag_only: bool) -> tuple[Reference, Regi
     except ConfigError as e:
         raise CliError(str(e)) from e
     if args.insecure:
-        settings = settings.model_copy(update={"insecure": True})
+        settings = replace(settings, insecure=True)
     return ref, settings
 
 

@@ -54,6 +54,7 @@ from wasmgate.runtime.fleet.opclient import (
 from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
 from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
 from wasmgate.runtime.ops.config import load_settings
+from wasmgate.typed import replace
 
 DEFAULT_PREFIX = "wasmgate/v1"
 
@@ -149,7 +150,7 @@ def resolve_bundle(text: str, *, insecure: bool, config: Path | None = None) -> 
     except (ValueError, ConfigError) as e:
         raise CliError(str(e), EXIT_USAGE) from e
     if insecure:
-        settings = settings.model_copy(update={"insecure": True})
+        settings = replace(settings, insecure=True)
     client = OciClient(ref.host, settings)
     try:
         art = client.resolve(ref, settings.max_bundle_bytes)

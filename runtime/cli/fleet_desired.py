@@ -21,8 +21,6 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers, plain_text
 from wasmgate.runtime.cli.fleet import add_broker_args, broker_client
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
@@ -33,9 +31,9 @@ from wasmgate.signing import (
     parse_duration,
     sign_fleet,
 )
-from wasmgate.signing.envelope import first_error
 from wasmgate.signing.fleetdoc import TOPIC_LEVEL_RE, peek_fleet
 from wasmgate.signing.state import atomic_write
+from wasmgate.typed import Invalid, convert
 
 
 def register(actions: SubParsers[argparse.ArgumentParser]) -> None:
@@ -134,9 +132,9 @@ def _document(args: argparse.Namespace) -> FleetDoc:
         ],
     }
     try:
-        return FleetDoc.model_validate(data, strict=False)
-    except ValidationError as e:
-        raise CliError(f"fleet document: {first_error(e)}", EXIT_USAGE) from e
+        return convert(data, FleetDoc)  # strict, as a gateway reads it: every value is typed
+    except Invalid as e:
+        raise CliError(f"fleet document: {e}", EXIT_USAGE) from e
 
 
 def _sign(args: argparse.Namespace) -> int:

@@ -10,7 +10,9 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import msgspec
 
 from wasmgate.device_profiles import (
     Detection,
@@ -22,6 +24,7 @@ from wasmgate.device_profiles import (
 )
 from wasmgate.device_profiles.schema import field_docs
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from wasmgate.typed import plain
 
 T = TypeVar("T")
 
@@ -58,7 +61,8 @@ def _list(_args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     profile = _guard(lambda: load_profile(args.name))
     if args.json:
-        print(profile.model_dump_json(indent=2))
+        # ensure_ascii off: a profile's text is printed as written, as it always was.
+        print(json.dumps(plain(profile), indent=2, ensure_ascii=False))
     else:
         print("\n".join(describe(profile)))
     return EXIT_OK
@@ -115,11 +119,22 @@ def describe(p: DeviceProfile) -> list[str]:
         f"batching caps: max_batch_size {p.batching.max_batch_size}, "
         f"max_queue_delay_us {p.batching.max_queue_delay_us}"
     )
-    rules = p.detect.model_dump(exclude={"priority"}, exclude_defaults=True)
+    rules = _set_fields(p.detect, exclude={"priority"})
     shown = "; ".join(f"{k} {', '.join(v)}" for k, v in rules.items()) or "arch and CPU flags only"
     lines.append(f"detection (priority {p.detect.priority}): {shown}")
     lines += [f"unverified on real hardware: {u}" for u in p.unverified]
     return lines
+
+
+def _set_fields(struct: msgspec.Struct, exclude: set[str]) -> dict[str, Any]:
+    """The fields of ``struct`` whose value differs from their default, but ``exclude``."""
+    out = {}
+    for f in msgspec.structs.fields(struct):
+        value, factory = getattr(struct, f.name), f.default_factory
+        default = factory() if factory is not msgspec.NODEFAULT else f.default
+        if f.name not in exclude and value != default:
+            out[f.name] = value
+    return out
 
 
 def _detection_json(result: Detection) -> dict[str, object]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from wasmgate.runtime.cli._common import EXIT_FAILURE, EXIT_USAGE, CliError, SubParsers
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
+from wasmgate.typed import replace
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -78,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(e), EXIT_USAGE) from e
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:
-        settings = settings.model_copy(update={"http": settings.http.model_copy(update=overrides)})
+        settings = replace(settings, http=replace(settings.http, **overrides))
     config_path = args.config if args.config is not None else _default_config()
     # The demo owns <data_dir>/demo only, so a demo beside the real daemon is fine.
     owned = settings.paths.data_dir / "demo" if args.demo else settings.paths.data_dir

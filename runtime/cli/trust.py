@@ -29,7 +29,9 @@ from wasmgate.signing import (
     load_public_key,
     sign_trust,
 )
+from wasmgate.signing.envelope import loads_strict
 from wasmgate.signing.state import atomic_write
+from wasmgate.typed import convert, replace
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -183,8 +185,8 @@ def _revoke(args: argparse.Namespace) -> int:
 
 def _sign(args: argparse.Namespace) -> int:
     try:
-        doc = TrustDoc.model_validate_json(args.doc.read_bytes())
-    except (OSError, ValueError) as e:
+        doc = convert(loads_strict(args.doc.read_bytes()), TrustDoc)
+    except (OSError, ValueError) as e:  # EnvelopeFormatError, wasmgate.typed.Invalid
         raise CliError(f"{args.doc}: not a valid trust document: {e}") from e
     if doc.root is None:
         raise CliError(f"{args.doc}: a signed trust file needs a 'root' section")
@@ -192,7 +194,7 @@ def _sign(args: argparse.Namespace) -> int:
         # each `trust add` bumps a draft's version; the rotation rule wants exactly pinned+1
         if args.version < 1:
             raise CliError(f"--version {args.version}: must be at least 1", 2)
-        doc = doc.model_copy(update={"version": args.version})
+        doc = replace(doc, version=args.version)
     keys = [load_signing_key(k, args) for k in args.key]
     data = sign_trust(doc, keys)
     try:

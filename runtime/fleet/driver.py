@@ -47,13 +47,12 @@ from wasmgate.runtime.fleet.status import (
 from wasmgate.signing.envelope import FLEET_PAYLOAD_TYPE, count_valid, parse_envelope
 from wasmgate.signing.fleetdoc import (
     MAX_SERIAL,
-    DesiredBundle,
-    Downgrade,
     FleetDoc,
     Target,
     sign_fleet,
 )
 from wasmgate.signing.keys import key_id_of
+from wasmgate.typed import convert, plain
 
 _COLLECT_S = 10.0
 
@@ -188,15 +187,18 @@ class Rollout:
         downgrades: Iterable[tuple[str, int]],
     ) -> bytes:
         now = datetime.now(UTC).replace(microsecond=0)
-        doc = FleetDoc(
-            serial=serial,
-            issued=now,
-            expires=now + lifetime,
-            target=target,
-            bundles=[DesiredBundle(name=w.name, version=w.version, ref=w.ref) for w in bundles],
-            downgrades=[Downgrade(name=n, version=v) for n, v in downgrades],
-        )
-        return sign_fleet(doc, self._keys)
+        data = {
+            "serial": serial,
+            "issued": now,
+            "expires": now + lifetime,
+            "target": plain(target),
+            "bundles": [{"name": w.name, "version": w.version, "ref": w.ref} for w in bundles],
+            "downgrades": [{"name": n, "version": v} for n, v in downgrades],
+        }
+        # convert, not FleetDoc(...): msgspec checks patterns and bounds only there, and the
+        # names and refs come from registry annotations and the broker. Sign nothing that
+        # a gateway would refuse.
+        return sign_fleet(convert(data, FleetDoc, whole="fleet document"), self._keys)
 
     def _publish(
         self,

@@ -38,6 +38,7 @@ from wasmgate.runtime.fleet.state import (
 )
 from wasmgate.runtime.ops.tasks import wake_or_timeout
 from wasmgate.signing.errors import FleetDowngradeError, SigningError
+from wasmgate.typed import replace
 
 log = logging.getLogger("wasmgate.fleet")
 
@@ -131,8 +132,8 @@ class Reconciler:
             except SigningError as e:
                 self._refuse(data, source, e)
                 raise DocumentRefused(describe_error(e)) from e
-            record = self.record.model_copy(
-                update={"serial": plan.serial, "plan": plan, "envelope": encode_envelope(data)}
+            record = replace(
+                self.record, serial=plan.serial, plan=plan, envelope=encode_envelope(data)
             )
             await asyncio.to_thread(self._file.save, record)
             self.record = record
@@ -262,7 +263,7 @@ class Reconciler:
             if (name in names) == owned:
                 return
             names = names | {name} if owned else names - {name}
-            record = self.record.model_copy(update={"owned": tuple(sorted(names))})
+            record = replace(self.record, owned=tuple(sorted(names)))
             await asyncio.to_thread(self._file.save, record)
             self.record = record
 

@@ -15,32 +15,34 @@ Written with `atomic_write` (temp, fsync, rename): a crash leaves the old or the
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import msgspec
+from msgspec import Meta
 
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.signing.envelope import EnvelopeFormatError, loads_strict, parse_envelope
 from wasmgate.signing.state import atomic_write
+from wasmgate.typed import Document, Invalid, convert, plain
 
 log = logging.getLogger("wasmgate.fleet")
 
 FILE_NAME = "fleet.json"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Want(_Frozen):
+# The bounds (Meta) hold when a record is read (`convert`), not when one is built: the plans
+# built here come from verified fleet documents, whose own bounds are narrower.
+class Want(Document, kw_only=True):
     """One bundle a fleet document asks for."""
 
     name: str
-    version: int = Field(ge=0)
+    version: Annotated[int, Meta(ge=0)]
     ref: str
     """``HOST:PORT/REPO@sha256:<manifest digest>``."""
-    staged_percent: int | None = Field(default=None, ge=1, le=100)
+    staged_percent: Annotated[int, Meta(ge=1, le=100)] | None = None
 
     @property
     def digest(self) -> str:
@@ -52,16 +54,16 @@ class Want(_Frozen):
         return self.staged_percent if self.staged_percent is not None else 100
 
 
-class Plan(_Frozen):
+class Plan(Document, kw_only=True):
     """A verified fleet document, reduced to what the reconciler acts on."""
 
-    serial: int = Field(ge=1)
+    serial: Annotated[int, Meta(ge=1)]
     bundles: tuple[Want, ...] = ()
-    downgrades: dict[str, int] = {}
+    downgrades: dict[str, int] = msgspec.field(default_factory=dict)
     """Bundle name -> the one lower version the document permits."""
 
 
-class FleetRecord(_Frozen):
+class FleetRecord(Document, kw_only=True):
     serial: int | None = None
     plan: Plan | None = None
     envelope: str | None = None
@@ -88,17 +90,26 @@ class FleetStateFile:
         except OSError as e:
             raise ConfigError(f"{self.path}: cannot read the fleet state: {e}") from e
         try:
-            return FleetRecord.model_validate_json(data)
-        except ValidationError as e:
-            raise ConfigError(
-                f"{self.path}: fleet state damaged ({e.errors()[0]['msg']}); it holds the "
-                "replay floor, so it is not reset on its own: restore it or delete it "
-                "knowingly"
-            ) from e
+            # msgspec's JSON parser, like pydantic's before it, refuses NaN and invalid UTF-8.
+            obj = msgspec.json.decode(data)
+        except (msgspec.DecodeError, RecursionError) as e:
+            raise self._damaged(f"not valid JSON: {e}") from e
+        try:
+            # Lenient (strict=False) as the record always was read: "serial": "3" is 3.
+            return convert(obj, FleetRecord, strict=False)
+        except Invalid as e:
+            raise self._damaged(str(e)) from e
+
+    def _damaged(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"{self.path}: fleet state damaged ({what}); it holds the replay floor, so it is "
+            "not reset on its own: restore it or delete it knowingly"
+        )
 
     def save(self, record: FleetRecord) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, record.model_dump_json(indent=1).encode())
+        text = json.dumps(plain(record), indent=1, ensure_ascii=False)  # as pydantic wrote it
+        atomic_write(self.path, text.encode())
 
 
 def encode_envelope(data: bytes) -> str:

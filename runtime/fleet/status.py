@@ -17,21 +17,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import msgspec
 
 from wasmgate.signing.envelope import EnvelopeFormatError, parse_envelope
 from wasmgate.signing.errors import FleetFormatError
 from wasmgate.signing.fleetdoc import FleetDoc, parse_fleet
+from wasmgate.typed import convert, plain
 
 REPORT_FORMAT = "wasmgate-deployment/1"
 FINAL = frozenset({"applied", "failed"})
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class _Lenient(msgspec.Struct, frozen=True, kw_only=True):
+    """Unknown fields ignored (not `Document`): other gateways may run a newer daemon.
+
+    Subclasses repeat both options: msgspec applies ``kw_only`` to a class's own fields only,
+    and mypy does not carry ``frozen`` over to a subclass."""
 
 
-class BundleReport(_Lenient):
+class BundleReport(_Lenient, frozen=True, kw_only=True):
     """One bundle of a report: the version a gateway runs (or tries) and how that went."""
 
     version: int | None = None
@@ -41,22 +45,22 @@ class BundleReport(_Lenient):
     staged_percent: int | None = None
 
 
-class Refusal(_Lenient):
+class Refusal(_Lenient, frozen=True, kw_only=True):
     serial: int | None = None
     error: str = ""
 
 
-class Report(_Lenient):
+class Report(_Lenient, frozen=True, kw_only=True):
     """A gateway's retained deployment report."""
 
     format: Literal["wasmgate-deployment/1"]
     gateway: str
-    groups: list[str] = Field(default_factory=list)
+    groups: list[str] = msgspec.field(default_factory=list)
     serial: int | None = None
     state: str | None = None  # null before any document
     reason: str | None = None
     refused: Refusal | None = None
-    bundles: dict[str, BundleReport] = Field(default_factory=dict)
+    bundles: dict[str, BundleReport] = msgspec.field(default_factory=dict)
     time: datetime | None = None
 
     def fleet_versions(self) -> dict[str, int | None]:
@@ -71,8 +75,9 @@ def parse_report(payload: bytes) -> Report | None:
     if not payload:
         return None
     try:
-        return Report.model_validate(json.loads(payload))
-    except (ValueError, ValidationError, RecursionError):
+        # Lenient (strict=False) as reports always were read: ``"serial": "3"`` is 3.
+        return convert(json.loads(payload), Report, strict=False)
+    except (ValueError, RecursionError):  # `Invalid` is a ValueError too
         return None
 
 
@@ -157,13 +162,11 @@ def status_json(view: FleetView, group: str | None) -> dict[str, Any]:
     """The ``fleet status --json`` document."""
     gateways = []
     for r in view.members(group):
-        entry = r.model_dump(mode="json")
+        entry = plain(r)
         entry["drift"] = view.drift(r)
         gateways.append(entry)
     desired = {
-        g: d.doc.model_dump(mode="json")
-        for g, d in sorted(view.group_docs.items())
-        if group is None or g == group
+        g: plain(d.doc) for g, d in sorted(view.group_docs.items()) if group is None or g == group
     }
     return {"gateways": gateways, "desired": desired, "unreadable": sorted(view.unreadable)}
 

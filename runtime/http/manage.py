@@ -38,7 +38,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from wasmgate.runtime.bundles.registry import describe
 from wasmgate.runtime.errors import (
@@ -53,6 +52,7 @@ from wasmgate.runtime.errors import (
 from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import FLEET, LIVE, REGISTRY
 from wasmgate.signing.manifest import Release
+from wasmgate.typed import convert, plain
 
 log = logging.getLogger("wasmgate.manage")
 
@@ -113,10 +113,9 @@ def _gates(request: web.Request) -> Release | None:
     if "stage" not in request.query:
         raise BadRequest(f"{', '.join(given)}: metric gates apply to a staged install only")
     try:
-        return Release.model_validate({k: _GATES[k](v) for k, v in given.items()})
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise BadRequest(f"bad metric gate: {first['loc'][0]}: {first['msg']}") from None
+        # convert, not Release(...): msgspec checks the bounds only there. A refusal
+        # (wasmgate.typed.Invalid) says "field: what"; a number that does not parse, why.
+        return convert({k: _GATES[k](v) for k, v in given.items()}, Release)
     except ValueError as e:
         raise BadRequest(f"bad metric gate: {e}") from None
 
@@ -232,7 +231,7 @@ async def get_desired(request: web.Request) -> web.Response:
         {
             "serial": record.serial,
             "document": json.loads(envelope) if envelope is not None else None,
-            "plan": record.plan.model_dump() if record.plan is not None else None,
+            "plan": plain(record.plan),
             "owned": list(record.owned),
             "report": fleet.reporter.document(),
         }

@@ -10,24 +10,34 @@ source the daemon reads besides its TOML file. The rules are the ones it applied
   tools' ``WASMGATE_BUILD_CACHE``); an unknown section is the caller's error to report;
 - a value for a list, tuple, dict or section is JSON (``WASMGATE_HTTP__ALLOWED_HOSTS=["a"]``),
   any other value is the string itself, which the model validates (``"9000"`` is a port);
+- numbers and booleans are read from text as pydantic's lax mode read them (the config's
+  parser until msgspec): Python's ``int()``/``float()`` rules (``1_000``, `` 9000``, ``+5``)
+  and ``yes``/``no``, ``on``/``off``, ``t``/``f``, ``y``/``n`` besides ``true``/``false``/
+  ``1``/``0``, in any case, so an ``Environment=`` line that worked goes on working;
 - a section set as JSON and variables of its fields merge (the fields' win);
 - the environment wins over the file, section by section (a deep merge of the two).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import types
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel
+import msgspec
 
 from wasmgate.runtime.errors import ConfigError
 
 PREFIX = "WASMGATE_"
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+# The booleans pydantic read from text beyond the true/false/1/0 msgspec reads itself.
+_WORDS = {"on": True, "t": True, "y": True, "yes": True}
+_WORDS |= {"off": False, "f": False, "n": False, "no": False}
 
 
 def env_paths(environ: Mapping[str, str] | None = None) -> dict[tuple[str, ...], str]:
@@ -40,12 +50,14 @@ def env_paths(environ: Mapping[str, str] | None = None) -> dict[tuple[str, ...],
     }
 
 
-def env_data(model: type[BaseModel], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def env_data(
+    model: type[msgspec.Struct], environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What the environment sets in ``model``'s fields, as nested dicts of raw values."""
     env = os.environ if environ is None else environ
     data: dict[str, Any] = {}
     for path, name in sorted(env_paths(env).items()):
-        if path[0] not in model.model_fields:
+        if path[0] not in _field_types(model):
             continue  # another tool's variable, or an unknown section (load_settings says so)
         target = data
         for key in path[:-1]:
@@ -71,7 +83,7 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _annotation(model: type[BaseModel], path: tuple[str, ...]) -> Any:
+def _annotation(model: type[msgspec.Struct], path: tuple[str, ...]) -> Any:
     """The type a key path ends at (None past a field nobody declared)."""
     annotation: Any = model
     for key in path:
@@ -83,12 +95,21 @@ def _annotation(model: type[BaseModel], path: tuple[str, ...]) -> Any:
 
 def _step(annotation: Any, key: str) -> Any:
     for arg in _alternatives(annotation):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            field = arg.model_fields.get(key)
-            return None if field is None else field.annotation
+        if _is_struct(arg):
+            return _field_types(arg).get(key)
         if get_origin(arg) is dict:
             return get_args(arg)[1]
     return None
+
+
+def _is_struct(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, msgspec.Struct)
+
+
+@functools.cache
+def _field_types(model: type[msgspec.Struct]) -> dict[str, Any]:
+    """A Struct's fields by name -> their (resolved) types; the classes never change."""
+    return {f.name: f.type for f in msgspec.structs.fields(model)}
 
 
 def _alternatives(annotation: Any) -> tuple[Any, ...]:
@@ -105,15 +126,41 @@ def _is_complex(annotation: Any) -> bool:
     for arg in _alternatives(annotation):
         if get_origin(arg) in _CONTAINERS or arg in _CONTAINERS:
             return True
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
+        if _is_struct(arg):
             return True
     return False
 
 
 def _value(name: str, raw: str, annotation: Any) -> Any:
-    if raw == "" or annotation is None or not _is_complex(annotation):
-        return raw
+    if annotation is None:
+        return raw  # a key nobody declared: the model refuses it, naming the key
+    if raw == "" or not _is_complex(annotation):
+        return _scalar(raw, annotation)
     try:
         return json.loads(raw)
     except ValueError as e:
         raise ConfigError(f"environment variable {name}: not valid JSON: {e}") from e
+
+
+def _scalar(raw: str, annotation: Any) -> Any:
+    """``raw``; or, where msgspec's lenient conversion would refuse text that pydantic's lax
+    mode read (`` 9000``, ``1_000``, ``+5``, ``yes``, ``off``), the number or boolean it
+    spells. Either way the model checks the value (bounds, types) and words the error."""
+    kinds = set(_alternatives(annotation))
+    if str in kinds or Path in kinds:
+        return raw  # the text is a value of its own (a host, a path), never a number
+    if bool in kinds and raw.lower() in _WORDS:
+        return _WORDS[raw.lower()]
+    for kind in (int, float):
+        if kind in kinds and not _reads(raw, kind):
+            with contextlib.suppress(ValueError):
+                return kind(raw)
+    return raw
+
+
+def _reads(raw: str, kind: type[Any]) -> bool:
+    try:
+        msgspec.convert(raw, kind, strict=False)
+    except msgspec.ValidationError:
+        return False
+    return True

@@ -14,6 +14,7 @@ from wasmgate.device_profiles import (
     parse_profile,
 )
 from wasmgate.device_profiles.schema import field_docs
+from wasmgate.typed import convert, plain, replace
 
 BASE = """
 name = "x"
@@ -80,8 +81,11 @@ def test_load_by_path_and_unknown_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ('\nextra = "x"', "extra: Extra inputs are not permitted"),
-        ('\nsession_config = { "session.intra_op.alow_spinning" = "0" }', "unknown session config"),
+        ('\nextra = "x"', r"bad\.toml: onnxruntime\.extra: unknown field"),
+        (
+            '\nsession_config = { "session.intra_op.alow_spinning" = "0" }',
+            r"onnxruntime\.session_config: unknown session config key 'session\.intra_op\.alow",
+        ),
         (
             '\nsession_config = { "session.disable_cpu_ep_fallback" = "1" }',
             "managed by the runtime: set onnxruntime.accelerator_required",
@@ -123,3 +127,119 @@ def test_every_field_is_documented() -> None:
     assert len(rows) > 30
     undocumented = [path for path, _, doc in rows if not doc]
     assert not undocumented
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (BASE.replace('name = "x"', 'name = "x"\nnmae = "y"'), "nmae"),
+        (BASE.replace('arch = "x86_64"', 'arch = "x86_64"\nflags = []'), r"cpu\.flags"),
+        (
+            BASE.replace(
+                '{ name = "CPUExecutionProvider" }', '{ name = "CPUExecutionProvider", opts = {} }'
+            ),
+            r"onnxruntime\.providers\.0\.opts",
+        ),
+        (BASE + "[batching]\nmax_batch = 3\n", r"batching\.max_batch"),
+        (BASE + "[detect]\npriorty = 5\n", r"detect\.priorty"),
+        (
+            BASE + '[tflite]\ndelegates = [{ name = "a", library = "l", opts = {} }]\n',
+            r"tflite\.delegates\.0\.opts",
+        ),
+    ],
+)
+def test_unknown_keys_are_refused_at_every_level_by_name(text: str, where: str) -> None:
+    with pytest.raises(InvalidProfile, match=rf"^bad\.toml: {where}: unknown field"):
+        parse_profile(text, "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ('\n[tflite]\nthreads = "many"', r"tflite\.threads: Expected `int`"),
+        ("\nintra_op_threads = true", r"onnxruntime\.intra_op_threads: Expected `int`"),
+        ("\nintra_op_threads = 1.5", r"onnxruntime\.intra_op_threads: Expected `int`"),
+        ("\noptimized_model_cache = []", r"onnxruntime\.optimized_model_cache: Expected `bool`"),
+        (
+            '\nsession_config = { "session.x64quantprecision" = 1 }',
+            r"onnxruntime\.session_config\[\.\.\.\]: Expected `str`",
+        ),
+        ("\nintra_op_threads = -1", r"onnxruntime\.intra_op_threads: Expected `int` >= 0"),
+        ("\n[batching]\nmax_batch_size = 0", r"batching\.max_batch_size: Expected `int` >= 1"),
+        ('\n[detect]\ndt_model = "rk3588"', r"detect\.dt_model: Expected `array`"),
+    ],
+)
+def test_wrong_types_and_bounds_are_refused(change: str, message: str) -> None:
+    with pytest.raises(InvalidProfile, match=rf"^bad\.toml: {message}"):
+        parse_profile(BASE + change, "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (BASE.replace('name = "x"', 'name = "X"'), r"name: Expected `str` matching regex"),
+        (BASE.replace('name = "x"', 'name = "x\\n"'), r"name: Expected `str` matching regex"),
+        (BASE.replace('"int8", "fp32"', '"int9"'), r"precision\.0: Invalid enum value 'int9'"),
+        (BASE.replace('"int8", "fp32"', ""), r"precision: Expected `array` of length >= 1"),
+        (BASE.replace('"int8", "fp32"', '"int8", "int8"'), r"\(top\): precision .* twice"),
+        (BASE.replace('x86_64"', 'x86_64"\nfeatures = "avx2"'), r"cpu\.features: Expected `array`"),
+        (
+            BASE.replace('[cpu]\narch = "x86_64"\n', ""),
+            r"\(top\): Object missing required field `cpu`",
+        ),
+    ],
+)
+def test_top_level_fields_are_checked(text: str, message: str) -> None:
+    with pytest.raises(InvalidProfile, match=rf"^bad\.toml: {message}"):
+        parse_profile(text, "bad.toml")
+
+
+def test_numbers_convert_as_they_always_did() -> None:
+    # Profiles were read leniently (pydantic's default) and still are: "4" and 4.0 are 4.
+    text = BASE + '\nintra_op_threads = "4"\ninter_op_threads = 2.0'
+    ort = parse_profile(text).onnxruntime
+    assert (ort.intra_op_threads, ort.inter_op_threads) == (4, 2)
+    assert type(ort.inter_op_threads) is int
+
+
+def test_option_values_keep_their_toml_types() -> None:
+    text = BASE.replace(
+        '{ name = "CPUExecutionProvider" }',
+        '{ name = "QNNExecutionProvider", options = { backend_type = "htp", device_id = 1, '
+        "vtcm_mb = 2.5, enable_htp_fp16_precision = true } }",
+    )
+    options = parse_profile(text).onnxruntime.providers[0].options
+    assert options == {
+        "backend_type": "htp", "device_id": 1, "vtcm_mb": 2.5, "enable_htp_fp16_precision": True
+    }  # fmt: skip
+    assert [type(v) for v in options.values()] == [str, int, float, bool]
+
+
+@pytest.mark.parametrize("profile", load_all(), ids=lambda p: p.name)
+def test_profiles_survive_a_json_round_trip(profile: DeviceProfile) -> None:
+    assert convert(plain(profile), DeviceProfile) == profile
+
+
+def test_cross_field_checks_hold_when_built_or_copied() -> None:
+    """The checks run on construction and on `replace` too, not only when a file is read."""
+    ort = parse_profile(BASE).onnxruntime
+    with pytest.raises(ValueError, match="managed by the runtime"):
+        replace(ort, session_config={"session.disable_cpu_ep_fallback": "1"})
+    with pytest.raises(ValueError, match="conflicts with CPUExecutionProvider"):
+        replace(ort, accelerator_required=True)
+    with pytest.raises(ValueError, match="listed twice"):
+        replace(ort, providers=[*ort.providers, *ort.providers])
+    profile = parse_profile(BASE)
+    with pytest.raises(ValueError, match="bf16"):
+        replace(profile, precision=["bf16", "fp32"])
+    assert replace(ort, graph_optimization_level="basic").graph_optimization_level == "basic"
+
+
+def test_schema_rows_name_types_and_nested_tables() -> None:
+    rows = {path: kind for path, kind, _ in field_docs()}
+    assert rows["onnxruntime"] == "table"
+    assert rows["onnxruntime.providers"] == "array of tables"
+    assert rows["onnxruntime.providers[].options"] == "dict[str, str | int | float | bool]"
+    assert rows["cpu.arch"] == "Literal['x86_64', 'aarch64']"
+    assert rows["tflite.threads"] == "int"
+    assert rows["detect.paths"] == "list[str]"

@@ -54,6 +54,7 @@ def run_jobs(jobs: list[Job]) -> list[Result]:
     from wasmgate.device_profiles import load_profile  # noqa: PLC0415 - arm64 side: late import
     from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend  # noqa: PLC0415
     from wasmgate.runtime.backends.base import HostInfo  # noqa: PLC0415
+    from wasmgate.typed import replace  # noqa: PLC0415
 
     backend = create_backend("onnx")
     host = HostInfo.current()
@@ -65,8 +66,8 @@ def run_jobs(jobs: list[Job]) -> list[Result]:
             if job.get("session_config"):
                 ort_settings = profile.onnxruntime
                 config = {**ort_settings.session_config, **json.loads(job["session_config"])}
-                ort_settings = ort_settings.model_copy(update={"session_config": config})
-                profile = profile.model_copy(update={"onnxruntime": ort_settings})
+                ort_settings = replace(ort_settings, session_config=config)
+                profile = replace(profile, onnxruntime=ort_settings)
             options = LoadOptions(profile=profile, precision=job["precision"])  # type: ignore[arg-type]
             model = backend.load(Path(job["model"]).read_bytes(), ModelSpec(job["name"]), options)
             with np.load(job["inputs"]) as data:

@@ -8,10 +8,11 @@ import pytest
 
 from wasmgate.runtime import daemon
 from wasmgate.runtime.ops.config import Settings
+from wasmgate.typed import convert
 
 
 def _settings(**limits: int) -> Settings:
-    return Settings.model_validate({"limits": limits, "http": {"management_token": "old"}})
+    return convert({"limits": limits, "http": {"management_token": "old"}}, Settings, strict=False)
 
 
 def test_pool_sizes_keep_their_running_value_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -40,8 +41,8 @@ def test_unchanged_pool_sizes_say_nothing(caplog: pytest.LogCaptureFixture) -> N
 def test_the_listener_waits_for_a_restart_and_the_token_applies_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    old = Settings.model_validate({"http": {"port": 8080, "management_token": "old"}})
-    new = Settings.model_validate({"http": {"port": 9090, "management_token": "new"}})
+    old = convert({"http": {"port": 8080, "management_token": "old"}}, Settings, strict=False)
+    new = convert({"http": {"port": 9090, "management_token": "new"}}, Settings, strict=False)
     with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
         kept = daemon._keep_restart_only(old, new)  # noqa: SLF001
     assert (kept.http.port, kept.http.management_token) == (8080, "new")

@@ -9,7 +9,6 @@ one MQTT adapter request to a daemon with ``mqtt.gateway_id = GATEWAY``.
 
 from __future__ import annotations
 
-import json
 import queue
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust
+from wasmgate.typed import convert
 
 GATEWAY = "gw-trust"
 ROOT = f"wasmgate/v1/{GATEWAY}"
@@ -59,7 +59,7 @@ class Tenants:
         }
         if clock_floor is not None:
             doc["clock_floor"] = clock_floor.isoformat()
-        return TrustDoc.model_validate_json(json.dumps(doc))
+        return convert(doc, TrustDoc)
 
     def write_trust(
         self, path: Path, version: int = 1, clock_floor: datetime | None = None

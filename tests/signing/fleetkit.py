@@ -7,7 +7,6 @@ Shared by every fleet test (signing, CLI, daemon): build the trust file here, no
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +27,7 @@ from wasmgate.signing import (
     sign_fleet,
     sign_trust,
 )
+from wasmgate.typed import convert
 
 DIGEST = "ab" * 32
 REF = f"127.0.0.1:5000/wasmgate/digits@sha256:{DIGEST}"
@@ -72,7 +72,7 @@ class FleetKit:
             "signers": {key_id_of(self.signer.verify_key): signer},
             **extra,
         }
-        return TrustDoc.model_validate_json(json.dumps(data))
+        return convert(data, TrustDoc)
 
     def trust_bytes(self, version: int = 1, **extra: object) -> bytes:
         """The root-signed trust file."""

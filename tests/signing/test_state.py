@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,9 +17,13 @@ from wasmgate.signing import (
     ExpiredError,
     RollbackError,
     StateCorruptedError,
+    StateDoc,
     StateFile,
     TrustStore,
 )
+from wasmgate.signing.state import _encode
+
+H = "ab" * 32
 
 
 @pytest.fixture
@@ -100,3 +107,46 @@ def test_second_store_on_same_dir_sees_installs(kit: Kit, store: BundleStore) ->
     other.install(kit.build(7))
     with pytest.raises(RollbackError, match="installed 7"):
         store.install(kit.build(6))
+
+
+# The schema is as strict as the checksum: a copy whose values have the wrong JSON type (a
+# bool for a number, text for a number, a naive time), an unknown field or a digest with a
+# trailing newline is damaged, never read as something else.
+def _write_state(state_dir: Path, state: dict[str, Any]) -> None:
+    """A state file with a valid checksum over ``state``, whatever it holds."""
+    canon = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
+    body = {"checksum": hashlib.sha256(canon).hexdigest(), "state": state}
+    (state_dir / "state.json").write_text(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("bundles", "digits", "floor"), True),
+        (("bundles", "digits", "floor"), "5"),
+        (("bundles", "digits", "floor_digest"), H + "\n"),
+        (("bundles", "digits", "surprise"), 1),
+        (("bundles", "digits", "active"), {"version": 5, "digest": H, "surprise": 1}),
+        (("clock_floor",), "2024-01-01T00:00:00"),
+    ],
+)
+def test_state_of_the_wrong_type_is_corrupt_not_reset(
+    tmp_path: Path, path: tuple[str, ...], value: object
+) -> None:
+    """A checksummed copy with a bad value is refused like a damaged one: floors stay."""
+    doc = StateDoc(clock_floor=datetime.now(UTC) - timedelta(days=1))
+    good = json.loads(_encode(doc))["state"] | {
+        "bundles": {"digits": {"floor": 5, "floor_digest": H}}
+    }
+    _write_state(tmp_path, good)
+    loaded = StateFile(tmp_path).load()
+    assert loaded is not None
+    assert loaded.bundles["digits"].floor == 5
+    bad = copy.deepcopy(good)
+    cur = bad
+    for step in path[:-1]:
+        cur = cur[step]
+    cur[path[-1]] = value
+    _write_state(tmp_path, bad)
+    with pytest.raises(StateCorruptedError, match="refusing to reset"):
+        StateFile(tmp_path).load()

@@ -6,13 +6,13 @@ import math
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from wasmgate.signing.variables import Variable, VariableError, check_declarations
+from wasmgate.typed import Invalid, convert
 
 
 def var(**kw: Any) -> Variable:
-    return Variable.model_validate(kw)
+    return convert(kw, Variable)
 
 
 @pytest.mark.parametrize(
@@ -53,10 +53,16 @@ def test_check_accepts_exactly_the_declared_values(
         {"type": "int", "min": "0", "max": 1},
         {"type": "list"},
         {"type": "int", "min": 0, "max": 1, "secret": True},
+        {"type": "int", "min": True, "max": 1},  # a bool is not a number
+        {"type": "string", "max_length": True},
+        {"type": "string", "max_length": 8.0},
+        {"type": "enum", "values": []},
+        {"type": "enum", "values": ["a", 1]},
+        {"type": "bool", "default": [True]},
     ],
 )
 def test_bad_declarations_are_refused(decl: dict[str, Any]) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(Invalid):
         var(**decl)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nacl.signing
@@ -10,8 +9,9 @@ import pytest
 
 from wasmgate.runtime.app import open_store
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.config import PathSettings, Settings
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust
+from wasmgate.typed import convert
 
 
 def _signed(
@@ -21,13 +21,13 @@ def _signed(
         "keys": {key_id_of(k.verify_key): encode_public(k.verify_key) for k in roots},
         "threshold": 1,
     }
-    doc = TrustDoc.model_validate_json(json.dumps({"version": version, "root": root}))
+    doc = convert({"version": version, "root": root}, TrustDoc)
     return sign_trust(doc, signers)
 
 
 def test_rotation_not_signed_by_previous_root_is_refused(tmp_path: Path) -> None:
     old, new = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
-    settings = Settings(paths={"data_dir": tmp_path})  # type: ignore[arg-type]
+    settings = Settings(paths=PathSettings(data_dir=tmp_path))
     trust_file = settings.paths.resolved_trust_file()
     trust_file.write_bytes(_signed(1, [old], [old]))
     open_store(settings)  # pins version 1

@@ -24,6 +24,7 @@ from wasmgate.runtime.ops.config import RegistrySettings, SamplesSettings
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
 from wasmgate.signing.manifest import SamplesGrant
+from wasmgate.typed import replace
 
 REPO = "lab/samples"
 FAST = RegistrySettings(insecure=True, backoff_s=0.05, backoff_max_s=0.2, timeout_s=1.0)
@@ -160,7 +161,7 @@ async def test_a_misbehaving_registry_loses_nothing(
     """500s, garbage with 200, silence, a manifest "stored" with 200 but not: kept; then
     each arrives once."""
     proxy, address = flaky
-    conf = FAST.model_copy(update={"timeout_s": 0.3})
+    conf = replace(FAST, timeout_s=0.3)
     async with shipping(tmp_path, address, conf=conf) as (store, kept, sink):
         for i, mode in enumerate(("500", "garbage", "hang", "unstored")):
             proxy.mode = mode

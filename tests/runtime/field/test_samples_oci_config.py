@@ -16,6 +16,7 @@ from tests.fixtures.registry import Registry
 from wasmgate.runtime.cli._registry_probe import probe_samples_registry
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config import RegistrySettings, SamplesSettings, load_settings
+from wasmgate.typed import replace
 
 
 def _config(tmp: Path, samples: dict[str, object]) -> Path:
@@ -79,7 +80,7 @@ def test_doctor_checks_the_samples_registry(registry: Registry) -> None:
     ok = probe_samples_registry(samples, reg)
     assert (ok.check, ok.level) == ("samples registry", "ok")
     assert registry.address in ok.message
-    elsewhere = reg.model_copy(update={"host": "other:5000", "username": "ci", "password": "x"})
+    elsewhere = replace(reg, host="other:5000", username="ci", password="x")
     warned = probe_samples_registry(samples, elsewhere)
     assert warned.level == "warn"
     assert "registry.host" in (warned.fix or "")

@@ -22,6 +22,7 @@ from tests.signing.fleetkit import FleetKit
 from wasmgate.runtime.fleet.driver import Rollout, RolloutPlan, RolloutResult
 from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
 from wasmgate.runtime.fleet.rollout import Wanted, parse_size, parse_waves
+from wasmgate.typed import replace
 
 PREFIX = "wasmgate/v1"
 GROUP = "g1"
@@ -50,9 +51,7 @@ class Fleet:
 
     def start(self, n: int, failing: Failing = _never, offline: tuple[str, ...] = ()) -> FleetSim:
         doc = self.kit.doc(1, {"digits": 1}, group=GROUP)
-        doc = doc.model_copy(
-            update={"bundles": [b.model_copy(update={"ref": ref(1)}) for b in doc.bundles]}
-        )
+        doc = replace(doc, bundles=[replace(b, ref=ref(1)) for b in doc.bundles])
         with OperatorClient(self.settings()) as client:
             client.publish(f"{PREFIX}/fleet/{GROUP}/desired", self.kit.signed(doc))
         sim = FleetSim(

@@ -31,6 +31,7 @@ from tests.runtime.stack import host_profile_name
 from tests.signing.fleetkit import FleetKit
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 from wasmgate.signing import DesiredBundle
+from wasmgate.typed import replace
 
 GATEWAY, GROUP, PREFIX = "gw-1", "g1", "wasmgate/v1"
 OWN = f"{PREFIX}/{GATEWAY}/desired"
@@ -125,7 +126,7 @@ class Site:
             DesiredBundle(name=b.name, version=b.version, ref=bundles[b.name][1])
             for b in doc.bundles
         ]
-        return self.fk.signed(doc.model_copy(update={"bundles": wants}), keys)
+        return self.fk.signed(replace(doc, bundles=wants), keys)
 
     def config(self, **extra: Any) -> dict[str, Any]:
         return {

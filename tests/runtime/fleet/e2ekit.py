@@ -24,6 +24,7 @@ from wasmgate.runtime.cli import main
 from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
 from wasmgate.runtime.fleet.status import Report, parse_report
 from wasmgate.signing.keys import write_private_key
+from wasmgate.typed import plain
 
 GROUP = "g1"
 PREFIX = "wasmgate/v1"
@@ -106,4 +107,4 @@ class RealFleet:
 
 def dump(reports: dict[str, Report]) -> str:
     """Reports as JSON, for assertion messages."""
-    return json.dumps({g: r.model_dump(mode="json") for g, r in reports.items()}, indent=1)
+    return json.dumps({g: plain(r) for g, r in reports.items()}, indent=1)

@@ -23,6 +23,7 @@ from wasmgate.runtime.fleet.reconcile import Backoff, PullDeferred, Reconciler
 from wasmgate.runtime.fleet.state import Plan
 from wasmgate.signing.envelope import parse_envelope
 from wasmgate.signing.errors import FleetExpiredError, FleetReplayError
+from wasmgate.typed import convert
 
 FAST = Backoff(initial_s=0.05, max_s=0.2)
 DIGEST = "sha256:" + "ab" * 32
@@ -45,7 +46,7 @@ def verify(data: bytes, last_serial: int | None) -> Plan:
     obj = json.loads(parse_envelope(data).payload_bytes())
     if obj.pop("expired", False):
         raise FleetExpiredError("fleet document: expired")
-    plan = Plan.model_validate(obj)
+    plan = convert(obj, Plan, strict=False)
     if last_serial is not None and plan.serial <= last_serial:
         raise FleetReplayError(f"serial {plan.serial} not above {last_serial}")
     return plan

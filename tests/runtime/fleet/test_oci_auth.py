@@ -15,6 +15,7 @@ from wasmgate.runtime.cli import main
 from wasmgate.runtime.cli._registry_probe import is_loopback_host, probe_registry
 from wasmgate.runtime.cli.doctor import run_checks
 from wasmgate.runtime.ops.config import RegistrySettings
+from wasmgate.typed import replace
 
 USER, PASSWORD = "fleet-ci", "s3cret-pw"
 
@@ -82,16 +83,16 @@ def test_push_and_pull_need_the_configured_credentials(
 
 def test_doctor_checks_the_configured_registry(private: Registry, tmp_path: Path) -> None:
     base = RegistrySettings(host=private.address, insecure=True)
-    ok = probe_registry(base.model_copy(update={"username": USER, "password": PASSWORD}))
+    ok = probe_registry(replace(base, username=USER, password=PASSWORD))
     assert (ok.level, f"as {USER}" in ok.message) == ("ok", True), ok
-    refused = probe_registry(base.model_copy(update={"username": USER, "password": "nope"}))
+    refused = probe_registry(replace(base, username=USER, password="nope"))
     assert (refused.level, "refused" in refused.message) == ("error", True), refused
     assert "registry.username/password" in refused.fix
     anonymous = probe_registry(base)
     assert (anonymous.level, "wants credentials" in anonymous.message) == ("error", True)
     down = probe_registry(RegistrySettings(host=f"127.0.0.1:{free_port()}", insecure=True))
     assert (down.level, "cannot reach" in down.message) == ("error", True), down
-    no_ca = probe_registry(base.model_copy(update={"ca": tmp_path / "missing.pem"}))
+    no_ca = probe_registry(replace(base, ca=tmp_path / "missing.pem"))
     assert (no_ca.level, "registry.ca" in no_ca.message) == ("error", True)
     # wired into the doctor, read from the config file
     conf = write_config(

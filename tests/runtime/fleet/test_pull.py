@@ -16,6 +16,7 @@ from wasmgate.runtime.fleet.pull import BundlePuller
 from wasmgate.runtime.ops.config import PathSettings, RegistrySettings, Settings
 from wasmgate.signing import BundleStore
 from wasmgate.signing.errors import RollbackError, SignatureError
+from wasmgate.typed import replace
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ class Sleeps:
 
 
 def puller(tmp_path: Path, sleep: Sleeps | None = None, **settings: object) -> BundlePuller:
-    conf = LOOPBACK.model_copy(update=settings)
+    conf = replace(LOOPBACK, **settings)
     return BundlePuller(conf, tmp_path / "pulled", sleep=sleep or Sleeps())
 
 
@@ -161,7 +162,7 @@ async def test_a_pull_waiting_to_retry_can_be_cancelled(
 ) -> None:
     _, ref = pushed_bundle(registry, kit)
     registry.stop()
-    p = BundlePuller(LOOPBACK.model_copy(update={"retries": 50}), tmp_path / "c")
+    p = BundlePuller(replace(LOOPBACK, retries=50), tmp_path / "c")
     task = asyncio.create_task(p.pull(ref))
     for _ in range(500):  # bounded: until the first failure put it into its backoff wait
         if p.stats.retries:

@@ -20,6 +20,7 @@ from wasmgate.runtime.fleet.oci import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, sha256_d
 from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, RegistryUnavailable
 from wasmgate.runtime.fleet.pull import BundlePuller
 from wasmgate.runtime.ops.config import RegistrySettings
+from wasmgate.typed import replace
 
 DECLARED = 64 * 1024
 LAYER = sha256_digest(b"\0" * DECLARED)
@@ -74,7 +75,7 @@ def hostile() -> Iterator[tuple[Hostile, str]]:
 
 
 def puller(tmp_path: Path, **settings: object) -> BundlePuller:
-    conf = RegistrySettings(insecure=True, retries=0).model_copy(update=settings)
+    conf = replace(RegistrySettings(insecure=True, retries=0), **settings)
     return BundlePuller(conf, tmp_path / "pulled")
 
 

@@ -10,7 +10,8 @@ import pytest
 from tests.runtime.mqtt.service import FakeService
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.mqtt.spool import Stored
-from wasmgate.runtime.ops.config import MqttSettings, Settings
+from wasmgate.runtime.ops.config import MqttSettings, Settings, StoreSettings
+from wasmgate.typed import convert
 
 ROOT = "wasmgate/v1/gw1"
 
@@ -23,7 +24,7 @@ def service() -> FakeService:
 @pytest.fixture
 async def stored(tmp_path: Path) -> AsyncIterator[Stored]:
     """The daemon's store, as `MqttBridge(..., stored=stored)` takes it."""
-    settings = Settings.model_validate({"store": {"path": tmp_path / "store.db"}})
+    settings = Settings(store=StoreSettings(path=tmp_path / "store.db"))
     async with build_store(settings) as store:
         yield Stored(store, settings.store)
 
@@ -39,4 +40,4 @@ def bridge_settings(port: int, **over: object) -> MqttSettings:
         "max_payload_bytes": 4096,
     }
     base.update(over)
-    return MqttSettings.model_validate(base)
+    return convert(base, MqttSettings, strict=False)

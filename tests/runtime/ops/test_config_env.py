@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.ops.config import Settings, load_settings
+from wasmgate.runtime.ops.config import Settings, load_settings, settings_from
 from wasmgate.runtime.ops.config_env import env_data, merged
 
 
@@ -64,14 +64,41 @@ def test_merge_is_deep_and_the_environment_wins() -> None:
     assert base["http"] == {"port": 1, "host": "h"}  # not changed in place
 
 
-def test_settings_built_directly_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`Settings(...)` itself applies the environment over its arguments, as BaseSettings
-    did: `wasmgate bundle` reads ``Settings().paths`` for the trust file."""
+def test_settings_from_data_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`settings_from` applies the environment over the values given, as BaseSettings did
+    for `Settings(...)`: `wasmgate bundle` reads ``settings_from({}).paths`` for the trust
+    file."""
     monkeypatch.setenv("WASMGATE_HTTP__PORT", "9003")
     monkeypatch.setenv("WASMGATE_PATHS__TRUST_FILE", "/etc/x/trust.json")
-    settings = Settings(http={"port": 1, "host": "127.0.0.9"})  # type: ignore[arg-type]
+    settings = settings_from({"http": {"port": 1, "host": "127.0.0.9"}})
     assert (settings.http.port, settings.http.host) == (9003, "127.0.0.9")
     assert settings.paths.resolved_trust_file() == Path("/etc/x/trust.json")
+    with pytest.raises(ConfigError, match=r"^configuration: http\.hots: unknown key$"):
+        settings_from({"http": {"hots": "x"}})
+
+
+def test_the_spellings_pydantic_read_become_values_and_others_stay_text() -> None:
+    env = {
+        "WASMGATE_HTTP__PORT": " 9000 ",  # pydantic stripped, msgspec does not
+        "WASMGATE_LIMITS__FUEL": "1_000",  # an int or None
+        "WASMGATE_CLOUD__TIMEOUT_S": "+2.5",
+        "WASMGATE_CLOUD__DEFER": "No",
+        "WASMGATE_SAMPLES__MQTT": "on",  # a bool or unset
+        "WASMGATE_HTTP__MAX_BODY_BYTES": "12",  # msgspec reads it: left as it is
+        "WASMGATE_REGISTRY__INSECURE": "TRUE",
+        "WASMGATE_MQTT__PORT": "abc",  # nobody reads it: the model refuses the text
+        "WASMGATE_MQTT__HOST": "1_000",  # a host name, not a number
+        "WASMGATE_PATHS__DATA_DIR": "yes",  # a path, not a boolean
+    }
+    assert env_data(Settings, env) == {
+        "http": {"port": 9000, "max_body_bytes": "12"},
+        "limits": {"fuel": 1000},
+        "cloud": {"timeout_s": 2.5, "defer": False},
+        "samples": {"mqtt": True},
+        "registry": {"insecure": "TRUE"},
+        "mqtt": {"port": "abc", "host": "1_000"},
+        "paths": {"data_dir": "yes"},
+    }
 
 
 def test_env_lists_and_types_reach_the_model(

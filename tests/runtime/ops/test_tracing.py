@@ -166,10 +166,10 @@ _PROBE = """
 import asyncio, json, sys, urllib.request
 from aiohttp import web
 from wasmgate.runtime.app import build_app
-from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.config import settings_from
 
 async def main() -> None:
-    settings = Settings(**json.loads(sys.argv[1]))
+    settings = settings_from(json.loads(sys.argv[1]))
     runner = web.AppRunner(build_app(settings))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
