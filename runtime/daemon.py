@@ -33,6 +33,7 @@ from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
 from wasmgate.runtime.http.variables import VARIABLES
+from wasmgate.runtime.ops import startgc
 from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
@@ -145,6 +146,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         },
     )
     notifier.ready(_summary(app))
+    startgc.serving()  # what the start made is out of every later collection
     try:
         await _serve(app, notifier)
     finally:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wasmgate.runtime.ops import startgc
 from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 from wasmgate.sandbox.state import AdapterState
@@ -241,4 +242,5 @@ class LoadedBundle:
                     closer()
                 except Exception:
                     log.exception("closing model failed", extra={"model": served.name})
+        startgc.thaw()  # a bundle loaded at start was frozen with it: let its cycles go
         log.info("unloaded", extra={"bundle": self.name, "version": self.version})

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from wasmgate import __version__
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
+from wasmgate.runtime.ops import startgc
 
 _COMMANDS = {
     "serve": "serve",
@@ -58,15 +59,21 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_chosen(words))
-    args = parser.parse_args(words)
+    chosen = _chosen(words)
+    # The daemon's start runs without the cyclic collector, until READY (ops/startgc.py).
+    paused = chosen == "serve" and startgc.pause()
     try:
+        parser = build_parser(chosen)
+        args = parser.parse_args(words)
         code: int = args.func(args)
     except CliError as e:
         print(f"wasmgate {args.command}: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    finally:
+        if paused:
+            startgc.resume()  # a start that failed before READY, or the daemon stopped
     return code
 
 
