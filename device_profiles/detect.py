@@ -8,8 +8,9 @@ those to match. Among matches the highest ``priority`` wins, ties broken by evid
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from wasmgate.device_profiles.errors import DetectionError
 from wasmgate.device_profiles.loader import load_all
@@ -18,8 +19,7 @@ from wasmgate.device_profiles.schema import DeviceProfile
 _ARCH_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(msgspec.Struct, frozen=True):
     """What detection read from the root; every field is plain data for tests and logs."""
 
     arch: str
@@ -31,12 +31,11 @@ class HostFacts:
     accel_drivers: frozenset[str]
 
 
-@dataclass(frozen=True)
-class Detection:
+class Detection(msgspec.Struct, frozen=True):
     profile: DeviceProfile
     evidence: list[str]
     facts: HostFacts
-    candidates: list[tuple[str, int, list[str]]] = field(default_factory=list)
+    candidates: list[tuple[str, int, list[str]]] = msgspec.field(default_factory=list)
 
 
 def read_facts(root: Path = Path("/")) -> HostFacts:

@@ -20,9 +20,9 @@ import json
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import wasmtime
 
 from wasmgate.sandbox.errors import AdapterLoadError
@@ -35,8 +35,7 @@ OUT_OF_MEMORY = 3
 BASE_DATA_BYTES = 256 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class CompileBudget:
+class CompileBudget(msgspec.Struct, frozen=True):
     """Wall-clock seconds and memory bytes one module's compile may take."""
 
     timeout_s: float

@@ -28,12 +28,12 @@ import json
 import platform
 from collections.abc import Collection
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import msgspec
 import wasmtime
 
 from wasmgate.sandbox import _wasmtime_private
@@ -159,7 +159,7 @@ class SandboxEngine:
         budget) for every later run and compile: a config reload applies them at once. The
         engine-level settings (fuel metering, wasm stack, epoch tick) keep their values."""
         old = self.ceilings
-        self.ceilings = replace(
+        self.ceilings = msgspec.structs.replace(
             new, fuel_enabled=old.fuel_enabled, max_wasm_stack=old.max_wasm_stack, tick_s=old.tick_s
         )
 

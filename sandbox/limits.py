@@ -9,16 +9,16 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Protocol
+
+import msgspec
 
 __all__ = ["MIB", "Ceilings", "GuestLimits", "ManifestLimits"]
 
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Ceilings:
+class Ceilings(msgspec.Struct, frozen=True):
     """Daemon-wide maxima and engine settings (one set per ``SandboxEngine``).
 
     ``tick_s`` is the epoch ticker period (deadline granularity). ``fuel_enabled`` builds the
@@ -87,8 +87,7 @@ class ManifestLimits(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class GuestLimits:
+class GuestLimits(msgspec.Struct, frozen=True):
     """Limits for one request's guest instance (after ``capped`` never above the ceilings).
 
     ``deadline_s`` is wall-clock time from the start of ``Adapter.run`` (instantiation
@@ -107,7 +106,7 @@ class GuestLimits:
         """These limits with the deadline lowered to ``deadline_s`` (time left), if sooner."""
         if deadline_s is None or deadline_s >= self.deadline_s:
             return self
-        return replace(self, deadline_s=deadline_s)
+        return msgspec.structs.replace(self, deadline_s=deadline_s)
 
     def capped(self, ceilings: Ceilings) -> GuestLimits:
         """Return these limits with every value lowered to the daemon's ceiling."""
@@ -116,7 +115,7 @@ class GuestLimits:
         fuel = self.fuel
         if ceilings.fuel is not None:
             fuel = ceilings.fuel if fuel is None else min(fuel, ceilings.fuel)
-        return replace(
+        return msgspec.structs.replace(
             self,
             memory_bytes=min(self.memory_bytes, ceilings.memory_bytes),
             table_elements=min(self.table_elements, ceilings.table_elements),
@@ -148,12 +147,12 @@ class GuestLimits:
         """
         base = cls()
         if limits.memory_mb is not None:
-            base = replace(base, memory_bytes=limits.memory_mb * MIB)
+            base = msgspec.structs.replace(base, memory_bytes=limits.memory_mb * MIB)
         if limits.deadline_ms is not None:
-            base = replace(base, deadline_s=limits.deadline_ms / 1000)
+            base = msgspec.structs.replace(base, deadline_s=limits.deadline_ms / 1000)
         if limits.max_output_bytes is not None:
-            base = replace(base, max_output_bytes=limits.max_output_bytes)
-        base = replace(base, fuel=limits.fuel)
+            base = msgspec.structs.replace(base, max_output_bytes=limits.max_output_bytes)
+        base = msgspec.structs.replace(base, fuel=limits.fuel)
         if deadline_s is not None:
-            base = replace(base, deadline_s=min(base.deadline_s, deadline_s))
+            base = msgspec.structs.replace(base, deadline_s=min(base.deadline_s, deadline_s))
         return base.capped(ceilings)

@@ -20,10 +20,10 @@ protocols, the sandbox merely calls them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -140,8 +140,7 @@ def shape_matches(spec: Sequence[int], shape: Sequence[int]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(msgspec.Struct, frozen=True):
     """One named input or output of a model.
 
     ``datatype`` is a ``DATATYPES`` name; ``shape`` uses ``-1`` for a dynamic dimension.

@@ -22,9 +22,10 @@ import io
 import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+import msgspec
 
 from wasmgate.signing.errors import (
     MalformedArchiveError,
@@ -56,8 +57,7 @@ _TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     """One archive member: its (validated) name and declared data size."""
 
     name: str

@@ -44,10 +44,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from wasmgate.signing.errors import (
     BlobNotFoundError,
@@ -95,8 +96,7 @@ if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init
 log = logging.getLogger("wasmgate.signing")
 
 
-@dataclass(frozen=True)
-class InstalledBundle:
+class InstalledBundle(msgspec.Struct, frozen=True):
     """An installed bundle: its manifest and manifest digest (sha256 of manifest.json)."""
 
     manifest: Manifest
@@ -105,8 +105,7 @@ class InstalledBundle:
     """The floor a signed fleet downgrade lowers (or lowered) to this version; else None."""
 
 
-@dataclass(frozen=True)
-class StagedInstall:
+class StagedInstall(msgspec.Struct, frozen=True):
     """A staged candidate: the bundle, its share of requests, its metric gates (or None)."""
 
     bundle: InstalledBundle

@@ -22,10 +22,11 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from wasmgate.signing.archive import CHUNK, ArchiveReader, Chunk
 from wasmgate.signing.envelope import (
@@ -69,8 +70,7 @@ DISCARD_CHUNK = 4 * CHUNK
 """Hash slice when nothing consumes the bytes: few, large ``update`` calls (GIL released)."""
 
 
-@dataclass(frozen=True)
-class VerifiedBundle:
+class VerifiedBundle(msgspec.Struct, frozen=True):
     """A bundle whose signature, freshness and files all verified."""
 
     manifest: Manifest
@@ -287,8 +287,7 @@ def verify_bundle(
         )
 
 
-@dataclass(frozen=True)
-class BundleInfo:
+class BundleInfo(msgspec.Struct, frozen=True):
     """What ``inspect`` shows: the manifest as stated, *not* verified."""
 
     manifest: Manifest

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy.typing as npt
 
 from wasmgate.device_profiles import DeviceProfile, Precision, read_facts
@@ -38,8 +39,7 @@ def model_bytes(data: bytes | VerifiedBlob) -> tuple[bytes, str | None]:
     return data.data, data.sha256
 
 
-@dataclass(frozen=True)
-class HostInfo:
+class HostInfo(msgspec.Struct, frozen=True):
     """The CPU the backend runs on (injectable so tests can pose as another host)."""
 
     machine: str
@@ -58,8 +58,7 @@ class HostInfo:
         return self.machine == "aarch64" and self.system == "Linux" and "bf16" in self.cpu_flags
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(msgspec.Struct, frozen=True):
     """What the manifest says about a model; the declared signature is checked at load."""
 
     name: str
@@ -67,8 +66,7 @@ class ModelSpec:
     outputs: Sequence[TensorSpec] | None = None
 
 
-@dataclass(frozen=True)
-class LoadOptions:
+class LoadOptions(msgspec.Struct, frozen=True):
     """How to load: the device profile, the precision to realise, and where to cache.
 
     ``raw_quantized_io`` keeps a full-integer TFLite model's int8/uint8 I/O tensors as they

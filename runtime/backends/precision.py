@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
+
+import msgspec
 
 from wasmgate.device_profiles import Precision
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel, LoadOptions, ModelSpec
@@ -34,8 +36,7 @@ hashed only when that precision is tried)."""
 _LAST_RESORT: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 
 
-@dataclass(frozen=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True):
     """One negotiation step: which precision, from which variant file, and the outcome."""
 
     precision: Precision
@@ -74,7 +75,9 @@ def negotiate(
         if variant is None:
             attempts.append(Attempt(precision, None, loaded=False, reason=reason))
             continue
-        model = _try(backend, spec, variants[variant], replace(options, precision=precision))
+        model = _try(
+            backend, spec, variants[variant], msgspec.structs.replace(options, precision=precision)
+        )
         if isinstance(model, str):
             log.warning("model %s: %s variant %r failed: %s", spec.name, precision, variant, model)
             attempts.append(Attempt(precision, variant, loaded=False, reason=model))

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from wasmgate.runtime.ops import startgc
 from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
@@ -58,8 +60,7 @@ class RunnableAdapter(Protocol):
         """Free what the adapter keeps between runs (its spare instances)."""
 
 
-@dataclass(frozen=True)
-class AdmissionLimits:
+class AdmissionLimits(msgspec.Struct, frozen=True):
     """Per-adapter admission: the manifest's values capped by `settings.limits`."""
 
     max_in_flight: int
@@ -70,8 +71,7 @@ class AdmissionLimits:
     """Worker-pool share of each of the bundle's tenants (adapter, models)."""
 
 
-@dataclass(frozen=True)
-class FallbackPolicy:
+class FallbackPolicy(msgspec.Struct, frozen=True):
     """When a request of this bundle may go to the cloud (all off unless the manifest allows)."""
 
     on_error: bool = False

@@ -39,6 +39,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from wasmgate.runtime.bundles.admission import Admission, ExpiryPolicy
 from wasmgate.runtime.bundles.journal import Event, Journal
 from wasmgate.runtime.bundles.loaded import LoadedBundle
@@ -352,7 +354,7 @@ class Registry:
                     **describe(slot.candidate),
                     "percent": slot.percent,
                     "gates": plain(gates),
-                    "measured": vars(measure(slot.candidate, slot.current)),
+                    "measured": msgspec.structs.asdict(measure(slot.candidate, slot.current)),
                 }
             if name in self.verdicts:
                 entry["release"] = self.verdicts[name].as_dict()

@@ -18,11 +18,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.signing.manifest import Release
+from wasmgate.typed import plain
 
 log = logging.getLogger("wasmgate.release")
 
@@ -31,8 +33,7 @@ RECHECK_S = 1.0
 """How often a window that passed without enough requests is judged again."""
 
 
-@dataclass(frozen=True)
-class Measured:
+class Measured(msgspec.Struct, frozen=True):
     """The candidate's numbers (and the serving version's p99) at one moment."""
 
     requests: int
@@ -43,8 +44,7 @@ class Measured:
     p99_ratio: float | None
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """A gate decision: promote or abort, why, and on which numbers."""
 
     name: str
@@ -52,10 +52,11 @@ class Verdict:
     outcome: Literal["promote", "abort"]
     reasons: list[str]
     measured: Measured
-    at: float = field(default_factory=time.time)
+    at: float = msgspec.field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        doc: dict[str, Any] = plain(self)  # JSON values, as `dataclasses.asdict` gave here
+        return doc
 
     def message(self) -> str:
         m = self.measured

@@ -17,6 +17,8 @@ import contextlib
 import logging
 from typing import Protocol
 
+import msgspec
+
 from wasmgate.runtime.bundles.journal import Journal
 from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.release import Verdict, Watches
@@ -127,7 +129,9 @@ class Releases:
         level = logging.INFO if verdict.outcome == "promote" else logging.WARNING
         log.log(level, "%s", verdict.message(), extra={"bundle": verdict.name})
         if self._metrics is not None:
-            self._metrics.observe_release(verdict.name, verdict.outcome, vars(verdict.measured))
+            self._metrics.observe_release(
+                verdict.name, verdict.outcome, msgspec.structs.asdict(verdict.measured)
+            )
         with contextlib.suppress(NotFound):  # promoted or aborted by hand meanwhile
             if verdict.outcome == "promote":
                 await self.promote(verdict.name, "gates", candidate)

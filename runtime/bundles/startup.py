@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from wasmgate.runtime.bundles.admission import Admission
 from wasmgate.runtime.bundles.journal import Journal
 from wasmgate.runtime.bundles.loaded import LoadedBundle
@@ -71,8 +73,7 @@ class InstallFile(Protocol):
     def __call__(self, data: Path, *, source: str, origin: Path) -> Awaitable[LoadedBundle]: ...
 
 
-@dataclass(frozen=True)
-class Steps:
+class Steps(msgspec.Struct, frozen=True):
     """The registry's install steps the start-up drives."""
 
     name_lock: Callable[[str], AbstractAsyncContextManager[None]]

@@ -15,9 +15,10 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from wasmgate.runtime.protocol import jsonio
 
@@ -47,8 +48,7 @@ _BUSY_MS = 2000
 """How long opening waits for another process's lock before it reports the file locked."""
 
 
-@dataclass(frozen=True)
-class StreamLimits:
+class StreamLimits(msgspec.Struct, frozen=True):
     """Bounds of one stream. Beyond either, the oldest entries are dropped and counted."""
 
     max_bytes: int
@@ -57,8 +57,7 @@ class StreamLimits:
     """Entries older than this are dropped (0 = no age limit)."""
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(msgspec.Struct, frozen=True):
     """One stored entry, as appended."""
 
     id: int
@@ -69,8 +68,7 @@ class Record:
     meta: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class StreamStats:
+class StreamStats(msgspec.Struct, frozen=True):
     depth: int = 0
     bytes: int = 0
     oldest_at: float | None = None

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from wasmgate.runtime.field.store import Store
 from wasmgate.runtime.protocol import jsonio
@@ -28,8 +29,7 @@ DEFERRED_ID = "deferred-id"
 """User property (MQTT) naming the deferred request an answer belongs to."""
 
 
-@dataclass(frozen=True)
-class Deferral:
+class Deferral(msgspec.Struct, frozen=True):
     """What the fallback runner needs to know about the bundle of a deferred request."""
 
     adapter: str

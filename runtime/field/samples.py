@@ -29,8 +29,9 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.ops.config import SamplesSettings
@@ -51,8 +52,7 @@ TOLERANCE = 1e-3
 _HOUR_S = 3600.0
 
 
-@dataclass(frozen=True)
-class SamplePolicy:
+class SamplePolicy(msgspec.Struct, frozen=True):
     """What one bundle may keep, after the config tightened its manifest."""
 
     rate: float
@@ -122,8 +122,7 @@ def _same(a: Any, b: Any, tol: float) -> bool:
     return bool(a == b)
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(msgspec.Struct, frozen=True):
     """The bundle a sample came from."""
 
     bundle: str

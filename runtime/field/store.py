@@ -37,10 +37,11 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
+
+import msgspec
 
 from wasmgate.runtime.field.db import Record, StoreDb, StreamLimits, StreamStats, Sync
 
@@ -53,8 +54,7 @@ class StoreError(Exception):
     """The store file cannot be used (corrupt, locked, unreadable) or an entry is refused."""
 
 
-@dataclass(frozen=True)
-class StreamStatus:
+class StreamStatus(msgspec.Struct, frozen=True):
     """What metrics and ``/v1/status`` show per stream."""
 
     depth: int

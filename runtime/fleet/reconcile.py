@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
 
+import msgspec
+
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.errors import BundleRejected, DocumentRefused, NotFound
 from wasmgate.runtime.fleet.state import (
@@ -65,14 +67,12 @@ class BundleOutcome:
     """The version a signed downgrade replaced (the event is also logged by the store)."""
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     serial: int | None
     error: str
 
 
-@dataclass(frozen=True)
-class Backoff:
+class Backoff(msgspec.Struct, frozen=True):
     initial_s: float
     max_s: float
 

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from prometheus_client import Counter, Gauge
 
 from wasmgate.runtime.bundles.registry import Registry
@@ -95,7 +96,7 @@ class Reporter:
     def document(self) -> dict[str, Any]:
         """The report as FLEET.md defines it (JSON-ready)."""
         rec = self._reconciler
-        refused = asdict(rec.refused) if rec.refused is not None else None
+        refused = msgspec.structs.asdict(rec.refused) if rec.refused is not None else None
         return {
             "format": FORMAT,
             "gateway": self._gateway,

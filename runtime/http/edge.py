@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from wasmgate.runtime.http import errors, origin, traced
@@ -32,8 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Check = Callable[[web.Request], None]
 
 
-@dataclass(frozen=True)
-class Edge:
+class Edge(msgspec.Struct, frozen=True):
     """The steps' owners, set up once per app (`setup`)."""
 
     guard: ConnectionGuard

@@ -14,9 +14,9 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from wasmgate.runtime.http.keys import METRICS
@@ -24,8 +24,7 @@ from wasmgate.runtime.ops.metrics import UNKNOWN_NAME, Metrics
 from wasmgate.runtime.ops.tasks import background
 
 
-@dataclass(frozen=True)
-class _Name:
+class _Name(msgspec.Struct, frozen=True):
     kind: str
     requests: int
     errors: int
@@ -34,8 +33,7 @@ class _Name:
     p99_ms: float | None
 
 
-@dataclass(frozen=True)
-class _Sample:
+class _Sample(msgspec.Struct, frozen=True):
     at: float
     names: dict[str, _Name]
     batches: dict[str, tuple[float, float]]  # model -> (sum, count), cumulative

@@ -10,11 +10,11 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 
-@dataclass(frozen=True)
-class NameStats:
+class NameStats(msgspec.Struct, frozen=True):
     """What the status page shows per adapter/model."""
 
     requests: int
@@ -26,7 +26,7 @@ class NameStats:
     ok_seconds: float = 0.0
     """Summed latency of answered requests (Triton's ``success.ns``)."""
     error_seconds: float = 0.0
-    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    stage_seconds: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Summed ``timings`` per stage of answered requests."""
     last_unix_ms: int = 0
 

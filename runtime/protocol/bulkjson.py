@@ -22,9 +22,9 @@ A key that repeats in the document or in an input sends it to the `jsonio.loads`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -37,8 +37,7 @@ MIN_BYTES = 64 * 1024
 microseconds, and the simdjson walk has fixed costs of its own."""
 
 
-@dataclass(frozen=True, slots=True)
-class Doubles:
+class Doubles(msgspec.Struct, frozen=True):
     """A flat JSON list of numbers, read as float64 (what `json` would give as floats)."""
 
     values: npt.NDArray[np.float64]

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -41,15 +41,13 @@ JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
 
 
-@dataclass(frozen=True)
-class RequestedOutput:
+class RequestedOutput(msgspec.Struct, frozen=True):
     name: str
     binary: bool | None = None
     """Per-output ``binary_data``; None = the request-level default."""
 
 
-@dataclass(frozen=True)
-class InferRequest:
+class InferRequest(msgspec.Struct, frozen=True):
     """A decoded V2 inference request."""
 
     inputs: dict[str, Array]
@@ -58,8 +56,8 @@ class InferRequest:
     id: str | None = None
     binary_output: bool = False
     """Request-level ``binary_data_output``."""
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    input_parameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    parameters: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    input_parameters: Mapping[str, Mapping[str, Any]] = msgspec.field(default_factory=dict)
     """Per-input ``parameters`` (e.g. ``content_type`` for adapter payloads)."""
 
     @property
@@ -67,8 +65,7 @@ class InferRequest:
         return None if self.outputs is None else [o.name for o in self.outputs]
 
 
-@dataclass(frozen=True)
-class Encoded:
+class Encoded(msgspec.Struct, frozen=True):
     """An encoded V2 message: body, content type, and the JSON length when binary follows."""
 
     body: bytes

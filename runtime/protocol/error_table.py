@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
+
+import msgspec
 
 from wasmgate.runtime.errors import (
     BackendError,
@@ -40,8 +41,7 @@ from wasmgate.runtime.errors import (
 INTERNAL_MESSAGE = "internal server error"
 
 
-@dataclass(frozen=True)
-class ErrorStatus:
+class ErrorStatus(msgspec.Struct, frozen=True):
     """How one kind of error is answered."""
 
     status: int

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -24,14 +25,13 @@ Namespace = Literal["http", "mqtt"]
 """Which of a bundle's routes (``routes.http`` / ``routes.mqtt``) an adapter name is in."""
 
 
-@dataclass(frozen=True)
-class AdapterRequest:
+class AdapterRequest(msgspec.Struct, frozen=True):
     """One device payload for one adapter, as a bridge received it."""
 
     adapter: str
     payload: bytes
     content_type: str | None = None
-    meta: Mapping[str, str] = field(default_factory=dict)
+    meta: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Transport facts the guest may read: ``transport``, ``topic``, ``client``, ..."""
     deadline: float | None = None
     key: str | None = None
@@ -61,8 +61,7 @@ class AdapterAnswer:
     fallback_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class ModelRequest:
+class ModelRequest(msgspec.Struct, frozen=True):
     """Direct tensor inference on a model declared by a bundle."""
 
     model: str
@@ -89,8 +88,7 @@ class ModelAnswer:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ModelInfo:
+class ModelInfo(msgspec.Struct, frozen=True):
     """What `GET /v2/models/{m}` and the status page show."""
 
     name: str
@@ -103,7 +101,7 @@ class ModelInfo:
     kind: Literal["model", "adapter"] = "model"
     bundle: str = ""
     ready: bool = True
-    details: Mapping[str, str] = field(default_factory=dict)
+    details: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Backend facts: ``provider``, ``precision``, fallback notes."""
     mqtt_name: str | None = None
     """An adapter's name on the MQTT topic tree (``routes.mqtt``)."""

@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.sandbox.test_malicious import DEADLINE, MARGIN, module
@@ -110,7 +110,7 @@ def test_a_spare_gets_its_own_full_deadline_when_taken(
 
     def spin() -> None:  # the epoch advances well past the spare's build-time deadline
         try:
-            spinner.run(op(2), {}, NoModels(), replace(SHORT, deadline_s=0.5))
+            spinner.run(op(2), {}, NoModels(), msgspec.structs.replace(SHORT, deadline_s=0.5))
         except GuestDeadlineExceeded as e:
             stopped.append(e)
 

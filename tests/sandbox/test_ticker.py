@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.sandbox.test_malicious import LIMITS, attack
 from wasmgate.sandbox import Adapter, GuestDeadlineExceeded, SandboxEngine
 from wasmgate.sandbox.adapter import NoModels
 
-ROOMY = dataclasses.replace(LIMITS, deadline_s=5.0)
+ROOMY = msgspec.structs.replace(LIMITS, deadline_s=5.0)
 
 
 @pytest.fixture

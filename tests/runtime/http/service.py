@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import ml_dtypes
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
@@ -102,7 +103,7 @@ class OrtService:
         if version is not None and version != str(info.version):
             raise errors.NotFound(f"{name!r} has no version {version!r} (serving {info.version})")
         if name in self.not_ready_models:
-            return ModelInfo(**{**info.__dict__, "ready": False})
+            return msgspec.structs.replace(info, ready=False)
         return info
 
     def list_models(self) -> list[ModelInfo]:
