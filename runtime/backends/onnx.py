@@ -32,6 +32,7 @@ from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.typed import replace
 
 if TYPE_CHECKING:
+    from wasmgate.sealed import SealedFile
     from wasmgate.signing.derived import DerivedCache
     from wasmgate.signing.records import VerifiedBlob
 
@@ -158,7 +159,8 @@ class OnnxBackend(InferenceBackend):
             return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
         cache, key, source = found
         name = f"{key}.onnx"
-        cached = cache.load(name, source, key)  # None unless this daemon derived it from data
+        # None unless this daemon derived it from data; sealed, so ORT reads what was checked.
+        cached = cache.load_sealed(name, source, key)
         if cached is None:
             sup.refuse_external_data(data)
         else:
@@ -167,9 +169,10 @@ class OnnxBackend(InferenceBackend):
             notes.append(f"optimized graph loaded from cache {key[:16]}")
             # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
             offline = replace(settings, graph_optimization_level="disable")
-            return _session(
-                cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
-            )
+            with cached:
+                return _session(
+                    cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
+                )
         tmp = cache.folder / f".{key}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
             session = _session(
@@ -186,7 +189,7 @@ class OnnxBackend(InferenceBackend):
 
 
 def _session(
-    data: bytes,
+    data: bytes | SealedFile,
     spec: ModelSpec,
     settings: OnnxRuntimeSettings,
     providers: list[tuple[str, dict[str, str]]],

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +12,7 @@ import onnxruntime as ort
 from wasmgate.device_profiles.schema import OnnxRuntimeSettings
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import TensorSpec
+from wasmgate.sealed import SealedFile
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,7 +27,6 @@ log = logging.getLogger("wasmgate.runtime.backends.onnx")
 CHECKS_VERSION = "external-data:1"
 """Part of the optimized-cache key: a cached graph stands for a model that passed these
 checks, so a stricter check in a later release must not trust entries saved before it."""
-_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 
 ORT_TYPES = {
     "tensor(float)": "FP32",
@@ -170,28 +168,27 @@ def cache_key(source: str, providers: list[str], settings: OnnxRuntimeSettings, 
 
 
 def open_session(
-    data: bytes, so: ort.SessionOptions, providers: list[tuple[str, dict[str, str]]]
+    model: bytes | SealedFile, so: ort.SessionOptions, providers: list[tuple[str, dict[str, str]]]
 ) -> ort.InferenceSession:
-    """``ort.InferenceSession`` of ``data`` that does not keep ``data`` alive.
+    """``ort.InferenceSession`` of ``model`` that does not keep its bytes alive.
 
     ORT's Python session holds the bytes it was built from for its whole life (its own
     TODO: "holding the memory indefinitely"): a 17 MB model stayed resident twice. From a
     sealed memfd the session keeps only a path: ORT reads the file once, then it is closed.
     The seals keep the bytes ORT reads the verified ones. Without memfd (another OS, a
-    seccomp filter) the bytes are passed as before."""
-    try:
-        fd = os.memfd_create("wasmgate-model", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except (AttributeError, OSError):
-        return ort.InferenceSession(data, so, providers=providers)
-    try:
-        with memoryview(data) as view:
-            written = 0
-            while written < len(view):
-                written += os.write(fd, view[written:])
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-        return ort.InferenceSession(f"/proc/self/fd/{fd}", so, providers=providers)
-    finally:
-        os.close(fd)
+    seccomp filter) the bytes are passed as before. A :class:`SealedFile` given stays the
+    caller's to close."""
+    if isinstance(model, SealedFile):
+        return _from_sealed(model, so, providers)
+    with SealedFile.from_bytes(model) as sealed:
+        return _from_sealed(sealed, so, providers)
+
+
+def _from_sealed(
+    sealed: SealedFile, so: ort.SessionOptions, providers: list[tuple[str, dict[str, str]]]
+) -> ort.InferenceSession:
+    path = sealed.path
+    return ort.InferenceSession(sealed.data if path is None else path, so, providers=providers)
 
 
 def node_placement(session: ort.InferenceSession) -> dict[str, int]:

@@ -14,6 +14,7 @@ import base64
 import functools
 import logging
 import platform
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,10 +76,15 @@ class LoaderDeps:
     variables: Variables | None = None
     """Operator variables; None: every variable keeps its manifest default."""
 
+    _backend_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
     def backend(self, fmt: str) -> InferenceBackend:
-        if fmt not in self.backends:
-            self.backends[fmt] = create_backend(fmt)
-        return self.backends[fmt]
+        # Bundles load on several threads at the start: without the lock two of them could
+        # each create a backend of a format, and one would never be closed.
+        with self._backend_lock:
+            if fmt not in self.backends:
+                self.backends[fmt] = create_backend(fmt)
+            return self.backends[fmt]
 
     def close(self) -> None:
         for backend in self.backends.values():
