@@ -4,8 +4,12 @@
   group, read through the bridge's connection (`MqttBridge` channels; never through
   ``$share``: every gateway needs every document). The broker replays the retained documents
   at every (re)connect, so a gateway that was offline converges when it comes back. An
-  empty retained payload clears that source. The gateway's own document, when held, is the
-  one offered; otherwise the group document claiming the highest serial.
+  empty retained payload clears that source. Precedence is decided among the held documents
+  that verify now (`Target.judge`: signatures, threshold, target, scope, expiry, serial above
+  the last applied): the gateway's own, else the group document of the highest verified
+  serial. What a document merely claims decides nothing, so a forged or stale one (retained
+  by any client that may publish there) never shadows a valid one; it is reported once
+  (`Target.refuse`: status, report, metric) and forgotten when its topic is cleared.
 - The file (``fleet.desired_file``): polled every second like the bundle directory (offered
   once its size and mtime settled for one poll) and re-read on SIGHUP.
 - ``PUT /v1/desired`` offers directly (``runtime/http/manage.py``).
@@ -20,14 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wasmgate.runtime.bundles.watcher import FileKey, file_key
 from wasmgate.runtime.errors import DocumentRefused
-from wasmgate.runtime.fleet.state import peek_serial
 from wasmgate.runtime.ops.tasks import background, wake_or_timeout
+from wasmgate.signing.errors import FleetReplayError, SigningError
 
 if TYPE_CHECKING:  # the mqtt package imports paho: only a daemon with MQTT needs it
     from wasmgate.runtime.mqtt.messages import Incoming
@@ -35,8 +39,19 @@ if TYPE_CHECKING:  # the mqtt package imports paho: only a daemon with MQTT need
 log = logging.getLogger("wasmgate.fleet")
 
 _POLL_S = 1.0
-Offer = Callable[[bytes, str], Awaitable[bool]]
-"""`Reconciler.offer`: (document, source) -> accepted; raises `DocumentRefused`."""
+
+
+class Target(Protocol):
+    """What documents are delivered to (the `Reconciler`)."""
+
+    async def offer(self, data: bytes, source: str) -> bool:
+        """Accept ``data`` (False: already the accepted one); raises `DocumentRefused`."""
+
+    async def judge(self, data: bytes) -> int:
+        """The serial ``data`` would apply at; raises `SigningError`. Records nothing."""
+
+    def refuse(self, data: bytes, source: str, e: SigningError) -> None:
+        """Report a refusal `judge` found."""
 
 
 def desired_topics(prefix: str, gateway: str, groups: tuple[str, ...]) -> tuple[str, ...]:
@@ -50,18 +65,22 @@ class Delivery:
 
     def __init__(
         self,
-        offer: Offer,
+        target: Target,
         topics: tuple[str, ...],
         desired_file: Path | None,
         max_bytes: int,
     ) -> None:
-        self._offer_to = offer
+        self._target = target
         self.topics = topics
         """Gateway topic first, then one per group (MQTT filters, no wildcards)."""
         self._file = desired_file
         self._max = max_bytes
         self._held: dict[str, bytes] = {}
         self._offered: dict[str, bytes] = {}
+        self._reported: dict[str, bytes] = {}
+        """Topic -> the refused document last reported for it (each is reported once)."""
+        self.choice: tuple[str, bytes] | None = None
+        """(topic, document) chosen at the last pass; None when none verifies."""
         self._kick = asyncio.Event()
         self._file_key: FileKey | None = None
         self._file_pending: FileKey | None = None
@@ -89,24 +108,55 @@ class Delivery:
             self._held[msg.topic] = msg.payload
         else:
             self._held.pop(msg.topic, None)  # cleared by the operator
+            self._reported.pop(msg.topic, None)
         self._kick.set()
 
-    def chosen(self) -> tuple[str, bytes] | None:
-        """(topic, document) that applies: the gateway's own, else the highest group serial."""
-        own = self._held.get(self.topics[0])
-        if own is not None:
-            return self.topics[0], own
-        groups = [(t, d) for t, d in self._held.items() if t != self.topics[0]]
-        if not groups:
-            return None
-        return max(groups, key=lambda item: peek_serial(item[1]) or -1)
+    async def choose(self) -> tuple[str, bytes] | None:
+        """(topic, document) that applies: the gateway's own if it verifies, else the group
+        document with the highest verified serial (the earlier configured group on a tie).
+
+        Every held document is judged, so a refused one is reported even while another
+        applies."""
+        own: tuple[str, bytes] | None = None
+        best: tuple[tuple[int, int], str, bytes] | None = None
+        for index, topic in enumerate(self.topics):
+            data = self._held.get(topic)  # read per topic: on_message may run meanwhile
+            serial = None if data is None else await self._judge(topic, data)
+            if data is None or serial is None:
+                continue
+            if index == 0:
+                own = (topic, data)
+            elif best is None or (serial, -index) > best[0]:
+                best = ((serial, -index), topic, data)
+        self.choice = own or (None if best is None else (best[1], best[2]))
+        return self.choice
+
+    async def _judge(self, topic: str, data: bytes) -> int | None:
+        try:
+            return await self._target.judge(data)
+        except SigningError as e:
+            self._refused(topic, data, e)
+        except Exception:
+            log.exception("fleet document on %s could not be checked", topic)
+        return None
+
+    def _refused(self, topic: str, data: bytes, e: SigningError) -> None:
+        if self._reported.get(topic) == data:
+            return
+        self._reported[topic] = data
+        if isinstance(e, FleetReplayError) and topic != self.topics[0]:
+            # A genuine but older group document (a newer one applied, or another group is
+            # ahead): superseded, not an attack worth a refusal in the report.
+            log.info("fleet document on %s superseded: %s", topic, e)
+            return
+        self._target.refuse(data, f"mqtt {topic}", e)
 
     async def _run(self) -> None:
         while True:
             poll = _POLL_S if self._file is not None else None  # idle: no wake-ups
             await wake_or_timeout(self._kick, poll)  # ends on cancel (gh-86296)
             self._kick.clear()
-            choice = self.chosen()
+            choice = await self.choose()
             if choice is not None:
                 await self._offer(f"mqtt {choice[0]}", choice[1])
             await self._poll_file(settle=True)
@@ -117,7 +167,7 @@ class Delivery:
             return
         self._offered[key] = data
         try:
-            await self._offer_to(data, source)
+            await self._target.offer(data, source)
         except DocumentRefused:
             pass  # kept by the reconciler for the report; the log has a line
         except Exception:
@@ -155,6 +205,7 @@ class Delivery:
     async def reread(self) -> None:
         """SIGHUP: offer the file and the chosen MQTT document again, even if unchanged."""
         self._offered.clear()
+        self._reported.clear()  # the trust may have changed: a refusal may be news again
         self._file_key = None
         await self._poll_file(settle=False)
         self._kick.set()

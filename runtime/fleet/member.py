@@ -60,7 +60,7 @@ class FleetMember:
         self.reconciler = Reconciler(registry, state_dir, verify, pull, backoff)
         topics = desired_topics(mqtt.topic_prefix, self.gateway, fleet.groups)
         self.delivery = Delivery(
-            self.reconciler.offer, topics, fleet.desired_file, fleet.max_document_bytes
+            self.reconciler, topics, fleet.desired_file, fleet.max_document_bytes
         )
         self.reporter = Reporter(self.reconciler, registry, self.gateway, fleet.groups, metrics)
         self.report_topic = f"{mqtt.topic_prefix.rstrip('/')}/{self.gateway}/deployment"

@@ -142,6 +142,24 @@ class Reconciler:
         self._wake.set()
         return True
 
+    async def judge(self, data: bytes) -> int:
+        """The serial ``data`` would stand at if offered now; raises `SigningError` where
+        `offer` would refuse it. Nothing is recorded, so a source holding several documents
+        weighs them on what verifies, never on what an unverified one claims.
+
+        The accepted document itself is judged by its serial (it passed when it came; its
+        own serial is no replay of itself, and its expiry no longer matters)."""
+        record = self.record
+        if record.serial is not None and data == record.envelope_bytes():
+            return record.serial
+        plan = await asyncio.to_thread(self._verify, data, record.serial)
+        self._check_downgrades(plan)
+        return plan.serial
+
+    def refuse(self, data: bytes, source: str, e: SigningError) -> None:
+        """Record a refusal found by `judge` (status, report, metric), as `offer` would."""
+        self._refuse(data, source, e)
+
     def _check_downgrades(self, plan: Plan) -> None:
         """A version below the serving one needs the document's explicit permission."""
         slots = self._registry.table.slots()

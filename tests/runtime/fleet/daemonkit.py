@@ -111,13 +111,14 @@ class Site:
         issued: datetime | None = None,
         expires_in: timedelta = timedelta(days=1),
         gateways: list[str] | None = None,
+        group: str = GROUP,
     ) -> bytes:
-        """A signed document for ``bundles`` (name -> (version, ref)), for group g1."""
+        """A signed document for ``bundles`` (name -> (version, ref)), for ``group``."""
         doc = self.fk.doc(
             serial,
             {n: v for n, (v, _) in bundles.items()},
             downgrades=downgrades,
-            group=None if gateways else GROUP,
+            group=None if gateways else group,
             gateways=gateways,
             issued=issued,
             expires_in=expires_in,

@@ -21,8 +21,10 @@ from tests.runtime.fleet.reconcilekit import (
 )
 from tests.runtime.stack import open_stack
 from wasmgate.runtime.errors import DocumentRefused
+from wasmgate.runtime.fleet.reconcile import Refusal
 from wasmgate.runtime.fleet.state import FleetRecord, FleetStateFile
 from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.signing.errors import FleetDowngradeError, FleetReplayError
 
 
 async def test_installs_removes_and_leaves_local_bundles_alone(
@@ -183,3 +185,27 @@ async def test_an_unexpected_error_is_pending_and_retried_not_the_end_of_the_fle
         assert "No space left on device" in (rec.reason or "")
         await settled(rec, lambda r: r.record.serial == 2 and done(r))  # retried, converged
         assert (rec.state, serving(st), rec.record.owned) == ("applied", {"probe": 1}, ("probe",))
+
+
+async def test_judge_weighs_a_document_as_offer_would_and_records_nothing(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    async with open_stack(tmp_path, shelf.kit) as st, reconciler(st, shelf) as rec:
+        first = document(5, shelf.put("probe", 2))
+        await rec.offer(first, "test")
+        await settled(rec, done)
+        before = rec.record
+        assert await rec.judge(first) == 5  # the accepted one: its own serial, no replay
+        assert await rec.judge(document(9, shelf.put("probe", 2))) == 9
+        lower = document(7, want("probe", 1))  # a downgrade without permission
+        for doc, error in [(document(4), FleetReplayError), (lower, FleetDowngradeError)]:
+            with pytest.raises(error):
+                await rec.judge(doc)
+        assert (rec.refused, rec.record) == (None, before)  # judged, not refused
+        seen: list[Refusal] = []
+        rec.on_refusal.append(seen.append)
+        rec.refuse(lower, "mqtt topic", FleetDowngradeError("probe", "below"))
+        assert rec.refused is not None
+        assert rec.refused.serial == 7
+        assert seen == [rec.refused]
+        assert rec.record == before
