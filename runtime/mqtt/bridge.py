@@ -52,6 +52,7 @@ from wasmgate.runtime.mqtt.metadata import MetadataPublisher
 from wasmgate.runtime.mqtt.spool import Spool, Stored
 from wasmgate.runtime.mqtt.topics import Route, Topics, gateway_id
 from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.ops.memory import HeapKeeper
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
@@ -89,6 +90,9 @@ class BridgeState:
     """Retained requests (replayed by the broker at every subscribe) ignored, unanswered."""
     replies_refused: int = 0
     """Requests dropped because their Response Topic is refused (see mqtt.response_topics)."""
+    oversize_refused: int = 0
+    """Requests ignored because their Response Topic or Correlation Data is longer than
+    mqtt.max_response_topic_bytes / mqtt.max_correlation_bytes."""
     stored: int = 0
     """Answers kept in the store because the broker was away (drained when it is back)."""
     by_status: dict[str, int] = field(default_factory=dict)
@@ -149,6 +153,7 @@ class MqttBridge:
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
+        self._heap = HeapKeeper()
         self._closing = False
         self._client: MqttClient | None = None
         self.state = BridgeState(ClientState(), gateway_id(settings))
@@ -175,6 +180,7 @@ class MqttBridge:
             )
             await self._spool.load()  # before any request can be redelivered to us
             await self._stack.enter_async_context(self._spool.running())
+        await self._stack.enter_async_context(self._heap.running())
         self._client.start()
         return self
 
@@ -241,6 +247,7 @@ class MqttBridge:
                 channel.on_message(msg)
                 self._ack(msg)
                 return
+        self._heap.note(_size(msg))
         task = asyncio.get_running_loop().create_task(self._handle(msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -313,11 +320,26 @@ class MqttBridge:
             # A retained request would run again at every start and reconnect.
             self.state.retained_ignored += 1
             return "it is a retained message (publish requests without retain)"
+        why = self._oversize(msg)
+        if why is not None:
+            self.state.oversize_refused += 1
+            return why
         if msg.response_topic:
             why = self.topics.reply_refusal(msg.response_topic)
             if why is not None:
                 self.state.replies_refused += 1
                 return f"Response Topic {msg.response_topic[:200]!r} refused: {why}"
+        return None
+
+    def _oversize(self, msg: Incoming) -> str | None:
+        topic = msg.response_topic
+        if topic and len(topic) * 4 > self._settings.max_response_topic_bytes:  # cheap first
+            size = len(topic.encode("utf-8", "surrogatepass"))
+            if size > self._settings.max_response_topic_bytes:
+                return f"Response Topic of {size} bytes exceeds mqtt.max_response_topic_bytes"
+        data = msg.correlation_data
+        if data is not None and len(data) > self._settings.max_correlation_bytes:
+            return f"Correlation Data of {len(data)} bytes exceeds mqtt.max_correlation_bytes"
         return None
 
     async def _answer_or_drop(
@@ -524,3 +546,10 @@ def _release_choice(msg: Incoming, route: Route) -> tuple[str | None, str | None
 def _detach(fut: asyncio.Future[None]) -> None:
     """Fire-and-forget publish: retrieve its outcome so nothing is logged as unhandled."""
     fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+def _size(msg: Incoming) -> int:
+    """Bytes of what a request brought (payload and the properties a requester sizes)."""
+    topic = len(msg.response_topic) if msg.response_topic else 0
+    data = len(msg.correlation_data) if msg.correlation_data else 0
+    return len(msg.payload) + topic + data

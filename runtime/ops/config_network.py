@@ -105,6 +105,14 @@ class MqttSettings(Document):
     """MQTT 5 Session Expiry Interval: how long the broker keeps our session while offline."""
     max_payload_bytes: Annotated[int, Meta(gt=0)] = 1024 * 1024
     """Largest request payload handled; larger ones get a 413-style error answer."""
+    max_response_topic_bytes: Annotated[int, Meta(ge=1, le=65535)] = 1024
+    """Longest MQTT 5 Response Topic (UTF-8 bytes) a request may name; a longer one is
+    ignored unanswered (counted as ``oversize_refused``). Each request's reply address is
+    kept while it is worked and in answers stored for an absent broker: a cap in bytes, not
+    only in count, keeps a flood of huge properties from holding memory."""
+    max_correlation_bytes: Annotated[int, Meta(ge=1, le=65535)] = 256
+    """Longest MQTT 5 Correlation Data a request may carry (a UUID is 16 or 36 bytes); a
+    longer one is ignored unanswered (counted as ``oversize_refused``)."""
     dedupe_window_s: Annotated[float, Meta(ge=0)] = 300.0
     """Window in which a redelivered request (same correlation data or id) is answered once."""
     dedupe_max_entries: Annotated[int, Meta(gt=0)] = 10_000

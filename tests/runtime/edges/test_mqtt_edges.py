@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.benchkit import rss_mb
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.edges.probe import probe_daemon
@@ -118,3 +119,62 @@ async def test_non_finite_timeouts_are_refused_and_deadlines_still_fire(
     assert later[b"l"].props["status"] == "504", later[b"l"]
     assert (later[b"ok"].props["status"], later[b"ok"].payload) == ("200", b"v1:ok")
     assert "Traceback" not in daemon.log()
+
+
+async def test_oversize_reply_properties_are_refused_unanswered_and_counted(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    config = mqtt_config(mosquitto, max_response_topic_bytes=64, max_correlation_bytes=16)
+    daemon = probe_daemon(tmp_path, daemon_factory, config)
+    await wait_online(mosquitto)
+    with Requester(mosquitto.port).connect("replies/#") as dev:
+        dev.request(REQ, b"Plong", response_topic="replies/" + "t" * 57, correlation=b"c")
+        dev.request(REQ, b"Pcorr", response_topic="replies/c", correlation=b"c" * 17)
+        dev.request(REQ, b"Pwide", response_topic="replies/" + "é" * 29, correlation=b"w")
+        await status_counter(daemon, "oversize_refused", 3)
+        dev.request(REQ, b"Pfits", response_topic="replies/" + "t" * 56, correlation=b"c" * 16)
+        (answer,) = await dev.wait_for(1, timeout=30)
+    assert (answer.payload, answer.correlation) == (b"v1:fits", b"c" * 16)
+    assert [r.topic for r in dev.snapshot()] == ["replies/" + "t" * 56]  # nothing else answered
+    log = daemon.log()
+    assert "exceeds mqtt.max_response_topic_bytes" in log
+    assert "exceeds mqtt.max_correlation_bytes" in log
+
+
+async def test_a_flood_of_large_requests_leaves_rss_near_its_plateau(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> None:
+    """60 KB properties (refused) and 256 KB payloads (answered): what each request leaves
+    behind is bounded in bytes. Without the heap keeper the parsed payloads left RSS
+    +54 MiB for good here (glibc kept the freed arena pages), so this fails without it."""
+    daemon = probe_daemon(tmp_path, daemon_factory, mqtt_config(mosquitto))
+    assert daemon.proc is not None
+    await wait_online(mosquitto)
+    nope = f"{ROOT}/adapters/nope/req"
+    with Requester(mosquitto.port).connect("replies/#") as dev:
+        for i in range(200):  # warm-up: the plateau every later figure is held to
+            dev.request(nope, b"{}", response_topic="replies/w", correlation=b"%d" % i)
+        await dev.wait_for(200, timeout=60)
+        plateau = rss_mb(daemon.proc.pid)
+        huge_topic, huge_data = "replies/" + "x" * 60_000, b"c" * 60_000
+        for _ in range(200):
+            dev.request(REQ, b"P", response_topic=huge_topic, correlation=huge_data)
+        await status_counter(daemon, "oversize_refused", 200, limit_s=60)
+        big = b'{"x": "' + b"a" * 256 * 1024 + b'"}'  # parsed: a 256 KB str each
+        for i in range(200):
+            dev.request(nope, big, response_topic="replies/b", correlation=b"%d" % i)
+        await dev.wait_for(400, timeout=120)
+        rss = await settled_rss(daemon.proc.pid, plateau + 16)
+    assert rss <= plateau + 16, f"RSS {rss:.1f} MiB after the flood, plateau {plateau:.1f} MiB"
+
+
+async def settled_rss(pid: int, goal: float, limit_s: float = 30) -> float:
+    """RSS once it is at most ``goal`` MiB (the trim runs after a quiet second), or the last
+    reading after ``limit_s``."""
+    rss = rss_mb(pid)
+    for _ in range(int(limit_s * 10)):
+        if rss <= goal:
+            break
+        await asyncio.sleep(0.1)
+        rss = rss_mb(pid)
+    return rss

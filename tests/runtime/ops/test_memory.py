@@ -8,8 +8,11 @@ would hold only sometimes. The setting stays in the child, never in the test pro
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+
+from wasmgate.runtime.ops.memory import HeapKeeper
 
 CHILD = r"""
 import ctypes, threading
@@ -51,3 +54,23 @@ def test_trim_returns_what_a_worker_thread_freed() -> None:
     assert freed_mib > 16, out  # the premise: free() kept most of the 32 MiB resident
     assert trimmed_mib < 8, out  # and the trim gave it back
     assert kept == "True"  # live allocations are untouched
+
+
+async def _trims(keeper: HeapKeeper, want: int) -> None:
+    async with asyncio.timeout(10):
+        while keeper.trims < want:
+            await asyncio.sleep(0.01)
+
+
+async def test_the_keeper_trims_after_a_budget_of_large_messages_or_when_quiet() -> None:
+    keeper = HeapKeeper(budget_bytes=1 << 20, idle_s=0.05)
+    async with keeper.running():
+        for _ in range(1000):
+            keeper.note(HeapKeeper.LARGE_BYTES - 1)  # ordinary messages: never counted
+        await asyncio.sleep(0.2)  # a quiet window: nothing pending, so no trim may come
+        assert keeper.trims == 0
+        for _ in range(16):
+            keeper.note(64 * 1024)  # 1 MiB of large ones: the budget
+        await _trims(keeper, 1)
+        keeper.note(64 * 1024)  # below the budget: trimmed once it is quiet
+        await _trims(keeper, 2)
