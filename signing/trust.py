@@ -221,22 +221,47 @@ class TrustStore:
         signers = plain(self.doc.signers) | {key_id_of(public): entry}
         return self._edited(signers=signers)
 
-    def with_fleet_key(self, public: nacl.signing.VerifyKey, names: list[str]) -> TrustStore:
+    def with_fleet_key(
+        self, public: nacl.signing.VerifyKey, names: list[str], threshold: int | None = None
+    ) -> TrustStore:
         """A copy whose fleet role also holds ``public`` and also allows ``names``.
 
         The names are the role's (one list for all its keys, like the root threshold); the
-        threshold is kept (1 for a new role). Only a trust document with a ``root`` section
-        (a draft for ``trust sign``) accepts a fleet role.
+        threshold is ``threshold`` when given, else kept (1 for a new role). Only a trust
+        document with a ``root`` section (a draft for ``trust sign``) accepts a fleet role.
         """
         if self.doc.root is None:
             raise TrustFileError(
-                "the fleet role is accepted only in a root-signed trust file: edit the trust "
-                "document that has the 'root' section, then sign it with `wasmgate trust sign`"
+                "the fleet role is accepted only in a root-signed trust file: add the root "
+                "keys first (`wasmgate trust add ROOT.pub --role root`), then sign the draft "
+                "with `wasmgate trust sign`"
             )
         fleet = plain(self.doc.fleet) or {"keys": {}, "names": []}
         fleet["keys"] |= {key_id_of(public): encode_public(public)}
         fleet["names"] += [n for n in names if n not in fleet["names"]]
+        fleet |= {"threshold": threshold} if threshold is not None else {}
         return self._edited(fleet=fleet)
+
+    def with_root_key(self, public: nacl.signing.VerifyKey, threshold: int | None) -> TrustStore:
+        """A draft whose root section also holds ``public``; the threshold is ``threshold``
+        when given, else kept (1 for a new section). The draft is for ``trust sign``: an
+        unsigned file's root section trusts nothing until the root keys sign it."""
+        kid = key_id_of(public)
+        root = plain(self.doc.root) or {"keys": {}, "threshold": 1}
+        if kid in root["keys"]:
+            raise TrustFileError(f"key {kid} is already a root key of this trust document")
+        root["keys"] |= {kid: encode_public(public)}
+        root |= {"threshold": threshold} if threshold is not None else {}
+        return self._edited(root=root)
+
+    def role_of(self, key_id: str) -> str | None:
+        """``root``, ``fleet`` or ``signer``: the role ``key_id`` holds here (None if none)."""
+        doc = self.doc
+        if doc.root is not None and key_id in doc.root.keys:
+            return "root"
+        if doc.fleet is not None and key_id in doc.fleet.keys:
+            return "fleet"
+        return "signer" if key_id in doc.signers else None
 
     def with_revoked(self, *, key_id: str | None = None, digest: str | None = None) -> TrustStore:
         """A copy with ``key_id`` and/or bundle manifest ``digest`` revoked."""

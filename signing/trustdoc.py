@@ -156,7 +156,7 @@ def verify_threshold(
     ``error`` unless there are at least ``k`` (each key counts once)."""
     good = count_valid(keys, payload_type, doc_bytes, env)
     if len(good) < k:
-        strangers = sorted({s.key_id[:16] for s in env.signatures} - set(keys))
+        strangers = sorted(s.key_id[:16] for s in env.signatures if s.key_id not in keys)
         extra = f" (not {role} keys: {', '.join(strangers)})" if strangers else ""
         raise error(f"{who}: {len(good)} valid {role} signature(s), need {k}{extra}")
     return good

@@ -11,7 +11,12 @@ import ipaddress
 
 from wasmgate.runtime.cli._checks import Finding
 from wasmgate.runtime.fleet.oci import OciClient
-from wasmgate.runtime.fleet.ocitypes import RegistryAuthError, RegistryError, RegistryUnavailable
+from wasmgate.runtime.fleet.ocitypes import (
+    RegistryAuthError,
+    RegistryError,
+    RegistryPlainHttp,
+    RegistryUnavailable,
+)
 from wasmgate.runtime.ops.config import RegistrySettings, SamplesSettings
 
 CHECK = "registry"
@@ -45,6 +50,9 @@ def _probe(check: str, host: str, reg: RegistrySettings, key: str) -> Finding:
     client = OciClient(host, reg)
     try:
         client.ping()
+    except RegistryPlainHttp as e:
+        fix = "set registry.insecure = true (a plain-HTTP registry: loopback or a lab only)"
+        return Finding(check, "error", f"{host}: {e}", fix)
     except RegistryAuthError as e:
         fix = "check registry.username/password (and registry.ca for TLS)"
         return Finding(check, "error", f"{host} refused us: {e}", fix)

@@ -6,6 +6,8 @@
   gateways that moved back to their previous bundles; on success publish the group document.
   REF is resolved in the registry (``--insecure`` for plain HTTP; credentials and CA from
   the ``[registry]`` section of ``--config``); documents always carry the digest.
+  A REF older than what a gateway's current document asks for is a rollback: refused
+  unless ``--allow-downgrade`` (the documents then grant the signed downgrade to it).
   Exit 0 when applied everywhere, 1 when aborted, 2 on usage errors or a refused start.
 - ``status --broker HOST:PORT [--group G] [--json]``: gateways x bundles from the retained
   deployment reports, with the time of each report and drift from the group's document.
@@ -100,6 +102,12 @@ def _register_rollout(actions: SubParsers[argparse.ArgumentParser]) -> None:
     roll.add_argument("--min-done", type=int, default=1, help="Finished gateways before aborting.")
     roll.add_argument("--wave-timeout", type=float, default=600.0, metavar="SECONDS")
     roll.add_argument("--expires", type=float, default=30 * 86400.0, metavar="SECONDS")
+    roll.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="Roll back on purpose: REF may be older than what the gateways run (the "
+        "documents grant the signed downgrade to exactly its version).",
+    )
     roll.add_argument("--insecure", action="store_true", help="Plain-HTTP registry (loopback).")
     roll.add_argument("--config", type=Path, help="Config file with a [registry] section.")
     add_passphrase_args(roll)
@@ -137,7 +145,7 @@ def _plan(args: argparse.Namespace, new: Wanted) -> RolloutPlan:
         raise CliError("--min-done, --wave-timeout and --expires must be positive", EXIT_USAGE)
     return RolloutPlan(
         args.group, new, waves, abort, args.min_done, args.wave_timeout,
-        timedelta(seconds=args.expires),
+        timedelta(seconds=args.expires), args.allow_downgrade,
     )  # fmt: skip
 
 

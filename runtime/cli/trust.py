@@ -4,6 +4,8 @@
   file, a key file, or the base64 public key. ``--role fleet`` adds it to the ``fleet`` role
   instead (keys that sign fleet documents, for the role's ``--names``); only a trust document
   with a ``root`` section takes one, and gateways honour it once that is root-signed.
+  ``--role root [--threshold K]`` adds a root key (and sets how many root keys must sign):
+  that makes the file a draft for ``trust sign``. A key holds one role only.
 - ``list [--json]``; ``revoke KEY_ID`` or ``revoke --bundle DIGEST``.
 - ``sign DOC --key ROOTKEY [--key ...] --out FILE [--version N]``: sign a trust document
   that has a ``root`` section (k-of-n root keys) for distribution to gateways.
@@ -18,7 +20,9 @@ import argparse
 import re
 from pathlib import Path
 
-from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from nacl.signing import VerifyKey
+
+from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
 from wasmgate.runtime.cli.bundle import add_trust_arg, trust_path
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
 from wasmgate.signing import (
@@ -34,6 +38,7 @@ from wasmgate.signing.state import atomic_write
 from wasmgate.typed import convert, replace
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+ROLES = ("signer", "fleet", "root")
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -44,7 +49,10 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     add = actions.add_parser("add", help="Trust a signing key for some bundle names.")
     add.add_argument("pubkey", metavar="PUBKEY", help="Public key file or base64 key.")
     add.add_argument(
-        "--names", action="append", required=True, help="Name pattern, e.g. 'vision.*'."
+        "--names",
+        action="append",
+        default=[],
+        help="Name pattern, e.g. 'vision.*' (signer and fleet keys; repeatable).",
     )
     add.add_argument(
         "--max-limit",
@@ -56,9 +64,17 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     add.add_argument("--comment", default="", help="Free text shown by `trust list`.")
     add.add_argument(
         "--role",
-        choices=("signer", "fleet"),
+        choices=ROLES,
         default="signer",
-        help="signer: signs bundles (default); fleet: signs fleet documents.",
+        help="signer: signs bundles (default); fleet: signs fleet documents; root: signs "
+        "the trust file itself (a draft for `trust sign`).",
+    )
+    add.add_argument(
+        "--threshold",
+        type=int,
+        metavar="K",
+        help="root and fleet roles: how many of the role's keys must sign (default: kept, "
+        "1 for a new role).",
     )
     add_trust_arg(add)
     add.set_defaults(func=_add)
@@ -111,21 +127,80 @@ def _limits(items: list[str]) -> dict[str, int]:
 
 def _add(args: argparse.Namespace) -> int:
     path = trust_path(args)
-    if args.role == "fleet" and (args.max_limit or args.comment):
-        raise CliError("--max-limit and --comment are for signer keys, not --role fleet", 2)
+    _check_add_flags(args)
+    public = _public_key(args.pubkey)
+    store = _load(path)
+    _check_role(store, key_id_of(public), args)
     try:
-        public = load_public_key(args.pubkey)
-        if args.role == "fleet":
-            store = _load(path).with_fleet_key(public, args.names)
+        if args.role == "root":
+            store = store.with_root_key(public, args.threshold)
+        elif args.role == "fleet":
+            store = store.with_fleet_key(public, args.names, args.threshold)
         else:
             limits = _limits(args.max_limit)
-            store = _load(path).with_signer(public, args.names, limits, args.comment)
+            store = store.with_signer(public, args.names, limits, args.comment)
     except SigningError as e:
         raise CliError(str(e)) from e
     _save(store, path)
-    role = " as a fleet key" if args.role == "fleet" else ""
-    print(f"trusted key {key_id_of(public)}{role} for {', '.join(args.names)} in {path}")
+    print(f"trusted key {key_id_of(public)}{_added_as(args, store)} in {path}")
     return EXIT_OK
+
+
+def _public_key(arg: str) -> VerifyKey:
+    """A key file, or the base64 key; anything else is a usage error, said in one line."""
+    try:
+        return load_public_key(arg)
+    except SigningError as e:
+        if not Path(arg).exists() and len(arg) != 44:  # 44: the length of a base64 key
+            raise CliError(f"{arg}: no such key file", EXIT_USAGE) from e
+        raise CliError(
+            f"{arg}: not a wasmgate Ed25519 public key (`wasmgate keygen` makes one): {e}",
+            EXIT_USAGE,
+        ) from e
+
+
+def _check_add_flags(args: argparse.Namespace) -> None:
+    """Flags that do not fit the role are usage errors, refused before anything is read."""
+    if args.role != "signer" and (args.max_limit or args.comment):
+        raise CliError(f"--max-limit and --comment are for signer keys, not --role {args.role}", 2)
+    if args.role == "root" and args.names:
+        raise CliError("--names is not for --role root: root keys sign only the trust file", 2)
+    if args.role != "root" and not args.names:
+        raise CliError(f"--role {args.role} needs --names (the bundle names it is for)", 2)
+    if args.role == "signer" and args.threshold is not None:
+        raise CliError("--threshold is for --role root or fleet (k of the role's keys)", 2)
+    if args.threshold is not None and args.threshold < 1:
+        raise CliError(f"--threshold {args.threshold}: must be at least 1", 2)
+
+
+def _check_role(store: TrustStore, kid: str, args: argparse.Namespace) -> None:
+    """One key, one role (a root key that also signs bundles is no longer offline); the
+    threshold never above the keys the role will have."""
+    held = store.role_of(kid)
+    if args.role == "root" and held == "root":
+        raise CliError(f"key {kid} is already a root key of this trust document", 2)
+    if held not in (None, args.role):
+        raise CliError(
+            f"key {kid} is already a {held} key: give each role its own key "
+            "(`wasmgate keygen`)", 2
+        )  # fmt: skip
+    doc = store.doc
+    section = doc.root if args.role == "root" else doc.fleet if args.role == "fleet" else None
+    count = (len(section.keys) if section else 0) + (held is None)
+    if args.threshold is not None and args.threshold > count:
+        raise CliError(
+            f"--threshold {args.threshold}: larger than the {count} {args.role} key(s) this "
+            f"document would have (add the keys first)", 2
+        )  # fmt: skip
+
+
+def _added_as(args: argparse.Namespace, store: TrustStore) -> str:
+    doc = store.doc
+    if args.role == "root" and doc.root is not None:
+        return f" as a root key (threshold {doc.root.threshold} of {len(doc.root.keys)})"
+    if args.role == "fleet":
+        return f" as a fleet key for {', '.join(args.names)}"
+    return f" for {', '.join(args.names)}"
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from wasmgate.runtime.fleet.rollout import (
     Outcome,
     Size,
     Wanted,
+    below_previous,
     downgrades_for,
     next_serial,
     plan_waves,
@@ -72,6 +73,14 @@ class RolloutPlan:
     min_done: int
     wave_timeout: float
     lifetime: timedelta = timedelta(days=30)
+    allow_downgrade: bool = False
+    """A rollback on purpose: every document of the rollout grants the signed downgrade to
+    exactly ``new``'s version (without it, a lower version than a gateway's current
+    document asks for is refused before anything is sent)."""
+
+    def grants(self) -> list[tuple[str, int]]:
+        """The downgrade permissions the rollout's own documents carry."""
+        return [(self.new.name, self.new.version)] if self.allow_downgrade else []
 
 
 @dataclass
@@ -125,6 +134,7 @@ class Rollout:
         # every previous state is checked before anything is sent: a refusal changes nothing
         previous = {r.gateway: self._trusted(view.desired_for(r)) for r in view.members(plan.group)}
         group_prev = self._trusted(view.group_docs.get(plan.group))
+        _check_downgrade(previous, plan)
         waves = plan_waves(members, plan.waves)
         on_start(len(members))
         rows = {gw: Row(gw, i + 1) for i, wave in enumerate(waves) for gw in wave}
@@ -132,7 +142,10 @@ class Rollout:
         serial = self._serial(view)
         outcomes: dict[str, Outcome] = {}
         for number, wave in enumerate(waves, start=1):
-            self._publish(wave, serial, plan, lambda gw: with_bundle(previous[gw], plan.new))
+            self._publish(
+                wave, serial, plan, lambda gw: with_bundle(previous[gw], plan.new),
+                lambda _gw: plan.grants(),
+            )  # fmt: skip
             outcomes |= self._await(wave, serial, plan, rows, final=True)
             if should_abort(outcomes, plan.abort_failed, plan.min_done):
                 result.aborted_at = number
@@ -231,7 +244,7 @@ class Rollout:
     def _finish(self, members: list[str], group_prev: list[Wanted], plan: RolloutPlan) -> int:
         serial = self._serial(split_topics(self._root, self._client.snapshot()))
         bundles = with_bundle(group_prev, plan.new)
-        data = self._doc(serial, Target(group=plan.group), bundles, plan.lifetime, [])
+        data = self._doc(serial, Target(group=plan.group), bundles, plan.lifetime, plan.grants())
         self._client.publish(f"{self._root}/fleet/{plan.group}/desired", data)
         for gw in members:
             self._client.publish(f"{self._root}/{gw}/desired", b"")
@@ -279,6 +292,17 @@ class Rollout:
             _label(rows[gw], Outcome.TIMEOUT, rollout=final)
             self._progress(rows[gw])
         return outcomes
+
+
+def _check_downgrade(previous: dict[str, list[Wanted]], plan: RolloutPlan) -> None:
+    """A rollout to a lower version is a rollback: refused unless the operator said so."""
+    lower = below_previous(previous, plan.new)
+    if lower and not plan.allow_downgrade:
+        gw, version = next(iter(lower.items()))
+        raise RolloutRefused(
+            f"{plan.new.name} v{plan.new.version} is below v{version}, which {gw} is asked "
+            f"to run now ({len(lower)} gateway(s)): to roll back, give --allow-downgrade"
+        )
 
 
 def _verdict(

@@ -45,6 +45,7 @@ from wasmgate.runtime.fleet.ocitypes import (
     Reference,
     RegistryAuthError,
     RegistryError,
+    RegistryPlainHttp,
     RegistryUnavailable,
     parse_manifest,
     sha256_digest,
@@ -300,9 +301,19 @@ def _check(r: requests.Response, what: str) -> None:
     raise RegistryError(f"{detail}: {r.text[:200]}")
 
 
+# What OpenSSL says when the "server hello" it reads is an HTTP answer (1.1/3.0, then 3.2+)
+_PLAIN_HTTP_SIGNS = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure")
+
+
 def _transport_error(what: str, e: Exception) -> RegistryError:
-    """A failed TLS verification is configuration (registry.ca), not a registry outage."""
+    """A failed TLS handshake is configuration (registry.ca, or a plain-HTTP registry that
+    wants registry.insecure), not a registry outage."""
     if isinstance(e, requests.exceptions.SSLError):
+        if any(sign in str(e) for sign in _PLAIN_HTTP_SIGNS):
+            return RegistryPlainHttp(
+                f"{what}: the registry seems to speak plain HTTP, not HTTPS: for a lab "
+                "registry give --insecure (config: registry.insecure = true)"
+            )
         return RegistryAuthError(f"{what}: TLS verification failed (registry.ca?): {e}")
     return RegistryUnavailable(f"{what}: {e}")
 

@@ -55,6 +55,11 @@ class RegistryAuthError(RegistryError):
     """The registry refused the credentials, or TLS verification failed."""
 
 
+class RegistryPlainHttp(RegistryAuthError):
+    """TLS was asked of a registry that answered in plain HTTP: configuration
+    (``registry.insecure``, ``--insecure``), not an outage."""
+
+
 class ArtifactNotFound(RegistryError):
     """No manifest or blob by that reference in the registry."""
 

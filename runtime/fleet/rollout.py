@@ -126,3 +126,14 @@ def downgrades_for(previous: Sequence[Wanted], new: Wanted) -> list[tuple[str, i
     did not have at all is removed by the gateway, which needs no permission.
     """
     return [(w.name, w.version) for w in previous if w.name == new.name and w.version < new.version]
+
+
+def below_previous(previous: Mapping[str, Sequence[Wanted]], new: Wanted) -> dict[str, int]:
+    """Gateways whose current document asks for a *higher* version of ``new``'s bundle, with
+    that version: rolling ``new`` out to them is a rollback (``--allow-downgrade``)."""
+    return {
+        gw: w.version
+        for gw, wanted in sorted(previous.items())
+        for w in wanted
+        if w.name == new.name and w.version > new.version
+    }

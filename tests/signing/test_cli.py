@@ -164,7 +164,7 @@ def test_trust_add_ceilings_and_bad_patterns(
     assert (
         main(["trust", "add", b64, "--names", "a", "--max-limit", "cpu=2", "--trust", trust]) == 1
     )
-    assert main(["trust", "add", "nonsense", "--names", "a", "--trust", trust]) == 1
+    assert main(["trust", "add", "nonsense", "--names", "a", "--trust", trust]) == 2
     assert "trust edit refused" in capsys.readouterr().err
 
 

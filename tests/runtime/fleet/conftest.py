@@ -77,10 +77,13 @@ class Fleet:
         min_done: int = 1,
         timeout: float = 60.0,
         group: str = GROUP,
+        allow_downgrade: bool = False,
     ) -> RolloutResult:
         new = Wanted("digits", version, ref(version))
         sizes, threshold = parse_waves(waves), parse_size(abort)
-        plan = RolloutPlan(group, new, sizes, threshold, min_done, timeout, timedelta(days=1))
+        plan = RolloutPlan(
+            group, new, sizes, threshold, min_done, timeout, timedelta(days=1), allow_downgrade
+        )
         with OperatorClient(self.settings()) as client:
             return Rollout(client, PREFIX, self.kit.fleet[:1]).run(plan)
 
