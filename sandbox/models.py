@@ -13,7 +13,8 @@ Defined once, here (the lowest layer that needs it):
   thread: a tiny model may be called inline.
 - A ``ModelProvider`` decides what one guest may load: the daemon's provider only returns
   models the bundle declares (raw bytes only when their sha256 matches a declared model).
-This module imports numpy, ml_dtypes and stdlib only; ``wasmgate.runtime`` implements these
+This module imports numpy, ml_dtypes, stdlib and the datatype names of
+``wasmgate.signing.manifest`` (the one list); ``wasmgate.runtime`` implements these
 protocols, the sandbox merely calls them.
 """
 
@@ -26,6 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 import numpy as np
 import numpy.typing as npt
+
+from wasmgate.signing.manifest import DATATYPE_NAMES
 
 __all__ = [
     "DATATYPES",
@@ -59,8 +62,10 @@ _EAGER: Mapping[str, np.dtype[Any]] = MappingProxyType(
         "BYTES": np.dtype(np.object_),
     }
 )
-_ORDER = (*(name for name in _EAGER if name != "BYTES"), "BF16", "BYTES")
+_ORDER = DATATYPE_NAMES
 """The KServe V2 names in the order of the spec's table (BF16 before BYTES)."""
+if set(_ORDER) != {*_EAGER, "BF16"}:  # one table: a name added on one side only is a bug
+    raise RuntimeError(f"datatype tables differ: {sorted(set(_ORDER) ^ {*_EAGER, 'BF16'})}")
 
 
 def _bfloat16() -> np.dtype[Any]:

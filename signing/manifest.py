@@ -15,7 +15,7 @@ Invariants:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -33,8 +33,12 @@ Name = Annotated[str, Meta(pattern=NAME_RE)]
 FileName = Annotated[str, Meta(pattern=FILE_NAME_RE)]
 Precision = Literal["fp32", "int8", "int4", "bf16", "fp16"]
 Datatype = Literal[
-    "FP32", "FP16", "BF16", "FP64", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL", "BYTES"
-]
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+    "FP16", "FP32", "FP64", "BF16", "BYTES",
+]  # fmt: skip
+"""The KServe V2 datatype names, in the spec's order: the one list every layer uses (the
+sandbox maps each to its numpy dtype and checks at import that it maps exactly these)."""
+DATATYPE_NAMES: tuple[str, ...] = get_args(Datatype)
 ParamValue = Value
 
 

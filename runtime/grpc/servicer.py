@@ -21,25 +21,18 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
-from wasmgate.runtime.errors import BadRequest, NotFound
+from wasmgate.runtime.dataplane.answer import answer_headers
+from wasmgate.runtime.dataplane.plane import DataPlane, Route, off_loop
+from wasmgate.runtime.dataplane.stats import statistics
+from wasmgate.runtime.errors import NotFound
 from wasmgate.runtime.grpc import convert
 from wasmgate.runtime.grpc import kserve_v2_pb2 as pb
-from wasmgate.runtime.http import adapters, stats
-from wasmgate.runtime.http.common import (
-    MAX_KEY_CHARS,
-    InferOutcome,
-    Observation,
-    answer_headers,
-    parameter_deadline,
-)
-from wasmgate.runtime.http.v2 import off_loop
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status, metadata_carrier
 from wasmgate.runtime.protocol import metadata
-from wasmgate.runtime.protocol.codec import InferRequest
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
 from wasmgate.runtime.serving import timeouts
-from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, ServiceAPI
+from wasmgate.runtime.serving.api import ServiceAPI
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +67,21 @@ def _parse(doc: dict[str, Any], message: M) -> M:
     return message
 
 
-def _deadline(context: Any, request: InferRequest) -> float | None:
+def _route(context: Any) -> Route:
+    """The gRPC deadline, canary key metadata and peer (the V2 ``timeout`` parameter is the
+    data plane's to merge)."""
     remaining = context.time_remaining()
-    grpc_deadline = None
+    deadline = None
     if remaining is not None:  # finite whatever the client sent (the service caps it too)
-        grpc_deadline = timeouts.after(min(max(remaining, 0.0), timeouts.MAX_BUDGET_S))
-    return timeouts.earliest(grpc_deadline, parameter_deadline(request.parameters))
-
-
-def _canary_key(context: Any) -> str | None:
+        deadline = timeouts.after(min(max(remaining, 0.0), timeouts.MAX_BUDGET_S))
     found = dict(context.invocation_metadata() or ())
     key = next((found[k] for k in KEY_METADATA if found.get(k)), None)
-    if key is not None and (not isinstance(key, str) or len(key) > MAX_KEY_CHARS):
-        raise BadRequest(f"metadata {' / '.join(KEY_METADATA)}: at most {MAX_KEY_CHARS} characters")
-    return key
+    return Route(
+        deadline=deadline,
+        key=key if isinstance(key, str) else None,
+        key_field=f"metadata {' / '.join(KEY_METADATA)}",
+        meta={"transport": "grpc", "client": str(context.peer() or "")},
+    )
 
 
 class InferenceServicer:
@@ -98,6 +92,7 @@ class InferenceServicer:
     ) -> None:
         self._service = service
         self._metrics = metrics
+        self._plane = DataPlane(service, metrics)
         self._tracing = tracing
 
     @rpc
@@ -141,7 +136,7 @@ class InferenceServicer:
     async def ModelStatistics(  # noqa: N802
         self, request: pb.ModelStatisticsRequest, _context: Any
     ) -> pb.ModelStatisticsResponse:
-        doc = stats.statistics(
+        doc = statistics(
             self._service, self._metrics, request.name or None, request.version or None
         )
         return _parse(doc, pb.ModelStatisticsResponse())
@@ -179,49 +174,23 @@ class InferenceServicer:
     async def _model_infer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        info = self._service.model_info(request.model_name, request.model_version or None)
-        observation = Observation(self._metrics, info.kind, info.name)
-        try:
+        name = request.model_name
+        async with self._plane.v2("grpc", name, request.model_version or None) as call:
             # Typed contents cost Python work per element: big ones are decoded off the loop.
             typed = convert.typed_size(request) * TYPED_ELEMENT_BYTES
             req = await off_loop(typed, lambda: convert.parse_request(request))
-            result = await self._run(info, req, context, request.model_version or None)
+            result = await call.infer(req, _route(context))
             answer = await off_loop(
                 typed,
                 lambda: convert.encode_response(
-                    info.name, str(result.version), result.outputs, req,
+                    name, str(result.version), result.outputs, req,
                     raw=bool(request.raw_input_contents), params={"source": result.source},
                 ),
             )  # fmt: skip
-        except Exception as exc:
-            observation.failed(exc)
-            raise
-        observation.ok(result.source, result.timings)
         headers = answer_headers(
-            result.source, result.version, result.timings, observation.elapsed(),
+            result.source, result.version, result.timings, call.observation.elapsed(),
             result.fallback_reason,
         )  # fmt: skip
         headers.update(Tracing.answer_carrier())  # the request's W3C trace context, if any
         context.set_trailing_metadata(tuple((k.lower(), v) for k, v in headers.items()))
         return answer
-
-    async def _run(
-        self, info: ModelInfo, req: InferRequest, context: Any, version: str | None
-    ) -> InferOutcome:
-        deadline = _deadline(context, req)
-        key = _canary_key(context)
-        if info.kind == "adapter":
-            meta = {"transport": "grpc", "client": str(context.peer() or "")}
-            return await adapters.infer_adapter(
-                self._service, info, req.inputs, req.input_parameters, deadline,
-                meta=meta, key=key, version=version,
-            )  # fmt: skip
-        answer = await self._service.infer_model(
-            ModelRequest(
-                model=info.name, inputs=req.inputs, outputs=req.output_names,
-                version=version, deadline=deadline, key=key,
-            )
-        )  # fmt: skip
-        return InferOutcome(
-            dict(answer.outputs), answer.source, answer.version, answer.timings, None
-        )

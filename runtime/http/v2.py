@@ -11,33 +11,25 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import TypeVar
-
 from aiohttp import web
 
+from wasmgate.runtime.dataplane.adapters import InferOutcome
+from wasmgate.runtime.dataplane.answer import answer_headers
+from wasmgate.runtime.dataplane.plane import off_loop
 from wasmgate.runtime.errors import BadRequest, NotReady
 from wasmgate.runtime.http import adapters, edge, stats
 from wasmgate.runtime.http.common import (
-    InferOutcome,
-    Observation,
-    answer_headers,
-    canary_key,
     check_json_size,
-    deadline_of,
-    pinned_version,
+    plane,
     read_body,
+    route_of,
 )
-from wasmgate.runtime.http.keys import METRICS, SERVICE
+from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol import metadata
-from wasmgate.runtime.serving.api import ModelInfo, ModelRequest, ServiceAPI
+from wasmgate.runtime.serving.api import ModelInfo
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-OFFLOAD_BYTES = 256 * 1024
-"""Bodies (or outputs) larger than this are decoded (encoded) in a worker thread."""
-T = TypeVar("T")
 
 
 def _model_info(request: web.Request) -> ModelInfo:
@@ -85,42 +77,6 @@ def _header_length(request: web.Request) -> int | None:
         raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
-async def _run(
-    request: web.Request, service: ServiceAPI, info: ModelInfo, req: v2.InferRequest
-) -> InferOutcome:
-    deadline = deadline_of(request, req.parameters)
-    if info.kind == "adapter":
-        return await adapters.infer_adapter(
-            service,
-            info,
-            req.inputs,
-            req.input_parameters,
-            deadline,
-            meta=adapters.request_meta(request),
-            key=canary_key(request),
-            # the one model_info resolved (the URL's /versions/{v}) only when the URL names
-            # one; else the split decides per element, sticky by key
-            version=request.match_info.get("version") or pinned_version(request),
-        )
-    answer = await service.infer_model(
-        ModelRequest(
-            model=info.name,
-            inputs=req.inputs,
-            outputs=req.output_names,
-            version=request.match_info.get("version") or pinned_version(request),
-            deadline=deadline,
-            key=canary_key(request),
-        )
-    )
-    return InferOutcome(answer.outputs, answer.source, answer.version, answer.timings, None)
-
-
-async def off_loop(size: int, fn: Callable[[], T]) -> T:
-    """``fn()``, in a worker thread when ``size`` (bytes) is over `OFFLOAD_BYTES`."""
-    # Decoding or encoding megabytes of JSON takes long enough to stall every other client.
-    return await asyncio.to_thread(fn) if size > OFFLOAD_BYTES else fn()
-
-
 def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded:
     return v2.encode_response(
         name, str(result.version), result.outputs, req, parameters={"source": result.source}
@@ -128,26 +84,22 @@ def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded
 
 
 async def infer(request: web.Request) -> web.Response:
-    info = _model_info(request)
-    observation = Observation(request.app.get(METRICS), info.kind, info.name)
-    try:
+    name, version = request.match_info["model"], request.match_info.get("version")
+    async with plane(request).v2("http", name, version) as call:
         length = _header_length(request)
         check_json_size(request.content_length if length is None else length, request)
         body = await read_body(request)
         check_json_size(len(body) if length is None else None, request)
         req = await off_loop(len(body), lambda: v2.parse_request(body, length))
-        result = await _run(request, request.app[SERVICE], info, req)
+        result = await call.infer(req, route_of(request))
         size = 0
         for array in result.outputs.values():  # a loop, not sum() over a generator
             size += array.nbytes
-        encoded = await off_loop(size, lambda: _encode(info.name, result, req))
-    except Exception as exc:
-        observation.failed(exc)
-        raise
-    observation.ok(result.source, result.timings)
+        encoded = await off_loop(size, lambda: _encode(name, result, req))
     headers = answer_headers(
-        result.source, result.version, result.timings, observation.elapsed(), result.fallback_reason
-    )
+        result.source, result.version, result.timings, call.observation.elapsed(),
+        result.fallback_reason,
+    )  # fmt: skip
     headers["Content-Type"] = encoded.content_type
     if encoded.header_length is not None:
         headers[HEADER_LENGTH] = str(encoded.header_length)

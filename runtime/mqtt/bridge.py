@@ -26,14 +26,16 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from paho.mqtt.client import topic_matches_sub
 
 from wasmgate.runtime import errors
+from wasmgate.runtime.dataplane.plane import MAX_KEY_CHARS, DataPlane
+from wasmgate.runtime.dataplane.plane import Route as CallRoute
 from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, NotPublished
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
@@ -57,7 +59,7 @@ from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
-from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
+from wasmgate.runtime.serving.api import ServiceAPI
 
 log = logging.getLogger("wasmgate.mqtt")
 
@@ -67,7 +69,6 @@ CANARY_KEY = "canary-key"
 of the 3.1.1 topic form, else a random draw)."""
 PIN_VERSION = "version"
 """User property: pin the request to this serving or staged version."""
-T = TypeVar("T")
 
 
 @dataclass
@@ -153,6 +154,7 @@ class MqttBridge:
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
+        self._plane = DataPlane(service, metrics)
         self._heap = HeapKeeper()
         self._closing = False
         self._client: MqttClient | None = None
@@ -281,7 +283,9 @@ class MqttBridge:
         small = len(msg.payload) <= self._settings.max_payload_bytes
         obj = json_object(msg.payload) if small else None
         reply = self._reply_to(msg, route, request_id(obj))
-        key = dedupe_key(reply.topic, reply.correlation, reply.rid, msg.payload)
+        key = dedupe_key(
+            reply.topic, reply.correlation, reply.rid, msg.payload, request_topic=msg.topic
+        )
         if key is None:
             return await self._answer_or_drop(msg, route, obj, reply)
         if self._spool is not None and self._spool.holds(key):
@@ -436,31 +440,15 @@ class MqttBridge:
     async def _result(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: _Reply
     ) -> _Result:
-        started = time.monotonic()
         try:
-            deadline = self._admit(msg, obj)
             if route.kind == "adapter":
-                return await self._run_adapter(msg, route, deadline)
-            return await self._infer_model(msg, route, deadline)
+                return await self._run_adapter(msg, route, obj)
+            return await self._infer_model(msg, route, obj)
         except Exception as e:
-            self._observe(route, None, {}, type(e).__name__, time.monotonic() - started)
             answer = status_of(e)
             log_failure(log, f"mqtt {msg.topic}", e, answer)
             body = error_body(public_message(e, answer), answer.status, reply.rid)
             return _Result(answer.status, body, JSON)
-
-    def _observe(
-        self,
-        route: Route,
-        source: str | None,
-        timings: Mapping[str, float],
-        error: str | None,
-        seconds: float,
-    ) -> None:
-        if self._metrics is not None:
-            self._metrics.observe_request(
-                route.kind, route.name, source, timings, error, transport="mqtt", seconds=seconds
-            )
 
     def _admit(self, msg: Incoming, obj: dict[str, Any] | None) -> float | None:
         """Refuse oversize and expired requests before any work; returns the deadline."""
@@ -481,66 +469,71 @@ class MqttBridge:
             raise errors.DeadlineExceeded("request expired before work started")
         return deadline
 
-    async def _patiently(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
-        """Retry a `Busy` refusal for up to ``busy_retry_s`` (or the deadline).
-
-        An MQTT backlog arrives all at once (a restart, a burst); the broker holds what is
-        beyond Receive Maximum, so a short wait here beats answering 429 to a device."""
-        give_up = time.monotonic() + self._settings.busy_retry_s
-        if deadline is not None:
-            give_up = min(give_up, deadline)
-        delay = 0.01
-        while True:
-            try:
-                return await call()
-            except errors.Busy:
-                if time.monotonic() + delay > give_up:
-                    raise
-                self.state.busy_retries += 1
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.2)
-
-    async def _run_adapter(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
-        meta = {"transport": "mqtt", "topic": msg.topic, "client": route.client or ""}
-        key, version = _release_choice(msg, route)
-        req = AdapterRequest(
-            route.name, msg.payload, msg.content_type, meta, deadline, key, version, "mqtt"
+    def _route(self, msg: Incoming, route: Route, deadline: float | None) -> CallRoute:
+        """The request's deadline, canary key (user property ``canary-key``, else the 3.1.1
+        client suffix), pinned version (user property ``version``) and transport facts."""
+        key = msg.user_properties.get(CANARY_KEY)
+        if key is None and route.client is not None and len(route.client) <= MAX_KEY_CHARS:
+            key = route.client
+        return CallRoute(
+            deadline=deadline,
+            key=key,
+            key_field=f"user property {CANARY_KEY!r}",
+            pin=msg.user_properties.get(PIN_VERSION),
+            pin_field=f"user property {PIN_VERSION!r}",
+            meta={"transport": "mqtt", "topic": msg.topic, "client": route.client or ""},
+            patience_s=self._settings.busy_retry_s,
+            on_retry=self._busy_retry,
         )
-        started = time.monotonic()
-        ans = await self._patiently(lambda: self._service.run_adapter(req), deadline)
-        self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
+
+    def _busy_retry(self) -> None:
+        self.state.busy_retries += 1
+
+    async def _run_adapter(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None
+    ) -> _Result:
+        async with self._plane.adapter("mqtt", route.name) as call:
+            deadline = self._admit(msg, obj)
+            ans = await call.run_adapter(
+                msg.payload, msg.content_type, self._route(msg, route, deadline), "mqtt"
+            )
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
         if ans.fallback_reason:
             props = (*props, ("fallback_reason", ans.fallback_reason))
         status = 202 if ans.source == "deferred" else 200  # kept for the cloud: accepted
         return _Result(status, ans.body, ans.content_type, props)
 
-    async def _infer_model(self, msg: Incoming, route: Route, deadline: float | None) -> _Result:
-        header = msg.user_properties.get(HEADER_LENGTH)
-        try:
-            header_length = int(header) if header is not None else None
-        except ValueError as e:
-            raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
-        parsed = v2.parse_request(msg.payload, header_length)
-        key, version = _release_choice(msg, route)
-        req = ModelRequest(route.name, parsed.inputs, parsed.output_names, version, deadline, key)
-        started = time.monotonic()
-        ans = await self._patiently(lambda: self._service.infer_model(req), deadline)
-        self._observe(route, ans.source, ans.timings, None, time.monotonic() - started)
-        enc = v2.encode_response(route.name, str(ans.version), ans.outputs, parsed)
+    async def _infer_model(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None
+    ) -> _Result:
+        async with self._plane.v2("mqtt", route.name, None) as call:
+            deadline = self._admit(msg, obj)
+            header = msg.user_properties.get(HEADER_LENGTH)
+            try:
+                header_length = int(header) if header is not None else None
+            except ValueError as e:
+                raise errors.BadRequest(
+                    f"{HEADER_LENGTH} must be an integer, got {header!r}"
+                ) from e
+            parsed = v2.parse_request(msg.payload, header_length)
+            ans = await call.infer(parsed, self._route(msg, route, deadline))
+            enc = v2.encode_response(
+                route.name, str(ans.version), ans.outputs, parsed, parameters={"source": ans.source}
+            )
         props: tuple[tuple[str, str], ...] = (("source", ans.source), ("version", str(ans.version)))
+        if ans.fallback_reason:
+            props = (*props, ("fallback_reason", ans.fallback_reason))
         if enc.header_length is not None:
             props = (*props, (HEADER_LENGTH, str(enc.header_length)))
         return _Result(200, enc.body, enc.content_type, props)
 
 
-def _release_choice(msg: Incoming, route: Route) -> tuple[str | None, str | None]:
-    """(canary key, pinned version) of a request: see `CANARY_KEY` and `PIN_VERSION`."""
-    key = msg.user_properties.get(CANARY_KEY) or route.client
-    version = msg.user_properties.get(PIN_VERSION)
-    if version is not None and not version.strip().isdigit():
-        raise errors.BadRequest(f"user property {PIN_VERSION!r} must be a version number")
-    return key, version.strip() if version is not None else None
+def _header_length(msg: Incoming) -> int | None:
+    header = msg.user_properties.get(HEADER_LENGTH)
+    try:
+        return int(header) if header is not None else None
+    except ValueError as e:
+        raise errors.BadRequest(f"{HEADER_LENGTH} must be an integer, got {header!r}") from e
 
 
 def _detach(fut: asyncio.Future[None]) -> None:

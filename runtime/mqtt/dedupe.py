@@ -1,8 +1,9 @@
 """Recently seen requests, so a redelivered request is answered once.
 
-A request is identified by its reply address, its correlation data (MQTT 5) or ``id``
-(3.1.1), and a digest of its payload: a device whose counter restarted and reuses
-correlation data with a new payload is not taken for a redelivery. Requests without a reply
+A request is identified by its topic, its reply address, its correlation data (MQTT 5) or
+``id`` (3.1.1), and a digest of its payload: a device whose counter restarted and reuses
+correlation data with a new payload, or the same payload for another model, is not taken
+for a redelivery. Requests without a reply
 address or without correlation are never deduplicated (nothing tells two apart).
 
 Each entry holds a future resolved when the first copy's answer reached the broker; a
@@ -25,7 +26,12 @@ class NotAnswered(Exception):
 
 
 def dedupe_key(
-    reply_topic: str | None, correlation: bytes | None, rid: str | int | None, payload: bytes
+    reply_topic: str | None,
+    correlation: bytes | None,
+    rid: str | int | None,
+    payload: bytes,
+    *,
+    request_topic: str,
 ) -> bytes | None:
     """The identity of a request, or None when it cannot be told apart from others."""
     if reply_topic is None:
@@ -37,7 +43,7 @@ def dedupe_key(
     else:
         return None
     key = hashlib.blake2b(digest_size=KEY_BYTES)
-    for part in (reply_topic.encode(), tag, payload):
+    for part in (request_topic.encode(), reply_topic.encode(), tag, payload):
         key.update(len(part).to_bytes(8, "little"))  # length-prefixed: parts cannot blur
         key.update(part)
     return key.digest()

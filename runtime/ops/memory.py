@@ -39,8 +39,8 @@ class HeapKeeper:
     it from 299 to 81 MiB). glibc serves such buffers from the paho thread's and the loop's
     arenas once its mmap threshold has risen (it does after the models' large frees) and keeps
     the freed pages. So a transport notes the size of each large message it took in; once
-    ``budget_bytes`` of them passed, or the traffic went quiet for ``idle_s`` with some
-    pending, the heap is trimmed off the loop, at most once per ``idle_s``. What stays
+    ``budget_bytes`` of them passed, and twice more once the traffic went quiet for
+    ``idle_s``, the heap is trimmed off the loop, at most once per ``idle_s``. What stays
     resident above the plateau is then bounded by the budget, not by the flood.
     """
 
@@ -51,6 +51,9 @@ class HeapKeeper:
         self._budget = budget_bytes
         self._idle_s = idle_s
         self._pending = 0
+        self._trailing = 0
+        """Quiet-window trims still due: buffers of a burst are often freed a moment after
+        the last message (answers awaiting their PUBACK), so a burst ends with two."""
         self._full = asyncio.Event()
         self.trims = 0
 
@@ -58,6 +61,7 @@ class HeapKeeper:
         """A message of ``nbytes`` was taken in (called on the loop)."""
         if nbytes >= self.LARGE_BYTES:
             self._pending += nbytes
+            self._trailing = 2
             if self._pending >= self._budget:
                 self._full.set()
 
@@ -68,10 +72,10 @@ class HeapKeeper:
 
     async def _run(self) -> None:
         while True:
-            wait = self._idle_s if self._pending else None
+            wait = self._idle_s if self._trailing else None
             full = await wake_or_timeout(self._full, wait)
-            if not full and not self._pending:
-                continue
+            if not full:
+                self._trailing -= 1
             self._full.clear()
             self._pending = 0
             await asyncio.to_thread(trim_heap)

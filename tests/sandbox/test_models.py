@@ -17,6 +17,7 @@ from wasmgate.sandbox.models import (
     numpy_dtype,
     validate,
 )
+from wasmgate.signing.manifest import DATATYPE_NAMES
 
 SPECS = [TensorSpec("a", "FP32", (-1, 2)), TensorSpec("b", "INT64", (1,))]
 A = np.zeros((3, 2), dtype=np.float32)
@@ -71,3 +72,11 @@ def test_bf16_and_bytes_inputs_validate() -> None:
     validate(specs, {"h": np.ones(4, ml_dtypes.bfloat16), "s": strings})
     with pytest.raises(InputMismatch, match="expected datatype BF16, got FP16"):
         validate(specs, {"h": np.ones(4, np.float16), "s": strings})
+
+
+def test_the_manifest_and_the_sandbox_share_one_datatype_list() -> None:
+    # The manifest once allowed 11 names while requests accepted 14: a UINT16 model could
+    # be served but not declared. Both now read DATATYPE_NAMES, in the spec's order.
+    assert tuple(DATATYPES) == DATATYPE_NAMES
+    assert {"UINT16", "UINT32", "UINT64", "BF16"} <= set(DATATYPE_NAMES)
+    assert len(DATATYPE_NAMES) == len(set(DATATYPE_NAMES)) == 14

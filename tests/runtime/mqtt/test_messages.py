@@ -106,20 +106,27 @@ def test_json_id_echo() -> None:
 
 
 def test_dedupe_key_identity() -> None:
-    key = dedupe_key("r", b"c1", None, b"p")
+    key = dedupe_key("r", b"c1", None, b"p", request_topic="q")
     assert key is not None
-    assert key == dedupe_key("r", b"c1", None, b"p")
-    assert key != dedupe_key("r", b"c1", None, b"q")  # reused correlation, new payload
-    assert key != dedupe_key("r2", b"c1", None, b"p")
-    assert dedupe_key("r", None, 5, b"p") == dedupe_key("r", None, "5", b"p")
-    assert dedupe_key(None, b"c1", None, b"p") is None
-    assert dedupe_key("r", None, None, b"p") is None
+    assert key == dedupe_key("r", b"c1", None, b"p", request_topic="q")
+    assert key != dedupe_key(
+        "r", b"c1", None, b"q", request_topic="q"
+    )  # reused correlation, new payload
+    assert key != dedupe_key("r2", b"c1", None, b"p", request_topic="q")
+    assert key != dedupe_key("r", b"c1", None, b"p", request_topic="q2")  # another model
+    assert dedupe_key("r", None, 5, b"p", request_topic="q") == dedupe_key(
+        "r", None, "5", b"p", request_topic="q"
+    )
+    assert dedupe_key(None, b"c1", None, b"p", request_topic="q") is None
+    assert dedupe_key("r", None, None, b"p", request_topic="q") is None
     # A requester controls topic and correlation sizes: the key stays 32 bytes, and the
     # length-prefixed parts cannot be shifted into one another.
-    huge = dedupe_key("t" * 100_000, b"c" * 100_000, None, b"p" * 100_000)
+    huge = dedupe_key("t" * 100_000, b"c" * 100_000, None, b"p" * 100_000, request_topic="q")
     assert huge is not None
     assert len(huge) == len(key) == 32
-    assert dedupe_key("r\0c", b"x", None, b"p") != dedupe_key("r", b"\0cx", None, b"p")
+    assert dedupe_key("r\0c", b"x", None, b"p", request_topic="q") != dedupe_key(
+        "r", b"\0cx", None, b"p", request_topic="q"
+    )
 
 
 async def test_recent_requests_are_capped_oldest_first() -> None:

@@ -1,0 +1,58 @@
+"""One request's observation: the metrics series every transport reports the same way."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Literal
+
+from wasmgate.runtime.errors import DaemonError, PayloadTooLarge
+from wasmgate.runtime.ops.metrics import Kind, Metrics
+from wasmgate.runtime.serving.api import Source
+
+Transport = Literal["http", "grpc", "mqtt"]
+
+
+def error_label(exc: BaseException) -> str:
+    """The ``error`` label of a failed request: our error class, else what the transport's
+    library said (an HTTP status), else ``InternalError`` (a bug: its name stays in logs)."""
+    if isinstance(exc, DaemonError):
+        return type(exc).__name__
+    status = getattr(exc, "status", None)  # aiohttp's HTTPException, without importing it
+    if status == 413:
+        return PayloadTooLarge.__name__
+    if isinstance(status, int) and 400 <= status < 600:
+        return f"HTTP{status}"
+    return "InternalError"
+
+
+class Observation:
+    """Times one request and reports it once to the daemon's `Metrics` (if any)."""
+
+    __slots__ = ("_metrics", "_transport", "kind", "name", "start")
+
+    def __init__(
+        self, metrics: Metrics | None, transport: Transport, kind: Kind, name: str
+    ) -> None:
+        self._metrics = metrics
+        self._transport: Transport = transport
+        self.kind: Kind = kind
+        self.name = name
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def ok(self, source: Source, timings: Mapping[str, float]) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_request(
+                self.kind, self.name, source, timings,
+                transport=self._transport, seconds=self.elapsed(),
+            )  # fmt: skip
+
+    def failed(self, exc: BaseException) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_request(
+                self.kind, self.name, None, {}, error_label(exc),
+                transport=self._transport, seconds=self.elapsed(),
+            )  # fmt: skip

@@ -1,0 +1,220 @@
+"""One table of V2 cases through HTTP, gRPC and MQTT against one real daemon.
+
+Each case is sent over every transport that can express it; all of them must answer with
+the same status (gRPC: the code the error table gives that status), and afterwards each
+transport's series in ``/metrics`` (answered by source, failed by error label) must be the
+same, under its own ``transport`` label. This held for none of the drifts the data plane
+removed: gRPC counted as ``http``, MQTT ignoring the V2 ``timeout`` parameter and the
+canary-key cap, MQTT's own error labels, adapters not being V2 models over MQTT.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import msgspec
+import pytest
+from tritonclient.grpc import service_pb2 as tpb
+from tritonclient.grpc import service_pb2_grpc as tstub
+
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.mosquitto import Broker
+from tests.fixtures.net import free_port
+from tests.runtime.edges.probe import probe_daemon
+from tests.runtime.mqtt.requester import Requester
+from wasmgate.runtime.protocol.error_table import TABLE
+
+GW = "gw-conf"
+LONG_KEY = "k" * 257
+
+
+class Case(msgspec.Struct, frozen=True):
+    name: str
+    model: str
+    datatype: str
+    shape: list[int]
+    data: list[Any]
+    status: int
+    parameters: dict[str, Any] = {}
+    key: str | None = None
+    pin: str | None = None
+    timeout_ms: str | None = None
+    """The transport's own timeout (HTTP header, MQTT user property; gRPC has none)."""
+
+
+X = [1.0, 2.0, 3.0, 4.0]
+CASES = [
+    Case("ok", "double", "FP32", [1, 4], X, 200),
+    Case("adapter as a V2 model", "probe", "BYTES", [1], ["Phi"], 200),
+    Case("adapter error", "probe", "BYTES", [1], ["E"], 500),
+    Case("unknown model", "nope", "FP32", [1, 4], X, 404),
+    Case("wrong shape", "double", "FP32", [1, 3], X[:3], 400),
+    Case("wrong datatype", "double", "INT32", [1, 4], [1, 2, 3, 4], 400),
+    Case("negative timeout parameter", "double", "FP32", [1, 4], X, 400, {"timeout": -5}),
+    Case("huge timeout parameter", "double", "FP32", [1, 4], X, 400, {"timeout": 10**30}),
+    Case("nan timeout parameter", "double", "FP32", [1, 4], X, 400, {"timeout": "nan"}),
+    Case("deadline exceeded", "double", "FP32", [1, 4], X, 504, {"timeout": 1}),
+    Case("nan timeout of the transport", "double", "FP32", [1, 4], X, 400, timeout_ms="nan"),
+    Case("negative timeout of the transport", "double", "FP32", [1, 4], X, 400, timeout_ms="-1"),
+    Case("over-long canary key", "double", "FP32", [1, 4], X, 400, key=LONG_KEY),
+    Case("canary key", "double", "FP32", [1, 4], X, 200, key="device-7"),
+    Case("pinned version", "double", "FP32", [1, 4], X, 200, pin="1"),
+    Case("bad pinned version", "double", "FP32", [1, 4], X, 400, pin="one"),
+]
+
+
+def body(case: Case) -> bytes:
+    tensor = {"name": "x", "datatype": case.datatype, "shape": case.shape, "data": case.data}
+    if case.datatype == "BYTES":
+        tensor["name"] = "payload"
+    return json.dumps({"inputs": [tensor], "parameters": case.parameters}).encode()
+
+
+def over_http(daemon: Daemon, case: Case) -> int:
+    headers = {"Content-Type": "application/json"}
+    if case.key is not None:
+        headers["X-Wasmgate-Canary-Key"] = case.key
+    if case.pin is not None:
+        headers["X-Wasmgate-Version"] = case.pin
+    if case.timeout_ms is not None:
+        headers["X-Wasmgate-Timeout-Ms"] = case.timeout_ms
+    url = f"{daemon.url}/v2/models/{case.model}/infer"
+    req = urllib.request.Request(url, data=body(case), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+GRPC_STATUS = {"OK": {200}} | {
+    code: {s.status for s in TABLE.values() if s.grpc == code}
+    for code in {s.grpc for s in TABLE.values()}
+}
+GRPC_STATUS["INTERNAL"] = GRPC_STATUS.get("INTERNAL", set()) | {500}
+
+
+def grpc_request(case: Case) -> tpb.ModelInferRequest:
+    request = tpb.ModelInferRequest(model_name=case.model)
+    name = "payload" if case.datatype == "BYTES" else "x"
+    tensor = request.inputs.add(name=name, datatype=case.datatype, shape=case.shape)
+    if case.datatype == "FP32":
+        tensor.contents.fp32_contents.extend(case.data)
+    elif case.datatype == "INT32":
+        tensor.contents.int_contents.extend(case.data)
+    else:
+        tensor.contents.bytes_contents.extend(d.encode() for d in case.data)
+    for key, value in case.parameters.items():
+        param = request.parameters[key]
+        if isinstance(value, str):
+            param.double_param = float(value)  # what a gRPC client sends for "nan"
+        elif value > 2**62:
+            param.double_param = float(value)
+        else:
+            param.int64_param = value
+    return request
+
+
+def over_grpc(stub: tstub.GRPCInferenceServiceStub, case: Case) -> set[int]:
+    """The HTTP statuses the answer's gRPC code stands for."""
+    metadata = []
+    if case.key is not None:
+        metadata.append(("x-wasmgate-canary-key", case.key))
+    try:
+        stub.ModelInfer(grpc_request(case), metadata=metadata, timeout=30)
+    except grpc.RpcError as e:
+        return GRPC_STATUS[e.code().name]
+    return {200}
+
+
+async def over_mqtt(dev: Requester, case: Case, seen: int) -> int:
+    user = []
+    if case.key is not None:
+        user.append(("canary-key", case.key))
+    if case.pin is not None:
+        user.append(("version", case.pin))
+    if case.timeout_ms is not None:
+        user.append(("timeout_ms", case.timeout_ms))
+    topic = f"wasmgate/v1/{GW}/models/{case.model}/infer"
+    correlation = b"%d" % seen  # a request's identity (the same one would be deduplicated)
+    dev.request(
+        topic, body(case), response_topic="conf/replies", correlation=correlation, user=user
+    )
+    replies = await dev.wait_for(seen + 1, timeout=30)
+    return int(replies[seen].props["status"])
+
+
+def expressible(case: Case, transport: str) -> bool:
+    """gRPC has no per-request timeout header nor a pinned-version metadata."""
+    return transport != "grpc" or (case.timeout_ms is None and case.pin is None)
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+) -> tuple[Daemon, int]:
+    """The probe daemon on HTTP, MQTT and gRPC; its gRPC port."""
+    port = free_port()
+    config = {
+        "mqtt": {"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GW},
+        "grpc": {"port": port},
+    }
+    return probe_daemon(tmp_path, daemon_factory, config), port
+
+
+def series(daemon: Daemon) -> dict[str, Counter[tuple[str, ...]]]:
+    """transport -> Counter of (family, kind, name, source or error)."""
+    with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found: dict[str, Counter[tuple[str, ...]]] = {}
+    for line in text.splitlines():
+        for family in ("wasmgate_requests_total", "wasmgate_request_errors_total"):
+            if not line.startswith(family + "{"):
+                continue
+            labels = dict(
+                part.split("=", 1) for part in line[len(family) + 1 : line.index("}")].split(",")
+            )
+            labels = {k: v.strip('"') for k, v in labels.items()}
+            last = labels.get("source") or labels.get("error") or ""
+            count = float(line.rsplit(" ", 1)[1])
+            key = (family, labels["kind"], labels["name"], last)
+            found.setdefault(labels["transport"], Counter())[key] += int(count)
+    return found
+
+
+async def test_every_case_answers_and_counts_the_same_on_every_transport(
+    served: tuple[Daemon, int], mosquitto: Broker
+) -> None:
+    daemon, grpc_port = served
+    statuses: dict[str, dict[str, set[int]]] = {}
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+        Requester(mosquitto.port).connect("conf/replies") as dev,
+    ):
+        stub = tstub.GRPCInferenceServiceStub(channel)
+        for i, case in enumerate(CASES):
+            got = statuses[case.name] = {
+                "http": {over_http(daemon, case)},
+                "mqtt": {await over_mqtt(dev, case, i)},
+            }
+            if expressible(case, "grpc"):
+                got["grpc"] = over_grpc(stub, case)
+    for case in CASES:
+        got = statuses[case.name]
+        assert got["http"] == got["mqtt"] == {case.status}, (case.name, got)
+        if "grpc" in got:
+            assert case.status in got["grpc"], (case.name, got)
+    counted = series(daemon)
+    grpc_cases = [c for c in CASES if expressible(c, "grpc")]
+    assert set(counted) == {"http", "grpc", "mqtt"}
+    assert counted["http"] == counted["mqtt"]
+    assert sum(counted["grpc"].values()) == len(grpc_cases)
+    assert counted["grpc"] <= counted["http"]  # the same series, fewer cases
+    assert "Traceback" not in daemon.log()
