@@ -153,13 +153,15 @@ def test_page_renders_in_headless_chromium(status_server: LiveServer, tmp_path: 
     assert 'data-state="loaded"' in dom, dom[-2000:]
     table = Table()
     table.feed(dom)
+    # Models: name, ready, requests, adapter calls, errors, p50, p99, runs on, sources,
+    # bundle, version.
     add = table.rows["add"]
-    assert add[:7] == ["add", "model", "3", "demo", "CPUExecutionProvider", "fp32", "yes"]
-    assert add[7:9] == ["3", "0"]  # requests, errors
-    assert float(add[9]) > 0  # p50 ms
-    assert add[12] == "local 3"
-    assert table.rows["busy"][7:9] == ["1", "1"]
-    assert table.rows["bf16"][5] == "bf16"
+    assert add[:5] == ["add", "yes", "3", "0", "0"]
+    assert add[5].endswith(" ms") and float(add[5].split()[0]) > 0  # p50
+    assert add[7:] == ["CPU · fp32", "local 3", "demo", "v3"]
+    # Adapters: name, ready, requests, errors, ...
+    assert table.rows["busy"][:4] == ["busy", "yes", "1", "1"]
+    assert table.rows["bf16"][7] == "CPU · bf16"
     assert "ready" in dom
     assert 'id="component-mqtt"' in dom
     assert "127.0.0.1:1883" in dom
