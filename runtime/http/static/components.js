@@ -74,7 +74,9 @@
     const up = Boolean(client.connected);
     const c = card("MQTT", badge(up ? "connected" : "disconnected", up ? "ok" : "bad"));
     const state = el("span");
-    state.append(up ? "connected " : "down since ", ago(client.since, now));
+    if (up) state.append("connected ", ago(client.since, now));
+    else if (client.connects) state.append("lost ", ago(client.since, now));
+    else state.append("never connected yet");
     const main = [
       ["broker", el("span", doc.broker, "ident")],
       ["state", state],
