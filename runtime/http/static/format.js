@@ -45,8 +45,12 @@
     if (v < 1) return `${Math.round(v * 1000)} ms`;
     if (v < 10) return `${Number(v.toFixed(1))} s`;
     if (v < 60) return `${Math.round(v)} s`;
-    const min = Math.round(v / 60);
-    if (v < 3600) return `${min} min`;
+    if (v < 600) {  // under 10 min the seconds still matter
+      const whole = Math.round(v);
+      const rest = whole % 60;
+      return rest ? `${Math.floor(whole / 60)} min ${rest} s` : `${whole / 60} min`;
+    }
+    if (v < 3600) return `${Math.round(v / 60)} min`;
     const h = Math.floor(v / 3600);
     const restMin = Math.round((v - h * 3600) / 60);
     if (v < 86400) return restMin ? `${h} h ${restMin} min` : `${h} h`;

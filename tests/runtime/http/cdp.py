@@ -22,6 +22,8 @@ from typing import Any
 
 import aiohttp
 
+PROBE = (Path(__file__).parent / "probe.js").read_text()
+LOADED = "document.body.dataset.state === 'loaded'"
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -124,3 +126,17 @@ async def chromium_page(tmp_path: Path) -> AsyncIterator[Page]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def probe(tmp_path: Path, url: str, width: int, shot: Path | None = None) -> dict[str, Any]:
+    """The status page at ``url`` measured by probe.js at ``width`` px (and its picture)."""
+
+    async def run() -> dict[str, Any]:
+        async with chromium_page(tmp_path) as page:
+            await page.open(url, width, LOADED)
+            found: dict[str, Any] = await page.evaluate(PROBE)
+            if shot is not None:
+                await page.screenshot(shot)
+            return found
+
+    return asyncio.run(run())

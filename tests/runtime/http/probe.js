@@ -98,6 +98,9 @@
     mqttHistory: mqttCard ? [...mqttCard.querySelectorAll(".history")].map((e) => ({
       text: e.textContent, hover: (e.querySelector("time") || {}).title || null,
     })) : [],
+    // Each card's text with its parts spaced as they are laid out (innerText).
+    cards: Object.fromEntries([...document.querySelectorAll(".card[id]")]
+      .map((c) => [c.id, c.innerText.replace(/\s+/g, " ")])),
     adapters: cells("adapters"),
     models: cells("models"),
   };

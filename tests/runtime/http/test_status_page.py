@@ -8,7 +8,6 @@ CI needs Debian's ``chromium`` and ``mosquitto``; without them these tests fail 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -17,20 +16,17 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
-from tests.runtime.http.cdp import chromium_page
+from tests.runtime.http.cdp import probe
 from tests.runtime.stack import host_profile_name
 from wasmgate.guest_adapters.examples import example_dir
 from wasmgate.runtime.bundles.demo import prepare_demo
 
-PROBE = (Path(__file__).parent / "probe.js").read_text()
-LOADED = "document.body.dataset.state === 'loaded'"
 RUNS = 40  # requests to each of two adapters; each run calls its model once
 DIRECT = 2  # requests to digits-mlp itself (V2)
 
@@ -66,18 +62,6 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 30) -> Non
         if time.monotonic() > deadline:
             raise TimeoutError(f"not reached after {timeout}s: {what}")
         time.sleep(0.05)
-
-
-def probe(tmp_path: Path, url: str, width: int, shot: Path | None = None) -> dict[str, Any]:
-    async def run() -> dict[str, Any]:
-        async with chromium_page(tmp_path) as page:
-            await page.open(url, width, LOADED)
-            found: dict[str, Any] = await page.evaluate(PROBE)
-            if shot is not None:
-                await page.screenshot(shot)
-            return found
-
-    return asyncio.run(run())
 
 
 @pytest.fixture(scope="module")
