@@ -192,7 +192,7 @@ function fleetCard(report, now) {
     row.append(el("td", name), el("td", `v${b.version}${pct}${down}`, "ident"));
     const state = el("td");
     state.append(badge(b.state, FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""));
-    row.append(state, el("td", b.error || "–"));
+    row.append(state, el("td", b.error || "–", "wrap"));
   }
   wrap.append(table);
   c.append(wrap);
