@@ -475,6 +475,7 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
     async with bridge_for as bridge, fleet.over_mqtt(bridge.client):
         registry.on_change.append(bridge.refresh_metadata)
         status.add_provider(app, "mqtt", bridge.status)
+        app[METRICS].watch_mqtt(lambda: bridge.state.client)
         try:
             yield
         finally:

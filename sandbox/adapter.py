@@ -73,6 +73,8 @@ class GuestResult:
     instantiate_s: float = 0.0
     run_s: float = 0.0
     infer_s: float = 0.0
+    model_calls: Mapping[str, int] = field(default_factory=dict)
+    """Runs of each model the guest started through wasi-nn (name -> count)."""
     from_spare: bool = False
     """The instance was a spare made ready before the request (``instantiate_s`` is then
     only the time to take it)."""
@@ -182,6 +184,7 @@ class Adapter:
             instantiate_s=ready - start,
             run_s=done - ready,
             infer_s=inst.nn.infer_s,
+            model_calls=inst.nn.calls,
             from_spare=spare,
         )
 
@@ -217,6 +220,8 @@ class Adapter:
         inst.slot[0] = req
         nn = inst.nn
         nn.provider, nn.log, nn.infer_s, nn.deadline = models, req.log, 0.0, req.deadline
+        if nn.calls:  # a new dict: the last request's result keeps its own
+            nn.calls = {}
         nn.host_budget = lim.memory_bytes
         self._tls.req, self._tls.nn = req, nn
 

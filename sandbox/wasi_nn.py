@@ -90,7 +90,10 @@ class NnSession:
     """wasi-nn state of one guest instance: graph and execution-context handles.
 
     ``provider`` may be swapped between requests (pooled instances); ``log`` receives a line
-    for every failed call; ``infer_s`` accumulates time spent in ``ModelHandle.infer``.
+    for every failed call; ``infer_s`` accumulates time spent in ``ModelHandle.infer``;
+    ``calls`` counts the runs started per model name (what the status page shows as a
+    model's calls by adapters). The session belongs to one instance, used by one thread at a
+    time, so the count is a plain dict increment.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class NnSession:
         self.provider = provider
         self.log = log
         self.infer_s = 0.0
+        self.calls: dict[str, int] = {}
         self.deadline: float | None = None
         self.host_budget: int | None = None
         """Bytes of tensors all contexts may hold on the host (None: unbounded)."""
@@ -215,6 +219,8 @@ class NnSession:
         """One run with the request's deadline; its outputs charged to the host budget."""
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise NnError(_E.BUSY, "request deadline already passed")
+        calls = self.calls
+        calls[graph.name] = calls.get(graph.name, 0) + 1
         start = time.perf_counter()
         try:  # the guest's deadline goes with the run: it stops (or never starts) past it
             with span("wasi-nn compute", {"wasmgate.model": graph.name}):

@@ -40,6 +40,7 @@ class GuestOutcome(Protocol):
     instantiate_s: float
     run_s: float
     infer_s: float
+    model_calls: Mapping[str, int]
 
 
 class RunnableAdapter(Protocol):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ class Variables:
         self._logged: set[tuple[str, str]] = set()
         self.last_refusal: str | None = None
         """Why the last update was refused (shown in status: MQTT has no answer)."""
+        self.last_refusal_at: float | None = None
+        """When (POSIX time): the status page dates the refusal."""
 
     def reconfigure(
         self, table: ServingTable, configured: Mapping[str, Mapping[str, Value]]
@@ -109,7 +112,7 @@ class Variables:
         try:
             checked = check_update(targets, values)
         except DaemonError as e:
-            self.last_refusal = str(e)
+            self.last_refusal, self.last_refusal_at = str(e), time.time()
             raise
         name = targets[0].name
         merged = {**self._operator.get(name, {}), **checked}
@@ -147,7 +150,7 @@ class Variables:
                 raise BadRequest('want a JSON object {"<bundle>": {"<name>": value}}')
             self.update_many({b: (table.slot(b).versions(), v) for b, v in doc.items()})
         except (ValueError, RecursionError, DaemonError) as e:
-            self.last_refusal = f"mqtt: {e}"
+            self.last_refusal, self.last_refusal_at = f"mqtt: {e}", time.time()
             log.error("variables refused, nothing changed: %s", e)  # noqa: TRY400
             return False
         return True
@@ -158,6 +161,7 @@ class Variables:
         return {
             "bundles": {n: v for n, v in bundles.items() if v},
             "last_refusal": self.last_refusal,
+            "last_refusal_at": self.last_refusal_at,
         }
 
     def _resolve(

@@ -119,6 +119,8 @@ class CloudFallback:
         self.failures = 0
         self.in_flight = 0
         self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        """When ``last_error`` happened (POSIX time), so the status page can date it."""
 
     async def __aenter__(self) -> Self:
         # A context of our own, never aiohttp's default (`wasmgate.runtime.http._aiohttp_private`
@@ -157,6 +159,7 @@ class CloudFallback:
             "failures": self.failures,
             "in_flight": self.in_flight,
             "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
         }
 
     async def infer_adapter(
@@ -303,7 +306,7 @@ class CloudFallback:
 
     def _fail(self, cause: str, *, refused: bool = False) -> CloudUnavailable:
         self.failures += 1
-        self.last_error = cause
+        self.last_error, self.last_error_at = cause, time.time()
         return CloudUnavailable(f"cloud {self._base}: {cause}", refused=refused)
 
 

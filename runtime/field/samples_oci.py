@@ -177,6 +177,7 @@ class OciSamples:
         self.artifacts = 0
         self.failed = 0
         self.last_error: str | None = None
+        self.last_error_at: float | None = None
 
     @classmethod
     def of(cls, store: Store, settings: Settings) -> Self:
@@ -244,7 +245,7 @@ class OciSamples:
             e = TimeoutError(f"no answer within {self._deadline_s():.0f}s")
         self.failed += 1
         self._failures += 1
-        self.last_error = f"{type(e).__name__}: {e}"[:500]
+        self.last_error, self.last_error_at = f"{type(e).__name__}: {e}"[:500], time.time()
         refused = isinstance(e, RegistryError) and not e.retryable
         if refused and len(batch.ids) > 1:  # a batch the registry will not take: try singly
             self._single_through = max(self._single_through, batch.ids[-1])
@@ -266,6 +267,7 @@ class OciSamples:
             "artifacts": self.artifacts,
             "failed": self.failed,
             "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
         }
 
 

@@ -46,7 +46,9 @@ def add_provider(app: web.Application, name: str, provider: StatusProvider) -> N
     app.setdefault(STATUS_PROVIDERS, {})[name] = provider
 
 
-def _model_row(info: ModelInfo, stats: NameStats | None) -> dict[str, Any]:
+def _model_row(info: ModelInfo, stats: NameStats | None, calls: int | None) -> dict[str, Any]:
+    """``adapter_calls``: runs of a model that adapters started through wasi-nn (None for an
+    adapter); ``requests`` counts only what came to the model directly (V2, gRPC)."""
     row: dict[str, Any] = {
         "name": info.name,
         "kind": info.kind,
@@ -58,6 +60,7 @@ def _model_row(info: ModelInfo, stats: NameStats | None) -> dict[str, Any]:
         "ready": info.ready,
         "max_batch_size": info.max_batch_size,
         "requests": 0,
+        "adapter_calls": calls if info.kind == "model" else None,
         "errors": 0,
         "p50_ms": None,
         "p99_ms": None,
@@ -101,13 +104,18 @@ async def status_json(request: web.Request) -> web.Response:
     service = app.get(SERVICE)
     metrics = app.get(METRICS)
     snapshot = metrics.snapshot() if metrics is not None else {}
+    calls = metrics.model_calls.counts() if metrics is not None else {}
     infos = service.list_models() if service is not None else []
     body = {
         "name": "wasmgate",
         "version": wasmgate.__version__,
         "ready": bool(service is not None and service.ready),
         "uptime_s": round(time.monotonic() - app[STARTED], 1),
-        "models": [_model_row(info, snapshot.get((info.kind, info.name))) for info in infos],
+        "time": time.time(),
+        "models": [
+            _model_row(info, snapshot.get((info.kind, info.name)), calls.get(info.name, 0))
+            for info in infos
+        ],
         "components": _components(app),
         "history": _history(app),
     }
@@ -117,7 +125,7 @@ async def status_json(request: web.Request) -> web.Response:
 # A fixed list rather than a static directory route: no request path ever becomes a file
 # path, and it works where the package files are symlinks (an editable install), which
 # aiohttp's static route refuses to follow.
-_ASSETS = ("status.css", "status.js", "charts.js")
+_ASSETS = ("status.css", "format.js", "charts.js", "components.js", "status.js")
 
 
 def _file(name: str) -> Callable[[web.Request], Awaitable[web.FileResponse]]:

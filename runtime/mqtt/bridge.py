@@ -216,9 +216,10 @@ class MqttBridge:
         return self._client
 
     def status(self) -> dict[str, Any]:
-        """`state` for the status page, plus each stored stream's drain counters (sent,
-        delivered on PUBACK, failed, in flight)."""
+        """`state` for the status page, the broker's address, plus each stored stream's
+        drain counters (sent, delivered on PUBACK, failed, in flight)."""
         doc = self.state.as_dict()
+        doc["broker"] = f"{self._settings.host}:{self._settings.port}"
         if self._spool is not None:
             doc["drain"] = self._spool.state()
         return doc

@@ -68,7 +68,14 @@ class ClientState:
     reach its subscribers twice (at least once), which is why requesters match answers by
     correlation data."""
     last_error: str | None = None
+    last_error_at: float | None = None
+    """When ``last_error`` happened (POSIX time): the status page shows an error only with
+    its time, and as history once connected again."""
     since: float = field(default_factory=time.time)
+    """When ``connected`` last changed (POSIX time; at start, when the client was made)."""
+
+    def failed(self, message: str) -> None:
+        self.last_error, self.last_error_at = message, time.time()
 
 
 class _ClosingSSLSocket(ssl.SSLSocket):
@@ -270,7 +277,7 @@ class MqttClient:
                 delay = _MIN_BACKOFF_S
                 await self._lost.wait()
             except (OSError, TimeoutError, ConnectionError) as e:
-                self.state.last_error = f"{type(e).__name__}: {e}"
+                self.state.failed(f"{type(e).__name__}: {e}")
                 log.warning("mqtt connect failed (%s); retry in %.1fs", e, delay)
                 self._drop_socket()
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
@@ -387,7 +394,7 @@ class MqttClient:
         self, _client: paho.Client, _userdata: Any, flags: Any, rc: Any, _props: Any
     ) -> None:
         if rc.is_failure:
-            self.state.last_error = f"broker refused connection: {rc}"
+            self.state.failed(f"broker refused connection: {rc}")
             if self._connack is not None and not self._connack.done():
                 self._connack.set_exception(ConnectionError(self.state.last_error))
             return
@@ -408,6 +415,8 @@ class MqttClient:
         if self.state.connected and not self._stopping:
             self.state.disconnects += 1
             log.warning("mqtt connection lost: %s", rc)
+        if self.state.connected:
+            self.state.since = time.time()
         self.state.connected = False
         self._connected.clear()
         self._lost.set()

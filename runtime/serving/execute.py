@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
@@ -67,11 +67,13 @@ async def execute_adapter(
     policy: InlinePolicy | None = None,
     pool_busy: bool = True,
     crowded: bool = False,
+    calls: Callable[[Mapping[str, int]], None] | None = None,
 ) -> AdapterAnswer:
     """Run the adapter once; raises BadRequest (status 1) or InferenceFailed (2, traps).
 
     Inline on the loop when ``policy`` measured the adapter tiny (``crowded``: other
-    requests are in flight; see `wasmgate.runtime.serving.guest_run`), else on the pool."""
+    requests are in flight; see `wasmgate.runtime.serving.guest_run`), else on the pool.
+    ``calls`` gets the models the run called (``GuestOutcome.model_calls``), on the loop."""
     adapter = bundle.adapter
     if adapter is None:
         raise InferenceFailed(f"bundle {bundle.name!r} has no adapter")
@@ -94,13 +96,26 @@ async def execute_adapter(
             raise InferenceFailed(f"{req.adapter}: answer too large: {e}") from e
         except SandboxError as e:
             raise InferenceFailed(f"{req.adapter}: {e}") from e
-    if policy is not None:
-        policy.record(key, result.instantiate_s + result.run_s, inline=inline)
+    _account(result, key, inline, policy, calls)
     for line in result.logs:
         log.debug("guest: %s", line, extra={"adapter": req.adapter})
     timings["inference"] = result.infer_s
     timings["sandbox"] = max(0.0, result.instantiate_s + result.run_s - result.infer_s)
     return _answer(bundle, req, result, timings)
+
+
+def _account(
+    result: GuestOutcome,
+    key: str,
+    inline: bool,
+    policy: InlinePolicy | None,
+    calls: Callable[[Mapping[str, int]], None] | None,
+) -> None:
+    """What a finished run tells the inline policy and the model-call counts."""
+    if policy is not None:
+        policy.record(key, result.instantiate_s + result.run_s, inline=inline)
+    if calls is not None and result.model_calls:
+        calls(result.model_calls)
 
 
 def _answer(

@@ -76,6 +76,7 @@ class InferenceService:
         self._pool = pool
         self._limits = limits
         self._metrics = metrics
+        self._model_calls = metrics.model_calls.add if metrics is not None else None
         observe = metrics.observe_fallback if metrics else None
         self._fallback = FallbackRunner(cloud, observe, deferrer)
         self._tenants = Tenants(pool, limits)
@@ -159,7 +160,7 @@ class InferenceService:
                 answer = await execute_adapter(
                     tenant.executor, bundle, req, deadline, timings, hold=gate.hold,
                     policy=self._inline_adapters, pool_busy=self._pool.has_queued(),
-                    crowded=self._flight.active > 1,
+                    crowded=self._flight.active > 1, calls=self._model_calls,
                 )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:
             self._note_trap(req.adapter, e)

@@ -97,6 +97,20 @@ def test_pooled_mode_reuses_the_instance_per_thread(
         affine.with_mode("shared")
 
 
+def test_model_calls_are_counted_per_run_in_both_modes(
+    affine: Adapter, declared: DeclaredModels
+) -> None:
+    """Each result counts its own run's model calls: a pooled instance (one session for many
+    requests) must not carry the last request's count into the next, nor change a result
+    already returned."""
+    pooled = affine.with_mode("pooled")
+    results = [call(pooled, declared, [0, 0, 0, 0], "p") for _ in range(3)]
+    assert [dict(r.model_calls) for r in results] == [{"affine": 1}] * 3
+    assert dict(call(affine, declared, [0, 0, 0, 0], "f").model_calls) == {"affine": 1}
+    bad = affine.run(b"xyz", {}, declared, GuestLimits())  # refused before any model call
+    assert dict(bad.model_calls) == {}
+
+
 def test_pooled_instance_is_dropped_after_a_failure(
     engine: SandboxEngine, wat_guest: Callable[[str], bytes]
 ) -> None:

@@ -30,9 +30,11 @@ function lineChart(t, windowS, lines) {
         svg.append(svgEl("polyline", { class: line.cls, points: run.join(" ") }));
       }
       if (dots || run.length === 1) {
+        // A dot is a zero-length line with round caps and a non-scaling stroke: it stays
+        // round and the same size however the chart is stretched (a circle would not).
         for (const point of run) {
           const [cx, cy] = point.split(",");
-          svg.append(svgEl("circle", { class: line.cls, cx, cy, r: 2.5 }));
+          svg.append(svgEl("polyline", { class: `${line.cls} dot`, points: `${cx},${cy} ${cx},${cy}` }));
         }
       }
       run = [];
@@ -67,27 +69,37 @@ function trafficCard(name, series, t, windowS) {
   kind.textContent = series.kind;
   title.append(kind);
   card.append(title);
+  // Short labels and values: on a phone the three charts stand side by side.
   const rows = [
-    ["requests/s", [{ values: series.rps, cls: "s1" }], `${fmt(last(series.rps), 2)}/s`],
-    ["latency ms", [{ values: series.p50_ms, cls: "s1" }, { values: series.p99_ms, cls: "s2" }],
-      `p50 ${fmt(last(series.p50_ms), 2)} · p99 ${fmt(last(series.p99_ms), 2)}`],
-    ["errors / fallback %", [{ values: series.error_pct, cls: "s3" },
+    ["req/s", [{ values: series.rps, cls: "s1" }], fmt(last(series.rps), 2)],
+    ["p50 · p99 ms", [{ values: series.p50_ms, cls: "s1" }, { values: series.p99_ms, cls: "s2" }],
+      `${fmt(last(series.p50_ms), 2)} · ${fmt(last(series.p99_ms), 2)}`],
+    ["err · fallback %", [{ values: series.error_pct, cls: "s3" },
       { values: series.fallback_pct, cls: "s4" }],
-    `${fmt(last(series.error_pct))} % · ${fmt(last(series.fallback_pct))} %`],
+    `${fmt(last(series.error_pct))} · ${fmt(last(series.fallback_pct))}`],
   ];
   for (const [label, lines, now] of rows) {
     const head = document.createElement("div");
     head.className = "chart-label";
     const { svg, max } = lineChart(t, windowS, lines);
+    svg.setAttribute("aria-label", `${label}, scale 0 to ${fmt(max, 2)}`);
     const left = document.createElement("span");
-    left.textContent = `${label} (max ${fmt(max, 2)})`;
+    left.textContent = label;
+    const scale = document.createElement("span");
+    scale.className = "chart-scale";
+    scale.textContent = ` (max ${fmt(max, 2)})`;
+    left.append(scale);
     const right = document.createElement("span");
+    right.className = "num";
     right.textContent = now;
     head.append(left, right);
-    card.append(head, svg);
+    const row = document.createElement("div");
+    row.className = "chart-row";
+    row.append(head, svg);
+    card.append(row);
   }
   const extra = document.createElement("div");
-  extra.className = "chart-label";
+  extra.className = "chart-label chart-extra";
   extra.textContent = `batch size ${fmt(last(series.batch))} · queue ${fmt(last(series.queue), 0)}`;
   card.append(extra);
   return card;

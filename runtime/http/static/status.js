@@ -1,50 +1,70 @@
 // wasmgate status page: polls /v1/status and renders it. No framework, no build step.
-// Everything is inserted with textContent, never innerHTML.
+// Everything is inserted with textContent, never innerHTML. Formatting: format.js.
 "use strict";
 
 const REFRESH_MS = 2000;
-const COLUMNS = [
-  "name", "kind", "version", "bundle", "provider", "precision", "ready",
-  "requests", "errors", "p50_ms", "p99_ms", "last_ms", "sources",
-];
-const NUMERIC = new Set(["requests", "errors", "p50_ms", "p99_ms", "last_ms"]);
-const GOOD = new Set(["closed", "connected", "ok", "serving", "true"]);
-const BAD = new Set(["open", "disconnected", "failed", "error", "false"]);
+const { el, count, ago, badge, yesno, short, num, ms, facts, card, pastError } = window.wg;
 
-function el(tag, text, className) {
-  const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = text;
-  if (className) node.className = className;
+// "CPUExecutionProvider" -> "CPU" (the full name on hover).
+function provider(row) {
+  const node = el("span", `${row.provider.replace(/ExecutionProvider$/, "") || "–"}`
+    + `${row.precision ? ` · ${row.precision}` : ""}`, "text");
+  node.title = `${row.provider} ${row.precision}`;
   return node;
 }
 
-function cell(row, key) {
-  const value = row[key];
-  if (value === null || value === undefined || value === "") return "–";
-  if (key.endsWith("_ms")) return value.toFixed(2);
-  if (key === "ready") return value ? "yes" : "no";
-  if (key === "sources") {
-    return Object.entries(value).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
-  }
-  return String(value);
+function sources(row) {
+  const parts = Object.entries(row.sources || {}).map(([k, v]) => `${k} ${count(v)}`);
+  return el("span", parts.join(", ") || "–", parts.length ? "text" : "muted");
 }
 
-function renderModels(models) {
-  const body = document.querySelector("#models tbody");
+function errors(n) {
+  return n ? badge(count(n), "bad") : num("0");
+}
+
+// Column: [header, cell(row), numeric?, key for data-col]
+const ADAPTER_COLUMNS = [
+  ["Name", (r) => el("span", r.name, "text"), false, "name"],
+  ["Bundle", (r) => el("span", r.bundle, "text"), false, "bundle"],
+  ["Version", (r) => el("span", `v${r.version}`, "ident"), false, "version"],
+  ["Ready", (r) => yesno(r.ready, true), false, "ready"],
+  ["Requests", (r) => num(count(r.requests)), true, "requests"],
+  ["Errors", (r) => errors(r.errors), true, "errors"],
+  ["p50", (r) => num(ms(r.p50_ms)), true, "p50"],
+  ["p99", (r) => num(ms(r.p99_ms)), true, "p99"],
+  ["Sources", sources, false, "sources"],
+];
+const COLUMN = Object.fromEntries(ADAPTER_COLUMNS.map((c) => [c[3], c]));
+// What an operator looks for first comes first: on a phone the rest scrolls into view.
+const ADAPTER_ORDER = ["name", "ready", "requests", "errors", "p50", "p99", "sources", "bundle", "version"];
+COLUMN["runs-on"] = ["Runs on", provider, false, "runs-on"];
+COLUMN["adapter-calls"] = ["Adapter calls", (r) => num(count(r.adapter_calls)), true, "adapter-calls"];
+const MODEL_ORDER = ["name", "ready", "requests", "adapter-calls", "errors", "p50", "p99", "runs-on",
+  "sources", "bundle", "version"];
+const ADAPTER_TABLE = ADAPTER_ORDER.map((k) => COLUMN[k]);
+const MODEL_TABLE = MODEL_ORDER.map((k) => COLUMN[k]);
+
+function renderTable(id, rows, columns, none) {
+  const t = document.getElementById(id);
+  const head = t.tHead.rows[0];
+  if (!head.cells.length) columns.forEach(([h, , n]) => head.append(el("th", h, n ? "num" : undefined)));
+  const body = t.tBodies[0];
   body.replaceChildren();
-  if (models.length === 0) {
-    const td = el("td", "no adapters or models installed", "muted");
-    td.colSpan = COLUMNS.length;
-    body.append(el("tr")).append(td);
+  if (rows.length === 0) {
+    const td = el("td", none, "muted");
+    td.colSpan = columns.length;
+    body.insertRow().append(td);
     return;
   }
-  for (const row of models) {
-    const tr = el("tr");
+  for (const row of rows) {
+    const tr = body.insertRow();
     tr.dataset.name = row.name;
-    for (const key of COLUMNS) {
-      tr.append(el("td", cell(row, key), NUMERIC.has(key) ? "num" : undefined));
+    for (const [, cell, numeric, key] of columns) {
+      const td = el("td", undefined, numeric ? "num" : undefined);
+      td.dataset.col = key;
+      td.append(cell(row));
+      tr.append(td);
     }
-    body.append(tr);
   }
 }
 
@@ -52,7 +72,7 @@ function renderTraffic(history) {
   const box = document.getElementById("traffic");
   if (!history || history.t.length === 0) return;
   const windowS = Math.max(history.interval_s * 12, -history.t[0] + history.interval_s);
-  document.getElementById("window").textContent = `last ${Math.round(windowS / 60 * 10) / 10} min`;
+  document.getElementById("window").textContent = `last ${window.wg.duration(windowS)}`;
   const names = Object.keys(history.series).filter(
     (n) => history.series[n].rps.some((v) => v > 0) || history.series[n].queue.some((v) => v > 0),
   );
@@ -62,37 +82,6 @@ function renderTraffic(history) {
   ));
 }
 
-// A value as text, a state badge, or a nested list: never raw JSON on the page.
-function value(v) {
-  if (v === null || v === undefined) return el("span", "–", "muted");
-  if (Array.isArray(v)) {
-    if (v.every((x) => typeof x !== "object" || x === null)) return el("span", v.join(", ") || "–");
-    const list = el("div");
-    v.forEach((item) => list.append(value(item)));
-    return list;
-  }
-  if (typeof v === "object") {
-    const dl = el("dl");
-    for (const [k, x] of Object.entries(v)) {
-      const dd = el("dd");
-      dd.append(value(x));
-      dl.append(el("dt", k), dd);
-    }
-    return dl;
-  }
-  const text = String(v);
-  if (GOOD.has(text) || BAD.has(text)) return el("span", text, `badge ${GOOD.has(text) ? "ok" : "bad"}`);
-  return el("span", text);
-}
-
-function card(title, body, id) {
-  const node = el("div", undefined, "card");
-  if (id) node.id = id;
-  node.append(el("h3", title));
-  node.append(value(body));
-  return node;
-}
-
 // A staged candidate's metric gates next to what has been measured so far, so an operator
 // sees why a candidate will be promoted or aborted before the window ends.
 function gateFacts(staged) {
@@ -100,12 +89,12 @@ function gateFacts(staged) {
   if (!g) return null;
   const m = staged.measured || {};
   const shown = (x) => (x === null || x === undefined ? "–" : String(x));
-  const facts = {};
-  if (g.min_requests !== null) facts.requests = `${shown(m.requests)} (min ${g.min_requests})`;
-  if (g.max_error_share !== null) facts["error share"] = `${shown(m.error_share)} (max ${g.max_error_share})`;
-  if (g.max_p99_ratio !== null) facts["p99 ratio"] = `${shown(m.p99_ratio)} (max ${g.max_p99_ratio})`;
-  if (g.window_s !== null) facts.window = `${g.window_s} s`;
-  return facts;
+  const rows = [];
+  if (g.min_requests !== null) rows.push(["requests", `${shown(m.requests)} (min ${g.min_requests})`]);
+  if (g.max_error_share !== null) rows.push(["error share", `${shown(m.error_share)} (max ${g.max_error_share})`]);
+  if (g.max_p99_ratio !== null) rows.push(["p99 ratio", `${shown(m.p99_ratio)} (max ${g.max_p99_ratio})`]);
+  if (g.window_s !== null) rows.push(["window", window.wg.duration(g.window_s)]);
+  return facts(rows);
 }
 
 // The last gate decision in one line, with the reasons it gave.
@@ -114,61 +103,84 @@ function verdictLine(v) {
   return `gates ${v.outcome === "abort" ? "aborted" : "promoted"} v${v.version}: ${why}`;
 }
 
-function renderBundles(bundles) {
+function bundleCard(b, now) {
+  const c = card(b.name, el("span", `v${b.version}`, "ident muted"));
+  c.dataset.bundle = b.name;
+  if (b.staged) {
+    const pct = Number(b.staged.percent) || 0;
+    c.append(el("div", `staged v${b.staged.version}: ${pct}% of requests`, "muted"));
+    const bar = el("div", undefined, "bar");
+    const fill = el("span");
+    fill.style.width = `${Math.max(0, Math.min(100, pct))}%`;
+    bar.append(fill);
+    c.append(bar);
+    const gates = gateFacts(b.staged);
+    if (gates) c.append(gates);
+  }
+  if (b.release) c.append(el("div", verdictLine(b.release), b.release.outcome === "abort" ? "error-line" : "muted"));
+  c.append(facts([
+    ["adapter", b.adapter || "–"],
+    ["models", Object.keys(b.models || {}).join(", ") || "–"],
+    ["installed", b.installed_at ? ago(b.installed_at, now) : undefined],
+    ["digest", b.digest ? short(b.digest) : undefined],
+    ["in flight", b.in_flight ? num(count(b.in_flight)) : undefined],
+  ]));
+  if (b.last_error) {
+    // A failed install of this name: history (the version above serves).
+    c.append(pastError(b.last_error.message, b.last_error.at, now, false));
+  }
+  return c;
+}
+
+function renderBundles(bundles, now) {
   const section = document.getElementById("bundles-section");
   const box = document.getElementById("bundles");
   section.hidden = !bundles;
   if (!bundles) return;
   box.replaceChildren();
-  for (const b of bundles.serving || []) {
-    const c = el("div", undefined, "card");
-    c.dataset.bundle = b.name;
-    c.append(el("h3", `${b.name} v${b.version}`));
-    if (b.staged) {
-      const pct = Number(b.staged.percent) || 0;
-      c.append(el("div", `staged v${b.staged.version}: ${pct}% of requests`, "muted"));
-      const bar = el("div", undefined, "bar");
-      const fill = el("span");
-      fill.style.width = `${Math.max(0, Math.min(100, pct))}%`;
-      bar.append(fill);
-      c.append(bar);
-      const gates = gateFacts(b.staged);
-      if (gates) c.append(value(gates));
-    }
-    if (b.release) c.append(el("div", verdictLine(b.release), b.release.outcome === "abort" ? "bad" : "muted"));
-    const facts = { adapter: b.adapter, models: Object.keys(b.models || {}).join(", ") };
-    if (b.last_error) facts["last error"] = b.last_error.message;
-    c.append(value(facts));
+  for (const b of bundles.serving || []) box.append(bundleCard(b, now));
+  for (const f of bundles.failures || []) {
+    const c = card(`refused: ${f.name || f.source}`, badge("refused", "bad"));
+    c.append(facts([["source", f.source], ["when", ago(f.at, now)], ["reason", f.message]]));
     box.append(c);
   }
-  for (const f of bundles.failures || []) {
-    box.append(card(`refused: ${f.name || f.source}`, { source: f.source, reason: f.message }));
-  }
   if (!box.childElementCount) box.append(el("p", "no bundles installed", "muted"));
+  renderRecent(bundles.recent || [], now);
 }
 
-function renderComponents(components) {
-  const box = document.getElementById("components");
-  box.replaceChildren();
-  const names = Object.keys(components).filter((n) => n !== "bundles" && !isFleet(n));
-  if (names.length === 0) box.append(el("p", "none reported", "muted"));
-  for (const name of names) box.append(card(name, components[name], `component-${name}`));
+// The last bundle changes, folded: one line until opened.
+function renderRecent(recent, now) {
+  const box = document.getElementById("recent");
+  box.hidden = recent.length === 0;
+  document.getElementById("recent-count").textContent = `(${recent.length})`;
+  const list = document.getElementById("recent-list");
+  list.replaceChildren();
+  for (const e of recent.slice().reverse()) {
+    const li = el("li", undefined, e.ok ? "" : "error-line");
+    li.append(ago(e.at, now), ` · ${e.name || e.source} `);
+    if (e.version) li.append(el("span", `v${e.version}`, "ident"));
+    li.append(`: ${e.message}`);
+    list.append(li);
+  }
 }
 
-function isFleet(name) {
-  return name === "fleet";
-}
+const FLEET_GOOD = new Set(["applied", "local"]);
 
 // The deployment report (components.fleet): the document's serial and state, why it
 // waits or failed, the last refused document, and one row per bundle with its state.
-function fleetCard(report) {
-  const c = el("div", undefined, "card");
+function fleetCard(report, now) {
+  const c = card(`serial ${report.serial === null ? "–" : report.serial}`);
   c.id = "fleet-report";
-  c.append(el("h3", `serial ${report.serial === null ? "–" : report.serial}`));
-  c.append(value({ state: report.state || "no document", groups: report.groups, reason: report.reason }));
+  c.append(facts([
+    ["state", badge(report.state || "no document", report.state === "failed" ? "bad" : report.state === "applied" ? "ok" : "")],
+    ["groups", (report.groups || []).join(", ") || "–"],
+    ["reason", report.reason || undefined],
+    ["reported", report.time ? ago(report.time, now) : undefined],
+  ]));
   if (report.refused) {
-    c.append(el("div", `refused ${report.refused.serial ?? ""}: ${report.refused.error}`, "bad"));
+    c.append(el("div", `refused ${report.refused.serial ?? ""}: ${report.refused.error}`, "error-line"));
   }
+  const wrap = el("div", undefined, "table-wrap");
   const table = el("table");
   table.append(el("tr"));
   ["bundle", "version", "state", "error"].forEach((h) => table.rows[0].append(el("th", h)));
@@ -177,57 +189,77 @@ function fleetCard(report) {
     row.dataset.name = name;
     const pct = b.staged_percent ? ` (${b.staged_percent}%)` : "";
     const down = b.downgraded_from ? ` (down from v${b.downgraded_from})` : "";
-    [name, `v${b.version}${pct}${down}`].forEach((t) => row.append(el("td", t)));
+    row.append(el("td", name), el("td", `v${b.version}${pct}${down}`, "ident"));
     const state = el("td");
-    state.append(el("span", b.state, `badge ${FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""}`));
-    row.append(state, el("td", b.error || "–"));
+    state.append(badge(b.state, FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""));
+    row.append(state, el("td", b.error || "–", "wrap"));
   }
-  c.append(table);
+  wrap.append(table);
+  c.append(wrap);
   return c;
 }
 
-const FLEET_GOOD = new Set(["applied", "local"]);
-
-function renderFleet(status) {
+function renderFleet(status, now) {
   const report = status.components.fleet;
   const section = document.getElementById("fleet-section");
   section.hidden = !report || (report.serial === null && !report.refused);
   if (section.hidden) return;
-  document.getElementById("fleet").replaceChildren(fleetCard(report));
+  document.getElementById("fleet").replaceChildren(fleetCard(report, now));
+}
+
+const ELSEWHERE = new Set(["bundles", "fleet"]);
+
+function renderComponents(components, now) {
+  const box = document.getElementById("components");
+  box.replaceChildren();
+  const names = Object.keys(components).filter((n) => !ELSEWHERE.has(n));
+  if (names.length === 0) box.append(el("p", "none reported", "muted"));
+  for (const name of names) {
+    const node = window.wgComponents.render(name, components[name] || {}, now);
+    node.id = `component-${name}`;
+    box.append(node);
+  }
 }
 
 function renderBadges(components) {
   const box = document.getElementById("badges");
   box.replaceChildren();
-  const breaker = components.cloud && components.cloud.breaker && components.cloud.breaker.state;
-  if (breaker) box.append(el("span", `cloud breaker ${breaker}`, `badge ${breaker === "closed" ? "ok" : "bad"}`));
-  if (components.mqtt && "connected" in components.mqtt) {
-    const up = components.mqtt.connected;
-    box.append(el("span", up ? "mqtt connected" : "mqtt down", `badge ${up ? "ok" : "bad"}`));
+  const client = components.mqtt && components.mqtt.client;
+  if (client && "connected" in client) {
+    const b = badge(client.connected ? "MQTT connected" : "MQTT down", client.connected ? "ok" : "bad");
+    b.id = "mqtt-badge";
+    b.title = components.mqtt.broker || "";
+    box.append(b);
   }
+  const breaker = components.cloud && components.cloud.breaker && components.cloud.breaker.state;
+  if (breaker) box.append(badge(`cloud breaker ${breaker.replace("_", "-")}`, breaker === "closed" ? "ok" : "bad"));
   const streams = (components.store && components.store.streams) || {};
   for (const [name, st] of Object.entries(streams)) {
-    // One line per store stream that holds or lost something: what waits for a link.
+    // One badge per store stream that holds or lost something: what waits for a link.
     const dropped = st.dropped_full + st.dropped_expired;
     if (!st.depth && !dropped) continue;
-    const age = st.depth ? `, oldest ${Math.round(st.oldest_age_s)} s` : "";
-    const lost = dropped ? `, ${dropped} dropped` : "";
-    box.append(el("span", `store ${name}: ${st.depth} waiting${age}${lost}`, `badge ${dropped ? "bad" : ""}`));
+    const age = st.depth ? `, oldest ${window.wg.duration(st.oldest_age_s)}` : "";
+    const lost = dropped ? `, ${count(dropped)} dropped` : "";
+    box.append(badge(`store ${name}: ${count(st.depth)} waiting${age}${lost}`, dropped ? "bad" : "warn"));
   }
 }
 
 function render(status) {
+  const now = status.time || Date.now() / 1000;
   document.getElementById("version").textContent = `v${status.version}`;
   const ready = document.getElementById("ready");
   ready.textContent = status.ready ? "ready" : "not ready";
   ready.className = `badge ${status.ready ? "ok" : "bad"}`;
-  document.getElementById("uptime").textContent = `up ${Math.round(status.uptime_s)} s`;
+  document.getElementById("uptime").textContent = `up ${window.wg.duration(status.uptime_s)}`;
   renderBadges(status.components);
   renderTraffic(status.history);
-  renderModels(status.models);
-  renderBundles(status.components.bundles);
-  renderFleet(status);
-  renderComponents(status.components);
+  const adapters = status.models.filter((m) => m.kind === "adapter");
+  const models = status.models.filter((m) => m.kind !== "adapter");
+  renderTable("adapters", adapters, ADAPTER_TABLE, "no adapters installed");
+  renderTable("models", models, MODEL_TABLE, "no models installed");
+  renderBundles(status.components.bundles, now);
+  renderFleet(status, now);
+  renderComponents(status.components, now);
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.getElementById("error").textContent = "";
   // Read by the headless-browser test: the page must never scroll sideways.

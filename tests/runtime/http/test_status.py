@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests.runtime.http.cdp import probe
 from tests.runtime.http.png import count_colour
 from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
@@ -36,7 +38,19 @@ CHART_BLUE = (0x1F, 0x6F, 0xEB)  # --c1 in status.css: the requests/s and p50 li
 
 
 def mqtt_state() -> Mapping[str, object]:
-    return {"connected": True, "broker": "127.0.0.1:1883", "subscriptions": 4}
+    """The shape of `MqttBridge.status` (a real one: tests/runtime/http/test_status_page.py)."""
+    client = {"connected": True, "connects": 2, "disconnects": 1, "session_present": True,
+              "resent": 0, "last_error": "ConnectionRefusedError: [Errno 111]",
+              "last_error_at": time.time() - 300, "since": time.time() - 60}  # fmt: skip
+    counts = {"received": 12345, "answered": 12340, "errors": 5, "in_flight": 0}
+    return {"client": client, "broker": "127.0.0.1:1883", "gateway": "gw-1", **counts}
+
+
+def odd_section() -> Mapping[str, object]:
+    """A section the page has no layout for: laid out by its key names, never as JSON."""
+    return {"size_bytes": 67108864, "started_at": time.time() - 300, "window_s": 90,
+            "nested": {"deep": {"count": 12345, "ok": False}}, "items": [{"a": 1}, {"a": 2}],
+            "last_error": "boom", "last_error_at": time.time() - 30}  # fmt: skip
 
 
 def broken_cloud() -> Mapping[str, object]:
@@ -65,6 +79,7 @@ def status_server(service: OrtService, metrics: Metrics) -> Iterator[LiveServer]
     status.add_provider(app, "mqtt", mqtt_state)
     status.add_provider(app, "cloud", broken_cloud)
     status.add_provider(app, "fleet", fleet_report)
+    status.add_provider(app, "odd", odd_section)
     with LiveServer(app) as live:
         for _ in range(3):
             reply = live.request("POST", "/v2/models/add/infer", json.dumps(ADD).encode())
@@ -90,7 +105,7 @@ def test_status_json(status_server: LiveServer) -> None:
     assert add["p50_ms"] > 0
     assert (rows["busy"]["requests"], rows["busy"]["errors"]) == (1, 1)
     assert rows["bf16"]["precision"] == "bf16"
-    assert doc["components"]["mqtt"]["connected"] is True
+    assert doc["components"]["mqtt"]["client"]["connected"] is True
     assert doc["components"]["cloud"] == {"error": "ConnectionError: cloud endpoint unreachable"}
 
 
@@ -153,17 +168,36 @@ def test_page_renders_in_headless_chromium(status_server: LiveServer, tmp_path: 
     assert 'data-state="loaded"' in dom, dom[-2000:]
     table = Table()
     table.feed(dom)
+    # Models: name, ready, requests, adapter calls, errors, p50, p99, runs on, sources,
+    # bundle, version.
     add = table.rows["add"]
-    assert add[:7] == ["add", "model", "3", "demo", "CPUExecutionProvider", "fp32", "yes"]
-    assert add[7:9] == ["3", "0"]  # requests, errors
-    assert float(add[9]) > 0  # p50 ms
-    assert add[12] == "local 3"
-    assert table.rows["busy"][7:9] == ["1", "1"]
-    assert table.rows["bf16"][5] == "bf16"
+    assert add[:5] == ["add", "yes", "3", "0", "0"]
+    assert add[5].endswith(" ms")
+    assert float(add[5].split()[0]) > 0
+    assert add[7:] == ["CPU · fp32", "local 3", "demo", "v3"]
+    # Adapters: name, ready, requests, errors, ...
+    assert table.rows["busy"][:4] == ["busy", "yes", "1", "1"]
+    assert table.rows["bf16"][7] == "CPU · bf16"
     assert "ready" in dom
     assert 'id="component-mqtt"' in dom
     assert "127.0.0.1:1883" in dom
-    assert "cloud endpoint unreachable" in dom
+    assert '<span class="badge ok" id="mqtt-badge" title="127.0.0.1:1883">MQTT connected' in dom
+    assert "12,345 received" in dom
+    assert "unavailable: ConnectionError: cloud endpoint unreachable" in dom
+
+
+def test_a_section_without_a_layout_is_read_by_its_keys(
+    status_server: LiveServer, tmp_path: Path
+) -> None:
+    found = probe(tmp_path, f"http://{status_server.url}/", 390)
+    assert (found["rawNumbers"], found["words"], found["perChar"]) == ([], [], [])
+    odd = found["cards"]["component-odd"]
+    for shown in ("size bytes 64 MiB", "started at 5 min ago", "window 1 min 30 s",
+                  "nested count ok deep 12,345 no", "items a 1 1 2 2",
+                  "error 30 s ago: boom"):  # fmt: skip
+        assert shown in odd, odd
+    mqtt = found["cards"]["component-mqtt"]
+    assert "last error 5 min ago: ConnectionRefusedError" in mqtt  # history: connected now
 
 
 class Charts(HTMLParser):
