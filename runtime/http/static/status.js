@@ -216,6 +216,16 @@ function renderBadges(components) {
   }
 }
 
+// The start-up loading (components.loading): the daemon listens before its bundles are
+// loaded, so a long start shows how far it has come instead of an empty page.
+function renderLoading(loading) {
+  const line = document.getElementById("loading");
+  line.hidden = !loading || loading.state === "done";
+  if (line.hidden) return;
+  const now = loading.loading.length ? `: ${loading.loading.join(", ")}` : "";
+  line.textContent = `loading bundles ${loading.loaded}/${loading.total}${now} (${loading.elapsed_s} s)`;
+}
+
 function render(status) {
   document.getElementById("version").textContent = `v${status.version}`;
   const ready = document.getElementById("ready");
@@ -223,6 +233,7 @@ function render(status) {
   ready.className = `badge ${status.ready ? "ok" : "bad"}`;
   document.getElementById("uptime").textContent = `up ${Math.round(status.uptime_s)} s`;
   renderBadges(status.components);
+  renderLoading(status.components.loading);
   renderTraffic(status.history);
   renderModels(status.models);
   renderBundles(status.components.bundles);
