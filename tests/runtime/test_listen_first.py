@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -128,3 +130,24 @@ def test_the_status_page_shows_the_loading_line(
     assert "hidden" not in line.split(">", 1)[0], line
     assert "loading bundles 0/" in line, line
     assert ">not ready<" in dom
+
+
+def test_a_stop_while_loading_ends_the_start(held: tuple[Daemon, Path, NotifySocket]) -> None:
+    """SIGTERM during the loading stops the daemon cleanly: no READY=1, nothing loaded after
+    the stop, exit 0 (the held loading thread is let go so the process can end)."""
+    daemon, hold, sock = held
+    daemon.start(ready=False)
+    daemon.wait_ready(60, "/v2/health/live")
+    proc = daemon.proc
+    assert proc is not None
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not sock.with_field("STOPPING", "1"):  # the stop is under way before the release
+        assert time.monotonic() < deadline, daemon.log()
+        time.sleep(0.05)
+    release(hold)
+    assert proc.wait(timeout=60) == 0, daemon.log()
+    log = daemon.log()
+    assert "stopped" in log
+    assert "loading bundle 1/" not in log  # the cancelled start loaded nothing
+    assert not sock.with_field("READY", "1")
