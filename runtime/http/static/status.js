@@ -35,7 +35,9 @@ function renderModels(models) {
   if (models.length === 0) {
     const td = el("td", "no adapters or models installed", "muted");
     td.colSpan = COLUMNS.length;
-    body.append(el("tr")).append(td);
+    const tr = el("tr");
+    tr.append(td);
+    body.append(tr); // append() returns nothing: chaining it broke every page with no models
     return;
   }
   for (const row of models) {
@@ -223,7 +225,8 @@ function renderLoading(loading) {
   line.hidden = !loading || loading.state === "done";
   if (line.hidden) return;
   const now = loading.loading.length ? `: ${loading.loading.join(", ")}` : "";
-  line.textContent = `loading bundles ${loading.loaded}/${loading.total}${now} (${loading.elapsed_s} s)`;
+  const count = loading.state === "waiting" ? "…" : ` ${loading.loaded}/${loading.total}${now}`;
+  line.textContent = `loading bundles${count} (${loading.elapsed_s} s)`;
 }
 
 function render(status) {
