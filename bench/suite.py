@@ -55,6 +55,7 @@ SCENARIOS = (
     Scenario("batching", "bench.bench_batching", "dynamic batching on vs off"),
     Scenario("precision", "bench.bench_precision", "INT8 vs FP32, LiteRT vs ORT"),
     Scenario("daemon", "bench.bench_daemon", "cold start, hot swap, idle/loaded RSS"),
+    Scenario("install", "bench.bench_install", "core install size, demo cold start without Zig"),
     Scenario("tracing", "bench.bench_tracing", "tracing off vs before, pass-through, on (OTLP)"),
     Scenario("store", "bench.bench_store", "store-and-forward: events/s, latency while draining"),
     Scenario("fleet", "bench.bench_fleet", "fleet rollout to 3 daemons, pulls, idle member cost"),

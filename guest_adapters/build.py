@@ -24,6 +24,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from wasmgate.extras import require
 from wasmgate.guest_adapters.errors import AdapterBuildError, AdapterSourceError
 
 __all__ = [
@@ -111,7 +112,10 @@ def default_cache_dir() -> Path:
 
 @cache
 def zig_version() -> str:
-    """The bundled Zig's version (part of the cache key: a new compiler rebuilds)."""
+    """The bundled Zig's version (part of the cache key: a new compiler rebuilds).
+
+    `MissingExtra` when Zig is not installed (a gateway's core install has none)."""
+    require("ziglang", "compiling an adapter")
     try:
         done = subprocess.run(
             [sys.executable, "-m", "ziglang", "version"],

@@ -1,8 +1,9 @@
 """The bundled example adapters: where they are, and staging one for ``bundle build``.
 
-Each example is ``examples/<name>/`` with ``adapter.c`` (or ``adapter.zig``),
-``bundle.toml``, ``README.md`` and ``samples/``. Its ``bundle.toml`` names ``adapter.wasm``
-(next to it, written by ``wasmgate adapter build``) and models as ``../../models/<file>``.
+Each example is ``examples/<name>/`` with ``adapter.c`` (or ``adapter.zig``), its prebuilt
+``adapter.wasm`` (see `wasmgate.guest_adapters.prebuilt`), ``bundle.toml``, ``README.md``
+and ``samples/``. Its ``bundle.toml`` names ``adapter.wasm`` and models as
+``../../models/<file>``.
 The package folder may be read-only (an installed wheel), so ``stage_example`` lays out a
 writable copy with the same relative paths: ``<root>/examples/<name>/{bundle.toml,
 adapter.wasm}`` and ``<root>/models`` linking to the packaged models.
@@ -58,14 +59,20 @@ def example_names() -> list[str]:
 
 
 def stage_example(name: str, root: Path, *, cache_dir: Path | None = None) -> Path:
-    """Build example ``name`` and lay out a directory ``bundle build`` accepts; returns it.
+    """Lay out example ``name`` as a directory ``bundle build`` accepts; returns it.
 
-    Idempotent: re-staging replaces the copied files (the build itself is cached).
+    The module is the prebuilt ``adapter.wasm`` that ships with the example (no compiler
+    runs: a gateway has none); only an example without one is compiled (``cache_dir``).
+    Idempotent: re-staging replaces the copied files.
     """
     src = example_dir(name)
     dest = root / "examples" / name
     dest.mkdir(parents=True, exist_ok=True)
-    build_adapter(src, dest / "adapter.wasm", cache_dir=cache_dir)
+    prebuilt = src / "adapter.wasm"
+    if prebuilt.is_file():
+        shutil.copyfile(prebuilt, dest / "adapter.wasm")
+    else:
+        build_adapter(src, dest / "adapter.wasm", cache_dir=cache_dir)
     shutil.copyfile(src / "bundle.toml", dest / "bundle.toml")
     link = root / "models"
     # Re-point when the package moved (upgrade, another venv): never serve stale models.

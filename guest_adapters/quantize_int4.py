@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 
+from wasmgate.extras import require
 from wasmgate.guest_adapters.quantize import QuantizeError, accuracy
 
 BLOCK_SIZES = (16, 32, 64, 128)
@@ -45,7 +46,10 @@ def quantize_int4(
     symmetric: bool = True,
     labelled: tuple[npt.NDArray[np.generic], npt.NDArray[np.generic]] | None = None,
 ) -> Int4Result:
-    """Write ``src`` with its constant-weight MatMuls as 4-bit ``MatMulNBits`` to ``dst``."""
+    """Write ``src`` with its constant-weight MatMuls as 4-bit ``MatMulNBits`` to ``dst``.
+
+    `MissingExtra` without the ``sdk`` extra (ONNX Runtime's INT4 packer needs onnx-ir)."""
+    require("onnx_ir", "INT4 quantization")
     if block_size not in BLOCK_SIZES:
         raise QuantizeError(f"block size {block_size}: choose one of {list(BLOCK_SIZES)}")
     try:

@@ -12,19 +12,20 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    locked file stops the start with one line naming it, nothing is deleted; the samples'
    OCI sink, when ``samples.oci_repository`` is set;
    the cloud fallback client, when ``cloud.url`` is set;
-3. bundle store + registry + `InferenceService` (start-up bundles loaded before the server
-   listens) and the bundle-directory watcher; on close the service drains, then unloads;
-4. the gRPC listener, when ``grpc.port`` is set (grpc is imported only then);
-5. the fleet member (`FleetMember`: reconcile, delivery, report), which resumes the
-   document a restart interrupted;
-6. the MQTT bridge, when ``mqtt.host`` is set (it also carries the fleet's topics).
+3. bundle store + registry + `InferenceService`, empty; on close the service drains, then
+   unloads;
+4. stage two (`wasmgate.runtime.opening`; the daemon listens before it, so the status page
+   shows its progress): the start-up bundles loaded, then the bundle-directory watcher and
+   expiry checks, the gRPC listener when ``grpc.port`` is set (grpc is imported only then),
+   the fleet member (`FleetMember`: reconcile, delivery, report), which resumes the
+   document a restart interrupted, and the MQTT bridge when ``mqtt.host`` is set (it also
+   carries the fleet's topics). Ready only once all of it is up.
 No module-level singletons: two apps in one process share nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -34,29 +35,37 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
+from wasmgate.runtime.app_keys import (
+    BUNDLE_STORE,
+    CLOUD,
+    DEPS,
+    NOTIFIER,
+    OPENING,
+    POOL,
+    SERVICE_IMPL,
+    STORE,
+    WATCHER,
+)
+from wasmgate.runtime.app_open import deferrer, load_bundles, stages
 from wasmgate.runtime.backends.watchdog import Watchdog
-from wasmgate.runtime.bundles.expiry import expiry_watch
 from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
 from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.variables import FILE_NAME as VARIABLES_FILE
 from wasmgate.runtime.bundles.variables import Variables
-from wasmgate.runtime.bundles.watcher import DirWatcher, bundle_files
+from wasmgate.runtime.bundles.watcher import DirWatcher
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field import setup as field_setup
-from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.samples import StoredSamples
 from wasmgate.runtime.field.setup import build_store
-from wasmgate.runtime.field.store import Store, StoreError
-from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
+from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.http import edge, manage, metrics, openapi, status, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
-    FLEET,
     LIVE,
     METRICS,
     REGISTRY,
@@ -65,9 +74,9 @@ from wasmgate.runtime.http.keys import (
     TRACING,
 )
 from wasmgate.runtime.http.variables import VARIABLES
+from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
-from wasmgate.runtime.ops.memory import trim_heap
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
@@ -82,24 +91,22 @@ from wasmgate.signing.store import BundleStore
 from wasmgate.signing.trust import TrustStore
 
 if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url (see _cloud_ctx)
-    from wasmgate.runtime.cloud.client import CloudFallback
+    pass
 
 log = logging.getLogger("wasmgate.app")
 
-DEPS = web.AppKey("loader_deps", LoaderDeps)
-WATCHER = web.AppKey("bundle_watcher", DirWatcher)
-POOL = web.AppKey("worker_pool", FairPool)
-CLOUD: web.AppKey[CloudFallback] = web.AppKey("cloud_fallback")
-STORE = web.AppKey("field_store", Store)
-NOTIFIER = web.AppKey("notifier", Notifier)
-BUNDLE_STORE = web.AppKey("bundle_store", BundleStore)
-_EXTEND_US = 120_000_000
-
 
 def build_app(
-    settings: Settings, live: LiveSettings | None = None, notifier: Notifier | None = None
+    settings: Settings,
+    live: LiveSettings | None = None,
+    notifier: Notifier | None = None,
+    *,
+    listen_first: bool = False,
 ) -> web.Application:
-    """Build the app; nothing is started until the runner sets it up."""
+    """Build the app; nothing is started until the runner sets it up.
+
+    ``listen_first`` (the daemon): the runner's setup returns before the start-up bundles
+    are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.opening`)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
     app[LIVE] = live or LiveSettings(settings)
@@ -124,11 +131,11 @@ def build_app(
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_service_ctx)
-    if settings.grpc.port is not None:
-        app.cleanup_ctx.append(_grpc_ctx)
-    app.cleanup_ctx.append(_fleet_ctx)
-    if settings.mqtt.host is not None:
-        app.cleanup_ctx.append(_mqtt_ctx)
+    # Stage two (`wasmgate.runtime.app_open`): after the start-up bundles are loaded.
+    app[OPENING] = opening = Opening(
+        load_bundles, stages(settings), lambda a: a[SERVICE_IMPL].opened(), background=listen_first
+    )
+    app.cleanup_ctx.append(opening.ctx)
     return app
 
 
@@ -290,6 +297,7 @@ def trust_status(store: BundleStore) -> dict[str, object]:
 
 
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The registry and the service, empty: stage two (`_load_bundles`) fills them."""
     settings = app[SETTINGS]
     m = app[METRICS]
     store = open_store(settings)
@@ -303,8 +311,9 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
     status.add_provider(app, "samples", samples.status)
     service = InferenceService(
         registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m,
-        events=events, deferrer=_deferrer(app), samples=samples,
+        events=events, deferrer=deferrer(app), samples=samples,
     )  # fmt: skip
+    service.opening()  # not ready before stage two is done, loaded or not
     bundle_dir = settings.paths.resolved("bundle_dir")
     bundle_dir.mkdir(parents=True, exist_ok=True)
 
@@ -317,45 +326,18 @@ async def _service_ctx(app: web.Application) -> AsyncIterator[None]:
         trust_file=settings.paths.resolved_trust_file(),
         on_trust_change=trust_changed,
     )
-    files = bundle_files(bundle_dir)
-    notifier = app[NOTIFIER]
-
-    def progress(what: str) -> None:
-        # Each bundle may take a while (compile, model optimisation): extend systemd's
-        # start timeout per bundle instead of one huge TimeoutStartSec.
-        notifier.notify(f"EXTEND_TIMEOUT_USEC={_EXTEND_US}", f"STATUS={what}")
-
-    refused = await registry.start(files, progress)
-    watcher.mark_seen(files, refused)
-    engine = app[DEPS].engine
-    _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
-    registry.on_change.append(lambda: _prune_modules(registry, engine))
-    # Loading freed large model buffers in worker threads' malloc arenas (~20 MB idle with a
-    # MobileNet-class model); trim now and after every change of what serves.
-    trim_heap()
-    registry.on_change.append(trim_heap)
     app[REGISTRY], app[SERVICE], app[WATCHER], app[BUNDLE_STORE] = registry, service, watcher, store
+    app[SERVICE_IMPL] = service
+    status.add_provider(app, "loading", lambda: registry.loading)
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     status.add_provider(app, "trust", lambda: trust_status(store))
     status.add_provider(app, "variables", lambda: app[VARIABLES].status(registry.table))
     try:
-        async with watcher.running(), expiry_watch(registry):
-            yield
+        yield
     finally:
         service.start_draining()
         await service.drained(settings.drain_s)
         await registry.close(settings.drain_s)
-
-
-def _deferrer(app: web.Application) -> StoredDeferrals | None:
-    """Deferred cloud fallbacks: on with a cloud, ``cloud.defer`` and MQTT (their answers'
-    way back); a bundle still has to ask for it (``fallback.defer``)."""
-    settings = app[SETTINGS]
-    if CLOUD not in app or not settings.cloud.defer or settings.mqtt.host is None:
-        return None
-    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415 - paho only with MQTT
-
-    return StoredDeferrals(app[STORE], Topics(settings.mqtt).deferred)
 
 
 async def apply_trust_file(app: web.Application, registry: Registry, watcher: DirWatcher) -> bool:
@@ -384,19 +366,6 @@ def _bundle_status(registry: Registry) -> dict[str, object]:
     }
 
 
-def _prune_modules(registry: Registry, engine: SandboxEngine) -> None:
-    """Drop compiled modules no installed bundle version uses (the cache never shrank)."""
-    keep = {
-        b.adapter_sha256
-        for slot in registry.table.slots().values()
-        for b in slot.versions()
-        if b.adapter_sha256 is not None
-    }
-    removed = engine.prune(keep)
-    if removed:
-        log.info("module cache pruned", extra={"removed": removed, "kept": len(keep)})
-
-
 def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> None:
     """Keep the model-backend info series and the names metrics may label in step with what
     serves (unloads drop theirs)."""
@@ -416,68 +385,3 @@ def _publish_backends(registry: Registry, m: Metrics, published: set[str]) -> No
         m.forget_model(gone)
     published.clear()
     published.update(serving)
-
-
-async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
-    from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
-
-    listener = GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING])
-    async with listener:
-        status.add_provider(app, "grpc", listener.status)
-        yield
-
-
-async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
-    store, settings = app[BUNDLE_STORE], app[SETTINGS]
-    gateway = settings.mqtt.resolved_gateway_id()
-    verify = fleet_verifier(lambda: store.trust, gateway, settings.fleet.groups)
-    pull = registry_pull(settings)
-    async with FleetMember(settings, app[REGISTRY], verify, pull, app[METRICS]) as fleet:
-        app[FLEET] = fleet
-        status.add_provider(app, "fleet", fleet.reporter.document)
-        yield
-
-
-async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
-    from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
-    from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
-    from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
-    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
-
-    settings = app[SETTINGS]
-    registry = app[REGISTRY]
-    variables = app[VARIABLES]
-    fleet = app[FLEET]
-
-    def apply_variables(msg: Incoming) -> None:
-        # Retained on purpose: the broker replays the document at every (re)connect.
-        variables.apply_document(registry.table, msg.payload)
-
-    bridge_for = MqttBridge(
-        settings.mqtt,
-        app[SERVICE],
-        drain_s=settings.drain_s,
-        metrics=app[METRICS],
-        tracing=app[TRACING],
-        stored=Stored(
-            app[STORE],
-            settings.store,
-            cloud=app[CLOUD] if _deferrer(app) is not None else None,
-            cloud_retry_s=settings.cloud.breaker_reset_s,
-            samples=settings.samples.sink == "mqtt",
-            samples_topic=settings.samples.mqtt_topic,
-        ),
-        channels=[
-            Channel((Topics(settings.mqtt).variables,), apply_variables),
-            Channel(**fleet.channel_args()),
-        ],
-    )
-    async with bridge_for as bridge, fleet.over_mqtt(bridge.client):
-        registry.on_change.append(bridge.refresh_metadata)
-        status.add_provider(app, "mqtt", bridge.status)
-        app[METRICS].watch_mqtt(lambda: bridge.state.client)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(ValueError):
-                registry.on_change.remove(bridge.refresh_metadata)

@@ -1,7 +1,9 @@
 """The daemon's lifecycle: build the app, serve, reload on SIGHUP, drain on SIGTERM, stop.
 
-systemd (``Type=notify``): ``READY=1`` once start-up bundles are loaded and the listeners
-are up; ``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
+The HTTP listener comes up first, then the start-up bundles load (the status page shows
+how far; ``/v2/health/ready`` is 503 until done). systemd (``Type=notify``): ``READY=1``
+once the start-up bundles are loaded and every listener is up;
+``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
 around a reload; ``STOPPING=1`` when the drain starts.
 
 SIGHUP re-reads the config file: the log level, management token, limits (but the
@@ -28,7 +30,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import DEPS, WATCHER, build_app, ceilings, load_trust
+from wasmgate.runtime.app import build_app, ceilings, load_trust
+from wasmgate.runtime.app_keys import DEPS, OPENING, WATCHER
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
@@ -108,10 +111,13 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
     ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
+    The HTTP listener is up before the start-up bundles are loaded (`wasmgate.runtime.opening`):
+    ``/v2/health/live`` and the status page answer at once, ``/v2/health/ready`` and
+    systemd's READY=1 wait for the loading.
     """
     setup_logging(settings.log.format, settings.log.level)
     notifier = Notifier()
-    app = build_app(settings, LiveSettings(settings, config_path), notifier)
+    app = build_app(settings, LiveSettings(settings, config_path), notifier, listen_first=True)
     # keepalive_timeout is also aiohttp's only bound on a request's headers arriving.
     runner = web.AppRunner(
         app,
@@ -119,25 +125,10 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         access_log=None,
         keepalive_timeout=settings.http.header_timeout_s,
     )
-    notifier.status("loading bundles")
+    notifier.status("starting")
     check_listen(settings.http)
     started = time.monotonic()
-    try:
-        await runner.setup()
-        site = GuardedSite(
-            runner,
-            settings.http.host,
-            settings.http.port,
-            app[CONNECTIONS],
-            ssl_context=_ssl_context(settings),
-        )
-        try:
-            await site.start()
-        except OSError as e:
-            raise _listen_problem(settings.http, e) from e
-    except BaseException:
-        await runner.cleanup()
-        raise
+    await _listen(runner, settings)
     log.info(
         "listening",
         extra={
@@ -145,10 +136,14 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
             "startup_s": round(time.monotonic() - started, 2),
         },
     )
-    notifier.ready(_summary(app))
-    startgc.serving()  # what the start made is out of every later collection
+    log.info("status page: %s (ready once the bundles are loaded)", status_url(settings, runner))
+    signals = _Signals()
     try:
-        await _serve(app, notifier)
+        if await _opened(app, signals.stop):
+            log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
+            notifier.ready(_summary(app))
+            startgc.serving()  # what the start made is out of every later collection
+            await _serve(app, notifier, signals)
     finally:
         notifier.stopping()
         service = app[SERVICE]
@@ -160,13 +155,72 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     return 0
 
 
-async def _serve(app: web.Application, notifier: Notifier) -> None:
-    loop = asyncio.get_running_loop()
-    stop, hup = asyncio.Event(), asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, hup.set)
-    # The handlers stay for the whole drain: a second SIGTERM must not kill the drain.
+async def _listen(runner: web.AppRunner, settings: Settings) -> None:
+    """Set the runner up (stage one: quick) and start the HTTP listener."""
+    try:
+        await runner.setup()
+        site = GuardedSite(
+            runner,
+            settings.http.host,
+            settings.http.port,
+            runner.app[CONNECTIONS],
+            ssl_context=_ssl_context(settings),
+        )
+        try:
+            await site.start()
+        except OSError as e:
+            raise _listen_problem(settings.http, e) from e
+    except BaseException:
+        await runner.cleanup()
+        raise
+
+
+def status_url(settings: Settings, runner: web.AppRunner) -> str:
+    """Where a browser on this machine finds the status page (a wildcard address is
+    reached on loopback; port 0 is the port the kernel chose)."""
+    scheme = "https" if settings.http.tls_cert is not None else "http"
+    host = settings.http.host
+    port = next((a[1] for a in runner.addresses if isinstance(a, tuple)), settings.http.port)
+    if host in ("", "0.0.0.0"):  # the wildcard named, not bound
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}/"
+
+
+class _Signals:
+    """SIGTERM/SIGINT set ``stop``, SIGHUP sets ``hup``; from the listener on, so a stop
+    while the bundles load ends the start at once (what has not loaded is not waited for).
+    The handlers stay for the whole drain: a second SIGTERM must not kill the drain."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.stop, self.hup = asyncio.Event(), asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.hup.set)
+
+
+async def _opened(app: web.Application, stop: asyncio.Event) -> bool:
+    """Wait for stage two; False when a stop came first. Raises what made stage two fail."""
+    done = app[OPENING].done
+    assert done is not None  # set by the runner's setup  # noqa: S101
+    stopped = asyncio.ensure_future(stop.wait())
+    waiters: list[asyncio.Future[object]] = [done, stopped]  # type: ignore[list-item]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if done.done() and not done.cancelled():
+        done.result()  # raises what failed (a ConfigError exits 2, as before the listener)
+        return not stop.is_set()
+    return False
+
+
+async def _serve(app: web.Application, notifier: Notifier, signals: _Signals) -> None:
+    stop, hup = signals.stop, signals.hup
     async with notifier.watchdog():
         while not stop.is_set():
             waiters = [asyncio.create_task(e.wait()) for e in (stop, hup)]

@@ -113,6 +113,7 @@ def test_wheel_contains_packages_and_data(wheel: Path) -> None:
         *(REPO / "device_profiles").glob("*.toml"),
         *(REPO / "guest_adapters" / "sdk").glob("*.h"),
         *(REPO / "guest_adapters" / "examples").glob("*/samples/*"),  # expect.toml too
+        *(REPO / "guest_adapters" / "examples").glob("*/adapter.wasm"),  # the demo's, prebuilt
         REPO / "guest_adapters" / "models" / "digits-test.npz",  # the tritonclient snippet's
         *(REPO / "runtime" / "http" / "static").iterdir(),  # the status page, no CDN
     ]
@@ -120,6 +121,25 @@ def test_wheel_contains_packages_and_data(wheel: Path) -> None:
         rel = "wasmgate/" + str(path.relative_to(REPO))
         assert rel in names, f"data file {rel} missing from the wheel"
     assert not [n for n in names if n.startswith(("tests/", "runtime/", "sandbox/"))]
+
+
+def test_the_core_leaves_adapter_authoring_to_the_sdk_extra(wheel: Path) -> None:
+    """A gateway's ``pip install wasmgate`` gets no compiler; ``[test]`` gets the sdk."""
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = [
+            line.removeprefix("Requires-Dist: ")
+            for line in archive.read(meta).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
+    core = [r for r in requires if "extra ==" not in r]
+    sdk = [r for r in requires if r.endswith('extra == "sdk"')]
+    for authoring in ("ziglang", "onnx-ir", "sympy"):
+        assert not [r for r in core if r.startswith(authoring)], authoring
+    assert [r for r in sdk if r.startswith("ziglang==")], sdk  # pinned: prebuilt modules
+    assert [r for r in sdk if r.startswith("onnx-ir")], sdk
+    assert 'wasmgate[sdk]; extra == "test"' in requires
+    assert any(r.startswith("onnxruntime") for r in core)
 
 
 def test_the_wheel_has_the_version_the_package_says(wheel: Path) -> None:

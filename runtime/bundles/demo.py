@@ -1,9 +1,10 @@
 """``wasmgate serve --demo``: the example bundles, built and signed by a local demo key.
 
-``prepare_demo(data_dir)`` (first run) generates an Ed25519 demo key, compiles every example
-adapter from source, builds and signs each bundle into ``<data_dir>/demo/bundles`` and writes
-a trust file that trusts the demo key **only** for the example names. Later runs reuse the
-key and rebuild only what changed: each bundle is stamped with the hash of its inputs
+``prepare_demo(data_dir)`` (first run) generates an Ed25519 demo key, takes every example's
+prebuilt adapter module (shipped with the package: no compiler runs, a gateway needs no Zig),
+builds and signs each bundle into ``<data_dir>/demo/bundles`` and writes a trust file that
+trusts the demo key **only** for the example names. Later runs reuse the key and rebuild
+only what changed: each bundle is stamped with the hash of its inputs
 (adapter module, bundle.toml, model files, key id, wasmgate version) and re-signed when that
 hash differs or the signature nears expiry. ``apply_demo(settings)`` points the daemon at the
 demo bundle directory, trust file, state and cache (all under ``<data_dir>/demo``), so a demo
@@ -71,9 +72,8 @@ def prepare_demo(data_dir: Path, *, names: tuple[str, ...] | None = None) -> Dem
     rebuilt = []
     began = time.monotonic()
     for i, name in enumerate(chosen, 1):
-        # A cold first run compiles wasi-libc (tens of seconds): say what is going on.
         log.info(
-            "demo: building example %d/%d: %s (%.1f s so far)",
+            "demo: preparing example %d/%d: %s (%.1f s so far)",
             i,
             len(chosen),
             name,

@@ -129,6 +129,11 @@ class Registry:
         return self._releases.verdicts
 
     @property
+    def loading(self) -> dict[str, object]:
+        """How far the start-up loading has come (`LoadProgress.status`)."""
+        return self._startup.progress.status()
+
+    @property
     def events(self) -> list[Event]:
         """The last 50 install attempts, removals, promotions and aborts, oldest first."""
         return self._journal.events

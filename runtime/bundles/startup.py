@@ -39,6 +39,7 @@ import msgspec
 from wasmgate.runtime.bundles.admission import Admission
 from wasmgate.runtime.bundles.journal import Journal
 from wasmgate.runtime.bundles.loaded import LoadedBundle
+from wasmgate.runtime.bundles.progress import LoadProgress
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected
 from wasmgate.signing.errors import RollbackError, SigningError
@@ -115,6 +116,7 @@ class StartUp:
         self._journal = journal
         self._admission = admission
         self._steps = steps
+        self.progress = LoadProgress()
         # Start-up loads at once: one per core (more only raise the peak of model buffers).
         self._loads = asyncio.Semaphore(max(1, os.cpu_count() or 1))
 
@@ -143,9 +145,11 @@ class StartUp:
                 item.manifest.name, verdicts.get(item.manifest.name), "start-up"
             )
         ]
+        self.progress.begin(len(admitted) + len(bundle_files))
         await self._load_all(admitted, step, progress)
         files = await self._start_files(bundle_files, len(stored), step, verdicts)
         self._table.started = True
+        self.progress.end()
         self._journal.changed()  # expired bundles, even when nothing at all was loaded
         if files.older:
             log.warning(
@@ -214,8 +218,14 @@ class StartUp:
         async with held:
             async with self._loads:
                 announce()
-                with contextlib.suppress(BundleRejected):
-                    self._steps.switch(await self._steps.prepare(item, "store"), "store", 100, None)
+                label = item.manifest.label()
+                self.progress.started(label)
+                try:
+                    with contextlib.suppress(BundleRejected):
+                        bundle = await self._steps.prepare(item, "store")
+                        self._steps.switch(bundle, "store", 100, None)
+                finally:
+                    self.progress.finished(label)
             if candidate is not None:
                 progress(f"loading {candidate[0].bundle.manifest.label()} (staged)")
                 await self._restore(*candidate)
@@ -231,25 +241,36 @@ class StartUp:
         seen = self._store.seen_files
         for i, path in enumerate(files, offset + 1):
             step(i, path.name)
-            # Stamped before the install reads it: a write after the stamp moves ctime.
-            before, digest = await asyncio.to_thread(_look_up, seen, path)
-            name = self._serving_unchanged(before, digest, verdicts)
-            if name is not None:
-                self._steps.adopt(name, path)
-                out.unchanged += 1
-                continue
+            self.progress.started(path.name)
             try:
-                bundle = await self._steps.install(path, source=f"file {path.name}", origin=path)
-            except BundleRejected as e:
-                if is_rollback(e):
-                    out.older.append(f"{path.name} ({e})")
-                else:
-                    out.refused.append(path)
-                continue
-            if before is not None:
-                seen.remember(path, before, bundle.digest)
+                await self._start_file(path, out, verdicts)
+            finally:
+                self.progress.finished(path.name)
         await asyncio.to_thread(seen.save, files)
         return out
+
+    async def _start_file(
+        self, path: Path, out: FileOutcome, verdicts: Mapping[str, SigningError]
+    ) -> None:
+        """One bundle file at start: adopted when unchanged, else installed (`FileOutcome`)."""
+        seen = self._store.seen_files
+        # Stamped before the install reads it: a write after the stamp moves ctime.
+        before, digest = await asyncio.to_thread(_look_up, seen, path)
+        name = self._serving_unchanged(before, digest, verdicts)
+        if name is not None:
+            self._steps.adopt(name, path)
+            out.unchanged += 1
+            return
+        try:
+            bundle = await self._steps.install(path, source=f"file {path.name}", origin=path)
+        except BundleRejected as e:
+            if is_rollback(e):
+                out.older.append(f"{path.name} ({e})")
+            else:
+                out.refused.append(path)
+            return
+        if before is not None:
+            seen.remember(path, before, bundle.digest)
 
     def _serving_unchanged(
         self, before: Stamp | None, digest: str | None, verdicts: Mapping[str, SigningError]

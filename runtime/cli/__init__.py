@@ -1,6 +1,7 @@
 """The ``wasmgate`` command line: one module per subcommand, registered here.
 
-Exit codes: 0 ok, 1 failure, 2 usage error (including "not implemented yet").
+Exit codes: 0 ok, 1 failure, 2 usage error (including "not implemented yet", and a command
+whose extra is not installed: one line says ``pip install 'wasmgate[sdk]'``).
 
 Only the chosen subcommand's module is imported when the command line names one: the
 others pull in what ``serve`` never uses (ONNX Runtime's quantization tools, the adapter
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from wasmgate import __version__
+from wasmgate.extras import MissingExtra
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
 from wasmgate.runtime.ops import startgc
 
@@ -69,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as e:
         print(f"wasmgate {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except MissingExtra as e:  # this install lacks a part (adapter authoring on a gateway)
+        print(f"wasmgate {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     finally:

@@ -24,6 +24,7 @@ from wasmgate.runtime.http.common import (
     read_body,
     route_of,
 )
+from wasmgate.runtime.http.errors import error_response
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol import metadata
@@ -48,7 +49,9 @@ async def live(_request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     service = request.app.get(SERVICE)
     if service is None or not service.ready:
-        raise NotReady("the daemon is not ready (starting or draining)")
+        # Answered, not raised: "not yet" is the probe's answer while the bundles load (the
+        # listener is up before them), not a failure worth a warning per poll.
+        return error_response(503, "the daemon is not ready (starting or draining)")
     return web.json_response({"ready": True})
 
 

@@ -89,13 +89,22 @@ class InferenceService:
         if metrics is not None:
             metrics.watch_inline(self.inline_figures)
         self._draining = False
+        self._opening = False
         self._flight = InFlight()
 
     # -- state ------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        return self._table.started and not self._draining
+        return self._table.started and not self._opening and not self._draining
+
+    def opening(self) -> None:
+        """Not ready until `opened`, even with every bundle loaded: the daemon still starts
+        what the loaded bundles need (MQTT bridge, gRPC, fleet) after the loading."""
+        self._opening = True
+
+    def opened(self) -> None:
+        self._opening = False
 
     def start_draining(self) -> None:
         """Refuse new requests with NotReady; requests already admitted finish."""

@@ -7,6 +7,9 @@ the child serves exactly like one compiled in-process, and through the same cach
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.helpers import compile_bomb
-from wasmgate.sandbox import Ceilings, SandboxEngine
+from wasmgate.sandbox import Ceilings, SandboxEngine, compiler
 from wasmgate.sandbox.errors import AdapterLoadError
 from wasmgate.sandbox.limits import MIB
 
@@ -66,3 +69,22 @@ def test_invalid_wasm_names_the_problem(tmp_path: Path) -> None:
         pytest.raises(AdapterLoadError, match="bad: invalid wasm module"),
     ):
         engine.compile(b"\0asm\x01\0\0\0\x01\x05", name="bad")
+
+
+def test_the_child_loads_wasmtime_only(tmp_path: Path) -> None:
+    """The child is the compile's fixed cost on every install (each start-up bundle): it
+    imports neither the package nor numpy (``-X importtime`` lists what it imported)."""
+    settings = {"fuel": False, "stack": 512 * 1024, "reservation": 1 << 30}
+    cmd = [sys.executable, "-X", "importtime", "-I", "-c", compiler._BOOT, str(compiler.CHILD)]  # noqa: SLF001
+    done = subprocess.run(
+        [*cmd, json.dumps(settings), str(64 * MIB)],
+        input=b"\0asm\x01\0\0\0",  # the empty module
+        capture_output=True,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert done.stdout  # a serialized module
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()}
+    assert "wasmtime" in imported
+    assert not {m for m in imported if m.startswith(("wasmgate", "numpy"))}

@@ -244,6 +244,17 @@ function renderBadges(components) {
   }
 }
 
+// The start-up loading (components.loading): the daemon listens before its bundles are
+// loaded, so a long start shows how far it has come instead of an empty page.
+function renderLoading(loading) {
+  const line = document.getElementById("loading");
+  line.hidden = !loading || loading.state === "done";
+  if (line.hidden) return;
+  const now = loading.loading.length ? `: ${loading.loading.join(", ")}` : "";
+  const count = loading.state === "waiting" ? "…" : ` ${loading.loaded}/${loading.total}${now}`;
+  line.textContent = `loading bundles${count} (${loading.elapsed_s} s)`;
+}
+
 function render(status) {
   const now = status.time || Date.now() / 1000;
   document.getElementById("version").textContent = `v${status.version}`;
@@ -252,6 +263,7 @@ function render(status) {
   ready.className = `badge ${status.ready ? "ok" : "bad"}`;
   document.getElementById("uptime").textContent = `up ${window.wg.duration(status.uptime_s)}`;
   renderBadges(status.components);
+  renderLoading(status.components.loading);
   renderTraffic(status.history);
   const adapters = status.models.filter((m) => m.kind === "adapter");
   const models = status.models.filter((m) => m.kind !== "adapter");

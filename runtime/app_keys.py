@@ -1,0 +1,46 @@
+"""The composition root's own application keys (the routes' are in `wasmgate.runtime.http.keys`).
+
+Shared by the two stages of the start (`wasmgate.runtime.app`, `wasmgate.runtime.app_open`)
+and the daemon's lifecycle (`wasmgate.runtime.daemon`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from wasmgate.runtime.bundles.loader import LoaderDeps
+from wasmgate.runtime.bundles.watcher import DirWatcher
+from wasmgate.runtime.field.store import Store
+from wasmgate.runtime.opening import Opening
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.scheduler import FairPool
+from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.signing.store import BundleStore
+
+if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url
+    from wasmgate.runtime.cloud.client import CloudFallback
+
+__all__ = [
+    "BUNDLE_STORE",
+    "CLOUD",
+    "DEPS",
+    "NOTIFIER",
+    "OPENING",
+    "POOL",
+    "SERVICE_IMPL",
+    "STORE",
+    "WATCHER",
+]
+
+DEPS = web.AppKey("loader_deps", LoaderDeps)
+WATCHER = web.AppKey("bundle_watcher", DirWatcher)
+POOL = web.AppKey("worker_pool", FairPool)
+CLOUD: web.AppKey[CloudFallback] = web.AppKey("cloud_fallback")
+STORE = web.AppKey("field_store", Store)
+NOTIFIER = web.AppKey("notifier", Notifier)
+BUNDLE_STORE = web.AppKey("bundle_store", BundleStore)
+SERVICE_IMPL = web.AppKey("inference_service", InferenceService)
+"""The service as built here (``SERVICE`` holds it as the protocol the routes use)."""
+OPENING = web.AppKey("opening", Opening)

@@ -1,0 +1,163 @@
+"""Stage two of the daemon's start (`wasmgate.runtime.opening`): what needs the bundles.
+
+`load_bundles` fills the registry (the store's bundles, then the bundle directory's files);
+`stages` are entered after it, in order, and closed in reverse: the bundle-directory
+watcher and expiry checks; the gRPC listener, when ``grpc.port`` is set (grpc is imported
+only then); the fleet member (`FleetMember`: reconcile, delivery, report), which resumes the
+document a restart interrupted; the MQTT bridge, when ``mqtt.host`` is set (it also carries
+the fleet's topics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from wasmgate.runtime.app_keys import BUNDLE_STORE, CLOUD, DEPS, NOTIFIER, STORE, WATCHER
+from wasmgate.runtime.bundles.expiry import expiry_watch
+from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.bundles.watcher import bundle_files
+from wasmgate.runtime.field.deferral import StoredDeferrals
+from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
+from wasmgate.runtime.http import status
+from wasmgate.runtime.http.keys import FLEET, METRICS, REGISTRY, SERVICE, SETTINGS, TRACING
+from wasmgate.runtime.http.variables import VARIABLES
+from wasmgate.runtime.opening import Stage
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.memory import trim_heap
+from wasmgate.sandbox import SandboxEngine
+
+__all__ = ["deferrer", "load_bundles", "stages"]
+
+log = logging.getLogger("wasmgate.app")
+
+_EXTEND_US = 120_000_000
+
+
+async def load_bundles(app: web.Application) -> None:
+    """Stage two's first step: serve what the store holds, then the directory's files."""
+    registry, watcher, notifier = app[REGISTRY], app[WATCHER], app[NOTIFIER]
+    files = bundle_files(app[SETTINGS].paths.resolved("bundle_dir"))
+
+    def progress(what: str) -> None:
+        # Each bundle may take a while (compile, model optimisation): extend systemd's
+        # start timeout per bundle instead of one huge TimeoutStartSec.
+        notifier.notify(f"EXTEND_TIMEOUT_USEC={_EXTEND_US}", f"STATUS={what}")
+
+    refused = await registry.start(files, progress)
+    watcher.mark_seen(files, refused)
+    engine = app[DEPS].engine
+    _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
+    registry.on_change.append(lambda: _prune_modules(registry, engine))
+    # Loading freed large model buffers in worker threads' malloc arenas (~20 MB idle with a
+    # MobileNet-class model); trim now and after every change of what serves.
+    trim_heap()
+    registry.on_change.append(trim_heap)
+
+
+async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with app[WATCHER].running(), expiry_watch(app[REGISTRY]):
+        yield
+
+
+def deferrer(app: web.Application) -> StoredDeferrals | None:
+    """Deferred cloud fallbacks: on with a cloud, ``cloud.defer`` and MQTT (their answers'
+    way back); a bundle still has to ask for it (``fallback.defer``)."""
+    settings = app[SETTINGS]
+    if CLOUD not in app or not settings.cloud.defer or settings.mqtt.host is None:
+        return None
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415 - paho only with MQTT
+
+    return StoredDeferrals(app[STORE], Topics(settings.mqtt).deferred)
+
+
+def _prune_modules(registry: Registry, engine: SandboxEngine) -> None:
+    """Drop compiled modules no installed bundle version uses (the cache never shrank)."""
+    keep = {
+        b.adapter_sha256
+        for slot in registry.table.slots().values()
+        for b in slot.versions()
+        if b.adapter_sha256 is not None
+    }
+    removed = engine.prune(keep)
+    if removed:
+        log.info("module cache pruned", extra={"removed": removed, "kept": len(keep)})
+
+
+async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
+    from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
+
+    listener = GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING])
+    async with listener:
+        status.add_provider(app, "grpc", listener.status)
+        yield
+
+
+async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
+    store, settings = app[BUNDLE_STORE], app[SETTINGS]
+    gateway = settings.mqtt.resolved_gateway_id()
+    verify = fleet_verifier(lambda: store.trust, gateway, settings.fleet.groups)
+    pull = registry_pull(settings)
+    async with FleetMember(settings, app[REGISTRY], verify, pull, app[METRICS]) as fleet:
+        app[FLEET] = fleet
+        status.add_provider(app, "fleet", fleet.reporter.document)
+        yield
+
+
+async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
+    from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
+    from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
+
+    settings = app[SETTINGS]
+    registry = app[REGISTRY]
+    variables = app[VARIABLES]
+    fleet = app[FLEET]
+
+    def apply_variables(msg: Incoming) -> None:
+        # Retained on purpose: the broker replays the document at every (re)connect.
+        variables.apply_document(registry.table, msg.payload)
+
+    bridge_for = MqttBridge(
+        settings.mqtt,
+        app[SERVICE],
+        drain_s=settings.drain_s,
+        metrics=app[METRICS],
+        tracing=app[TRACING],
+        stored=Stored(
+            app[STORE],
+            settings.store,
+            cloud=app[CLOUD] if deferrer(app) is not None else None,
+            cloud_retry_s=settings.cloud.breaker_reset_s,
+            samples=settings.samples.sink == "mqtt",
+            samples_topic=settings.samples.mqtt_topic,
+        ),
+        channels=[
+            Channel((Topics(settings.mqtt).variables,), apply_variables),
+            Channel(**fleet.channel_args()),
+        ],
+    )
+    async with bridge_for as bridge, fleet.over_mqtt(bridge.client):
+        registry.on_change.append(bridge.refresh_metadata)
+        status.add_provider(app, "mqtt", bridge.status)
+        app[METRICS].watch_mqtt(lambda: bridge.state.client)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ValueError):
+                registry.on_change.remove(bridge.refresh_metadata)
+
+
+def stages(settings: Settings) -> list[Stage]:
+    """Stage two's parts for these settings, in the order they start."""
+    parts = [_watch_ctx]
+    if settings.grpc.port is not None:
+        parts.append(_grpc_ctx)
+    parts.append(_fleet_ctx)
+    if settings.mqtt.host is not None:
+        parts.append(_mqtt_ctx)
+    return [contextlib.asynccontextmanager(part) for part in parts]
