@@ -141,7 +141,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     log.info(
         "listening",
         extra={
-            "addresses": [str(a) for a in runner.addresses],
+            "addresses": [_host_port(a) for a in runner.addresses],
             "startup_s": round(time.monotonic() - started, 2),
         },
     )
@@ -158,6 +158,14 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         await runner.cleanup()
         log.info("stopped")
     return 0
+
+
+def _host_port(address: object) -> str:
+    """``127.0.0.1:8080`` / ``[::1]:8080`` for a socket address (a path for a Unix one)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = str(address[0]), address[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)
 
 
 async def _serve(app: web.Application, notifier: Notifier) -> None:
