@@ -149,8 +149,8 @@ def _bundle_finding(path: Path, trust: TrustStore, state: StateDoc | None, cap: 
 
 
 _REBUILD = (
-    "build and sign it again: wasmgate bundle build DIR --key KEY --out FILE "
-    "(a bundle expires 90 days after it is built unless --expires says otherwise)"
+    "build it again with a higher version (a bundle expires 90 days after it is built "
+    "unless --expires says otherwise): wasmgate bundle build DIR --key KEY --version N --out FILE"
 )
 
 
