@@ -5,7 +5,8 @@ The commands are read from ``guest_adapters/README.md`` and run one by one, back
 left running as a shell leaves them. Substituted: the broker's and the daemon's ports (free
 ones, so tests can run side by side) and ``$HOME``. Between the commands the test waits only
 for what a reader waits for by reading: the subscriber being connected before the request.
-The guide's tritonclient lines then run against the walk-through's daemon, and
+The guide's tritonclient lines, its demo requests and the README's "Try it" then run
+against the walk-through's daemon (their 8080 replaced by its port), and
 ``docs/mqtt-topics.md``'s "Try it" against its broker.
 """
 
@@ -27,7 +28,8 @@ from wasmgate.guest_adapters.build import package_root
 from wasmgate.guest_adapters.examples import models_dir
 
 GUIDE = package_root() / "README.md"
-TOPICS = Path(__file__).resolve().parents[2] / "docs" / "mqtt-topics.md"
+REPO = Path(__file__).resolve().parents[2]
+TOPICS = REPO / "docs" / "mqtt-topics.md"
 HEADING = "### MQTT, with a broker of its own"
 BROKER_PORT, HTTP_PORT = "18830", "8081"
 
@@ -83,6 +85,7 @@ def test_mqtt_walkthrough_as_written(tmp_path: Path) -> None:
         assert '"anomaly":true' in shell.text()
         _tritonclient_lines(http)
         _topics_try_it(shell, broker)
+        _http_examples(shell, http)
     finally:
         shell.close()
     text = shell.text()
@@ -123,3 +126,17 @@ def _topics_try_it(shell: DocShell, broker: int) -> None:
             _until_subscribed(shell, broker, "wasmgate/v1/gw1/probe")
     shell.wait_for("wasmgate/v1/gw1/adapters/digits/req")
     shell.wait_for('demo/answers {"digit":0')
+
+
+def _http_examples(shell: DocShell, http: int) -> None:
+    """The guide's demo requests and the README's "Try it", against the demo daemon."""
+    guide = GUIDE.read_text(encoding="utf-8").split("## Try the demo first", 1)[1]
+    requests = re.findall(r"```sh\n(.*?)```", guide.split("### MQTT", 1)[0], re.DOTALL)[1]
+    readme = sh_block(REPO / "README.md", "## Try it")
+    for block in (requests, readme):
+        for command in commands(block):
+            shell.run(command.replace("127.0.0.1:8080", f"127.0.0.1:{http}"), timeout=60)
+    text = shell.text()
+    assert text.count('{"digit":0') >= 3, text[-3000:]  # zero.json: mqtt-topics, guide, README
+    assert '"outputs"' in text
+    assert re.search(r"^wasmgate_requests_total\{", text, re.MULTILINE), text[-3000:]
