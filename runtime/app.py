@@ -282,7 +282,9 @@ def open_store(settings: Settings) -> BundleStore:
             "the trust store trusts no signer: every bundle will be refused",
             extra={"trust_file": str(trust_file)},
         )
-    log.info("trust: %s", trust_status(store), extra={"trust_file": str(trust_file)})
+    # One flat key=value per fact (not the status dict), as docs/operator.md shows them.
+    facts = {f"trust_{k}" if k == "version" else k: v for k, v in trust_status(store).items()}
+    log.info("trust file loaded", extra={"trust_file": str(trust_file), **facts})
     return store
 
 

@@ -132,7 +132,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     log.info(
         "listening",
         extra={
-            "addresses": [str(a) for a in runner.addresses],
+            "addresses": [_host_port(a) for a in runner.addresses],
             "startup_s": round(time.monotonic() - started, 2),
         },
     )
@@ -217,6 +217,14 @@ async def _opened(app: web.Application, stop: asyncio.Event) -> bool:
         done.result()  # raises what failed (a ConfigError exits 2, as before the listener)
         return not stop.is_set()
     return False
+
+
+def _host_port(address: object) -> str:
+    """``127.0.0.1:8080`` / ``[::1]:8080`` for a socket address (a path for a Unix one)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = str(address[0]), address[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)
 
 
 async def _serve(app: web.Application, notifier: Notifier, signals: _Signals) -> None:

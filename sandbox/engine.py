@@ -203,7 +203,9 @@ class SandboxEngine:
 
 def _check_binary(wasm: bytes, max_bytes: int, name: str) -> None:
     if len(wasm) > max_bytes:
-        raise AdapterLoadError(f"{name}: module is {len(wasm)} bytes, limit is {max_bytes}")
+        raise AdapterLoadError(
+            f"{name}: module is {len(wasm)} bytes, limit is {max_bytes} (limits.max_module_bytes)"
+        )
     if wasm[:4] != _WASM_MAGIC:
         raise AdapterLoadError(f"{name}: not a wasm binary (no \\0asm magic)")
     if wasm[4:8] != _CORE_VERSION:

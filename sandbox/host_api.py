@@ -106,7 +106,10 @@ def _set_output(req: RequestState, mem: GuestMemory, ptr: int, length: int) -> i
     length &= 0xFFFF_FFFF
     if length > req.limits.max_output_bytes:
         req.output_refused = True
-        req.log(f"set_output: {length} bytes refused (limit {req.limits.max_output_bytes})")
+        req.log(
+            f"set_output: {length} bytes refused "
+            f"(limits.max_output_bytes: {req.limits.max_output_bytes})"
+        )
         return 1
     req.output = mem.read(ptr, length)
     req.output_refused = False

@@ -59,7 +59,8 @@ def translate(e: Exception, req: RequestState, *, near_memory_limit: bool) -> Gu
         return GuestTrap(f"a host call failed: {last[:300]}", cause="host", logs=logs)
     if "memory minimum size" in text or "memory limits" in text:
         return GuestResourceExhausted(
-            f"initial memory exceeds the limit of {req.limits.memory_bytes} bytes",
+            f"initial memory exceeds the limit of {req.limits.memory_bytes} bytes "
+            "(limits.memory_mb)",
             cause="memory",
             logs=logs,
         )
@@ -82,12 +83,15 @@ def _trap(e: wasmtime.Trap, req: RequestState, *, near_memory_limit: bool) -> Gu
     if code == _T.INTERRUPT:
         how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
         return GuestDeadlineExceeded(
-            f"adapter exceeded its deadline of {req.limits.deadline_s * 1000:.0f} ms{how}",
+            f"adapter exceeded its deadline of {req.limits.deadline_s * 1000:.0f} ms "
+            f"(limits.deadline_ms){how}",
             logs=logs,
         )
     if code == _T.OUT_OF_FUEL:
         return GuestResourceExhausted(
-            f"adapter used up its fuel budget of {req.limits.fuel}", cause="fuel", logs=logs
+            f"adapter used up its fuel budget of {req.limits.fuel} (limits.fuel)",
+            cause="fuel",
+            logs=logs,
         )
     if code is None:  # a trap raised by host code
         cause, what = "host", _line(e.message)
@@ -96,7 +100,7 @@ def _trap(e: wasmtime.Trap, req: RequestState, *, near_memory_limit: bool) -> Gu
     if near_memory_limit and cause in ("unreachable", "oob"):
         return GuestResourceExhausted(
             f"adapter reached its memory limit of {req.limits.memory_bytes} bytes "
-            f"and then trapped: {what}",
+            f"(limits.memory_mb) and then trapped: {what}",
             cause="memory",
             logs=logs,
         )
@@ -119,11 +123,15 @@ def check_outcome(req: RequestState, status: int, lim: GuestLimits) -> None:
     if time.monotonic() > req.deadline:
         how = " (it slept in poll_oneoff past the deadline)" if req.slept_past_deadline else ""
         raise GuestDeadlineExceeded(
-            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms{how}", logs=req.logs
+            f"adapter exceeded its deadline of {lim.deadline_s * 1000:.0f} ms "
+            f"(limits.deadline_ms){how}",
+            logs=req.logs,
         )
     if req.output_refused:
         raise GuestOutputTooLarge(
-            f"adapter output exceeds the limit of {lim.max_output_bytes} bytes", logs=req.logs
+            f"adapter output exceeds the limit of {lim.max_output_bytes} bytes "
+            "(limits.max_output_bytes)",
+            logs=req.logs,
         )
     if status not in (0, 1, 2):
         raise GuestTrap(

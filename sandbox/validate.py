@@ -70,7 +70,8 @@ def check_exports(module: wasmtime.Module, name: str, ceilings: Ceilings) -> boo
         raise AdapterLoadError(f"{name}: missing export `memory`")
     if mem.limits.min * 65536 > ceilings.memory_bytes:
         raise AdapterLoadError(
-            f"{name}: initial memory of {mem.limits.min} pages exceeds the ceiling"
+            f"{name}: initial memory of {mem.limits.min} pages exceeds the ceiling of "
+            f"{ceilings.memory_bytes} bytes (limits.memory_mb)"
         )
     for ext in exports.values():
         if isinstance(ext, wasmtime.TableType) and ext.limits.min > ceilings.table_elements:

@@ -113,7 +113,10 @@ def _regular_size(f: io.BufferedIOBase, label: str) -> int:
 
 def _cap(label: str, size: int, max_bytes: int) -> None:
     if size > max_bytes:
-        raise BundleTooLargeError(label, f"{size} bytes, cap is {max_bytes}")
+        # Every caller passes the daemon's limits.max_bundle_bytes (the CLI its default).
+        raise BundleTooLargeError(
+            label, f"{size} bytes, cap is {max_bytes} (limits.max_bundle_bytes)"
+        )
 
 
 class StagedFile:

@@ -262,7 +262,11 @@ def verify_stream(
     sig_bytes = _read_named(reader, label, "manifest.sig", MAX_SIGNATURE_BYTES)
     manifest, key_id, digest = authenticate(manifest_bytes, sig_bytes, trust, label)
     if manifest.total_size() > max_bundle_bytes:
-        raise BundleTooLargeError(manifest.label(), "listed files exceed the bundle size cap")
+        raise BundleTooLargeError(
+            manifest.label(),
+            f"listed files exceed the bundle size cap of {max_bundle_bytes} bytes "
+            "(limits.max_bundle_bytes)",
+        )
     check_fresh(manifest, digest, state, now or datetime.now(UTC), downgrades)
     _stream_files(reader, manifest, sink_for)
     return VerifiedBundle(manifest, digest, key_id, manifest_bytes, sig_bytes)

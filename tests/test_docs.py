@@ -25,6 +25,7 @@ STANDALONE = [REPO / "README.md", REPO / "guest_adapters" / "README.md"] + [
         "http.md",
         "fleet.md",
         "grpc.md",
+        "benchmarks.md",
     )
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -52,6 +53,18 @@ def test_readme_names_the_operator_docs() -> None:
         "docs/mqtt-topics.md",
         "docs/fleet.md",
         "docs/architecture.md",
+        "docs/benchmarks.md",
         "wasmgate doctor",
     ):
         assert name in readme
+
+
+def test_readme_is_a_users_document() -> None:
+    """The README stays short: the benchmark history lives in git, the latest run in
+    docs/benchmarks.md; the doc links are a list, not a paragraph."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150
+    headings = [ln.lower() for ln in readme.splitlines() if ln.startswith("#")]
+    assert not [h for h in headings if "round" in h], "benchmark history belongs in git"
+    links = [ln for ln in readme.splitlines() if ln.startswith("- [`docs/")]
+    assert len(links) >= 8, "the docs are listed one per line"

@@ -5,9 +5,10 @@ files, device profiles, the daemon's config — is a tree of `msgspec.Struct` cl
 turned into one here, so the same rules hold everywhere alike:
 - unknown fields are refused at every level (`Document`: ``forbid_unknown_fields``);
 - `strict` conversion takes JSON's types as they are (no ``"3"`` for ``3``, no ``true``
-  for ``1``): every signed document. The config (whose environment overrides arrive as
-  text), device profiles, the fleet state file and gateway reports convert leniently
-  (``"4"`` for ``4``), as they did before; a bool is never an int either way;
+  for ``1``): every signed document, and the daemon's config (its environment overrides,
+  text by nature, are read as their fields' types before, in `config_env`). Device
+  profiles, the fleet state file and gateway reports convert leniently (``"4"`` for
+  ``4``), as they did before; a bool is never an int either way;
 - bounds (`msgspec.Meta`) and patterns are checked by `convert` only, not when code builds
   a Struct itself; cross-field checks (``__post_init__``) run both times, and on `replace`;
 - patterns end in ``\\Z``, never ``$``: ``re`` lets ``$`` match before a trailing newline;

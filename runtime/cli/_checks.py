@@ -5,6 +5,7 @@ on disk (the trust file is read without pinning, bundles are verified, not insta
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,18 @@ from wasmgate.runtime.bundles.watcher import bundle_files
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.unit import DEFAULT_CONFIG, current_executable, unit_path_problems
 from wasmgate.signing import SigningError, StateFile, TrustStore, inspect_bundle, verify_bundle
-from wasmgate.signing.errors import RollbackError
+from wasmgate.signing.errors import (
+    BundleTooLargeError,
+    ExpiredError,
+    FutureIssuedError,
+    KeyScopeError,
+    LimitCeilingError,
+    RevokedBundleError,
+    RevokedKeyError,
+    RollbackError,
+    UntrustedKeyError,
+)
+from wasmgate.signing.scope import claimed_names
 from wasmgate.signing.state import StateDoc
 
 Level = Literal["ok", "skip", "warn", "error"]
@@ -37,17 +49,17 @@ class Finding:
 
 def check_data_dir(settings: Settings) -> Iterator[Finding]:
     paths = settings.paths
-    for label, path in (
-        ("data dir", paths.data_dir),
-        ("bundle dir", paths.resolved("bundle_dir")),
-        ("state dir", paths.resolved("state_dir")),
-        ("cache dir", paths.resolved("cache_dir")),
+    for key, path in (
+        ("data_dir", paths.data_dir),
+        ("bundle_dir", paths.resolved("bundle_dir")),
+        ("state_dir", paths.resolved("state_dir")),
+        ("cache_dir", paths.resolved("cache_dir")),
     ):
-        yield _dir_finding(label, path)
+        yield _dir_finding(key, path)
 
 
-def _dir_finding(label: str, path: Path) -> Finding:
-    check = f"paths: {label}"
+def _dir_finding(key: str, path: Path) -> Finding:
+    check = f"paths: {key.replace('_', ' ')}"
     if not path.exists():
         parent = next((p for p in path.parents if p.exists()), Path("/"))
         if os.access(parent, os.W_OK):
@@ -59,7 +71,9 @@ def _dir_finding(label: str, path: Path) -> Finding:
             f"mkdir -p {path} and give it to the daemon's user",
         )
     if not path.is_dir():
-        return Finding(check, "error", f"{path} is not a directory")
+        return Finding(
+            check, "error", f"{path} is not a directory", f"move it aside, or set paths.{key}"
+        )
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         return Finding(
             check,
@@ -107,7 +121,8 @@ def check_bundles(settings: Settings, trust: TrustStore | None) -> Iterator[Find
     try:
         state = StateFile(settings.paths.resolved("state_dir")).load()
     except SigningError as e:
-        yield Finding("bundles", "error", f"anti-rollback state: {e}")
+        fix = "restore state.json in the state dir from a backup (the daemon will not start on it)"
+        yield Finding("bundles", "error", f"anti-rollback state: {e}", fix)
         return
     for path in files:
         yield _bundle_finding(path, trust, state, settings.limits.max_bundle_bytes)
@@ -125,24 +140,63 @@ def _bundle_finding(path: Path, trust: TrustStore, state: StateDoc | None, cap: 
             f"delete {path} (it is skipped at every start)",
         )
     except SigningError as e:
-        return Finding(check, "error", f"refused: {e}", _refusal_fix(str(e)))
+        return Finding(check, "error", f"refused: {e}", refusal_fix(e, path, trust, cap))
     left = v.manifest.expires - datetime.now(UTC)
     if left < _EXPIRY_WARN:
-        return Finding(
-            check,
-            "warn",
-            f"{v.manifest.label()} expires in {left.days} days",
-            "re-sign it: wasmgate bundle build DIR --key KEY --expires 90d",
-        )
+        return Finding(check, "warn", f"{v.manifest.label()} expires in {left.days} days", _REBUILD)
+
     return Finding(check, "ok", f"{v.manifest.label()} signed by {v.key_id[:16]}, verifies")
 
 
-def _refusal_fix(reason: str) -> str:
-    if "not trusted" in reason:
-        return "wasmgate trust add KEY.pub --names NAME (the daemon picks it up by itself)"
-    if "expired" in reason:
-        return "re-sign the bundle with a later --expires"
-    return "rebuild and re-sign the bundle, or delete the file"
+_REBUILD = (
+    "build it again with a higher version (a bundle expires 90 days after it is built "
+    "unless --expires says otherwise): wasmgate bundle build DIR --key KEY --version N --out FILE"
+)
+
+
+def refusal_fix(e: SigningError, path: Path, trust: TrustStore, cap: int) -> str:
+    """What to do about a refused bundle file, as a command where there is one."""
+    names, signer = _claims(path, cap)
+    if isinstance(e, UntrustedKeyError):
+        return (
+            f"trust the public key of its signer {signer[:16]} for its names (the daemon "
+            f"picks it up by itself): wasmgate trust add KEY.pub {_names(names)}"
+        )
+    if isinstance(e, KeyScopeError):
+        entry = trust.doc.signers.get(signer)
+        old = [n for n in (entry.names if entry else ()) if n not in names]
+        return (
+            f"let key {signer[:16]} sign these names too: "
+            f"wasmgate trust add KEY.pub {_names([*old, *names])}"
+        )
+    return _FIXES.get(type(e), f"build and sign it again, or delete {path}")
+
+
+_FIXES: dict[type[SigningError], str] = {
+    ExpiredError: _REBUILD,
+    RevokedKeyError: "its key is revoked: sign it again with another trusted key",
+    RevokedBundleError: "this bundle is revoked: build a new version (raise `version`)",
+    FutureIssuedError: "sync the clock: timedatectl set-ntp true",
+    LimitCeilingError: "lower the bundle's [limits], or trust its key with a higher "
+    "--max-limit (wasmgate trust add KEY.pub --names NAME --max-limit memory_mb=N)",
+    BundleTooLargeError: "raise limits.max_bundle_bytes, or make the bundle smaller",
+}
+
+
+def _names(names: list[str]) -> str:
+    """``--names`` options as a shell reads them (a pattern's ``*`` quoted)."""
+    return " ".join(f"--names {shlex.quote(n)}" for n in names) or "--names NAME"
+
+
+def _claims(path: Path, cap: int) -> tuple[list[str], str]:
+    """The names a bundle claims (what its key must be trusted for) and its first signer's
+    key id, read without verifying; nothing when the file cannot be read that far."""
+    try:
+        info = inspect_bundle(path, max_bundle_bytes=cap)
+    except SigningError:
+        return [], ""
+    names = list(dict.fromkeys(name for _, name in claimed_names(info.manifest)))
+    return names, (info.key_ids[0] if info.key_ids else "")
 
 
 def check_clock(settings: Settings) -> Finding:
@@ -196,7 +250,8 @@ def check_unit(unit_path: Path = UNIT_PATH) -> Finding:
         return Finding("systemd unit", "ok", f"not installed ({unit_path}); --print-unit is usable")
     exec_path, config = _exec_start(unit_path.read_text(encoding="utf-8"))
     if exec_path is None:
-        return Finding("systemd unit", "warn", f"{unit_path}: no ExecStart= line")
+        fix = "write it again: wasmgate serve --print-unit > " + str(unit_path)
+        return Finding("systemd unit", "warn", f"{unit_path}: no ExecStart= line", fix)
     problems = unit_path_problems(exec_path, config or DEFAULT_CONFIG)
     if problems:
         return Finding(

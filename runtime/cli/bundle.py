@@ -48,11 +48,23 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         description="Build, verify, inspect, push and pull signed bundles.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = actions.add_parser("build", help="Build and sign a bundle from DIR/bundle.toml.")
+    build = actions.add_parser(
+        "build",
+        help="Build and sign a bundle from DIR/bundle.toml.",
+        description="Build and sign a bundle from DIR/bundle.toml. The bundle expires 90 days "
+        "after it is built unless --expires says otherwise.",
+    )
     build.add_argument("dir", type=Path, metavar="DIR", help="Directory with bundle.toml.")
     build.add_argument("--key", type=Path, required=True, help="Private signing key file.")
     build.add_argument("--version", type=int, help="Bundle version (overrides bundle.toml).")
-    build.add_argument("--expires", default="90d", help="Validity, e.g. 90d, 12h, 2w.")
+    build.add_argument(
+        "--expires",
+        default="90d",
+        help="How long the bundle stays valid from now, e.g. 90d, 12h, 2w (default: 90d). "
+        "Gateways refuse to install it after that; one already installed keeps serving with "
+        "a warning, or stops with trust.expiry = 'stop'. Before then, build it again with a "
+        "higher --version.",
+    )
     build.add_argument("--out", type=Path, required=True, metavar="F.wgb", help="Bundle to write.")
     add_passphrase_args(build)
     build.set_defaults(func=_build)

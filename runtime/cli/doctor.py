@@ -22,6 +22,7 @@ from wasmgate.runtime.cli._broker_probe import probe_broker
 from wasmgate.runtime.cli._checks import (
     EXIT_CODES,
     Finding,
+    Level,
     check_bundles,
     check_clock,
     check_data_dir,
@@ -90,7 +91,8 @@ def _check_profile(settings: Settings) -> Iterator[Finding]:
             )
         except (BackendError, OSError) as e:
             # ONNX Runtime is required; LiteRT only where the bundles ship .tflite models.
-            yield Finding(check, "error" if encoding == "onnx" else "warn", f"does not load: {e}")
+            level: Level = "error" if encoding == "onnx" else "warn"
+            yield Finding(check, level, f"does not load: {e}", _RUNTIME_FIX[encoding])
             continue
         used = list(model.providers)
         model.close()
@@ -105,6 +107,12 @@ def _check_profile(settings: Settings) -> Iterator[Finding]:
             )
         else:
             yield Finding(check, "ok", f"a test model loads on {', '.join(used)}")
+
+
+_RUNTIME_FIX = {
+    "onnx": "reinstall ONNX Runtime for this machine: pip install --force-reinstall onnxruntime",
+    "tflite": "only bundles with .tflite models need LiteRT: pip install ai-edge-litert",
+}
 
 
 def worst(findings: list[Finding]) -> int:

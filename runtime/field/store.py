@@ -123,8 +123,8 @@ class Store:
         lim = self.limits(stream)
         if len(payload) > lim.max_bytes:
             raise StoreError(
-                f"entry of {len(payload)} bytes exceeds store stream {stream!r} max_bytes "
-                f"({lim.max_bytes})"
+                f"entry of {len(payload)} bytes exceeds store.streams.{stream}.max_bytes "
+                f"({lim.max_bytes}; store.defaults.max_bytes when the stream sets none)"
             )
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._batch.append((stream, payload, meta or {}, fut))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -33,7 +34,17 @@ def error_response(status: int, message: str) -> web.Response:
     return web.Response(body=body, status=status, headers=headers)
 
 
+# aiohttp's own words for a body over ``client_max_size`` (it keeps no attribute for it).
+_TOO_LARGE = re.compile(r"Maximum request body size (\d+) exceeded")
+
+
 def _http_exception_message(exc: web.HTTPException) -> str:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        # Name the setting, so the one line says what to raise (the app's client_max_size
+        # is http.max_body_bytes, runtime/app.py).
+        limit = _TOO_LARGE.search(exc.text or "")
+        size = f" ({limit.group(1)} bytes)" if limit else ""
+        return f"request body exceeds http.max_body_bytes{size}"
     text = exc.text or ""
     # aiohttp's default texts start with "<status>: "; keep just the sentence.
     prefix = f"{exc.status}: "

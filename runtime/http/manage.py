@@ -122,7 +122,9 @@ def _gates(request: web.Request) -> Release | None:
 
 async def _receive(request: web.Request, dest: Path, limit: int) -> None:
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"bundle of {request.content_length} bytes exceeds {limit}")
+        raise PayloadTooLarge(
+            f"bundle of {request.content_length} bytes exceeds limits.max_bundle_bytes ({limit})"
+        )
     idle_s = request.app[LIVE].settings.http.body_timeout_s
     size = 0
     with dest.open("xb") as f:
@@ -210,7 +212,9 @@ async def put_desired(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
     limit = request.app[LIVE].settings.fleet.max_document_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"document of {request.content_length} bytes exceeds {limit}")
+        raise PayloadTooLarge(
+            f"document of {request.content_length} bytes exceeds fleet.max_document_bytes ({limit})"
+        )
     body = await request.content.read(limit + 1)
     if len(body) > limit:
         raise PayloadTooLarge(f"document exceeds fleet.max_document_bytes ({limit})")

@@ -232,6 +232,12 @@ class MqttClient:
         return self.state.connected
 
     @property
+    def broker(self) -> str:
+        """``host:port`` as this client dials it (``[v6]:port``): what every warning names."""
+        host = self._settings.host or "localhost"
+        return f"[{host}]:{self._settings.port}" if ":" in host else f"{host}:{self._settings.port}"
+
+    @property
     def link(self) -> asyncio.Event:
         """Set while connected: what a forwarder of stored messages waits on (read only)."""
         return self._connected
@@ -278,7 +284,7 @@ class MqttClient:
                 await self._lost.wait()
             except (OSError, TimeoutError, ConnectionError) as e:
                 self.state.failed(f"{type(e).__name__}: {e}")
-                log.warning("mqtt connect failed (%s); retry in %.1fs", e, delay)
+                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, delay)
                 self._drop_socket()
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._settings.reconnect_max_s)
@@ -290,6 +296,9 @@ class MqttClient:
         # Shielded: a cancel (`stop`) must not walk away from a thread still creating the
         # socket that `stop` is about to close (`_connect_finished`).
         self._connecting = self._loop.run_in_executor(None, self._connect_blocking)
+        # A `stop` landing during the connect leaves its failure to nobody: without this,
+        # asyncio logs "Future exception was never retrieved" with a traceback at exit.
+        self._connecting.add_done_callback(_consume)
         await asyncio.shield(self._connecting)
         # Not `wait_for`: on 3.11 it drops a cancel (`stop`) landing in the loop turn the
         # CONNACK arrives (gh-86296), and the supervisor then waits on `_lost` for ever.
@@ -298,7 +307,7 @@ class MqttClient:
 
     def _connect_blocking(self) -> None:
         s = self._settings
-        host = s.host or "localhost"
+        host = s.host or "localhost"  # `broker` names the same default
         if self._v5:
             props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = s.session_expiry_s
@@ -414,7 +423,7 @@ class MqttClient:
     ) -> None:
         if self.state.connected and not self._stopping:
             self.state.disconnects += 1
-            log.warning("mqtt connection lost: %s", rc)
+            log.warning("mqtt connection to %s lost: %s", self.broker, rc)
         if self.state.connected:
             self.state.since = time.time()
         self.state.connected = False

@@ -134,12 +134,14 @@ def settings_from(data: Mapping[str, Any], source: str = "configuration") -> Set
     """``data`` (a config file's tables) with the environment on top, checked, as Settings.
 
     Raises ConfigError ``<source or variable>: <dotted key>: <problem>``. Conversion is
-    lenient (``"9000"`` is a port) because environment values arrive as text."""
+    strict: a file's value must have the field's type (``port = "9000"`` is refused, as
+    the docs promise); an environment variable's text was already read as its field's
+    type by `env_data` (``WASMGATE_HTTP__PORT=9000`` is a port)."""
     env = env_paths()
     _check_env_sections(env)
     full = merged(data, env_data(Settings))
     try:
-        return convert(full, Settings, strict=False, whole="(root)")
+        return convert(full, Settings, strict=True, whole="(root)")
     except Invalid as e:
         raise ConfigError(_message(source, full, e, env)) from e
 
@@ -197,7 +199,7 @@ def _named_keys(data: Mapping[str, Any], err: Invalid) -> str:
 
 def _fails_as(data: Any, err: Invalid) -> bool:
     try:
-        convert(data, Settings, strict=False, whole="(root)")
+        convert(data, Settings, strict=True, whole="(root)")
     except Invalid as e:
         return (e.where, e.what) == (err.where, err.what)
     return False

@@ -9,11 +9,13 @@ source the daemon reads besides its TOML file. The rules are the ones it applied
 - a name without ``__`` sets a top-level field, and is ignored unless it names one (other
   tools' ``WASMGATE_BUILD_CACHE``); an unknown section is the caller's error to report;
 - a value for a list, tuple, dict or section is JSON (``WASMGATE_HTTP__ALLOWED_HOSTS=["a"]``),
-  any other value is the string itself, which the model validates (``"9000"`` is a port);
-- numbers and booleans are read from text as pydantic's lax mode read them (the config's
-  parser until msgspec): Python's ``int()``/``float()`` rules (``1_000``, `` 9000``, ``+5``)
-  and ``yes``/``no``, ``on``/``off``, ``t``/``f``, ``y``/``n`` besides ``true``/``false``/
-  ``1``/``0``, in any case, so an ``Environment=`` line that worked goes on working;
+  taken with JSON's types as they are (like the TOML file's values);
+- any other value is text, read as the field's type here, before the settings are checked:
+  numbers and booleans as pydantic's lax mode read them (the config's parser until
+  msgspec): Python's ``int()``/``float()`` rules (``1_000``, `` 9000``, ``+5``) and
+  ``yes``/``no``, ``on``/``off``, ``t``/``f``, ``y``/``n`` besides ``true``/``false``/
+  ``1``/``0``, in any case, so an ``Environment=`` line that worked goes on working; text
+  that spells no such value is refused by the check, naming the variable;
 - a section set as JSON and variables of its fields merge (the fields' win);
 - the environment wins over the file, section by section (a deep merge of the two).
 """
@@ -143,24 +145,33 @@ def _value(name: str, raw: str, annotation: Any) -> Any:
 
 
 def _scalar(raw: str, annotation: Any) -> Any:
-    """``raw``; or, where msgspec's lenient conversion would refuse text that pydantic's lax
-    mode read (`` 9000``, ``1_000``, ``+5``, ``yes``, ``off``), the number or boolean it
-    spells. Either way the model checks the value (bounds, types) and words the error."""
+    """The number or boolean ``raw`` spells where the field takes one (``9000``, `` 9000``,
+    ``1_000``, ``+5``, ``1e3``, ``yes``, ``off``), else ``raw`` itself. The settings are then
+    converted strictly, as the TOML file's typed values must be: text that spells no value
+    of the field's type stays text and is refused there, naming the variable."""
     kinds = set(_alternatives(annotation))
     if str in kinds or Path in kinds:
         return raw  # the text is a value of its own (a host, a path), never a number
-    if bool in kinds and raw.lower() in _WORDS:
-        return _WORDS[raw.lower()]
+    if bool in kinds:
+        word = raw.strip().lower()
+        if word in _WORDS:
+            return _WORDS[word]
+        read = _read(raw, bool)
+        if read is not None:
+            return read
     for kind in (int, float):
-        if kind in kinds and not _reads(raw, kind):
+        if kind in kinds:
+            read = _read(raw, kind)
+            if read is not None:
+                return read
             with contextlib.suppress(ValueError):
                 return kind(raw)
     return raw
 
 
-def _reads(raw: str, kind: type[Any]) -> bool:
+def _read(raw: str, kind: type[Any]) -> Any:
+    """``raw`` as msgspec's lenient conversion reads it as ``kind`` (None: it does not)."""
     try:
-        msgspec.convert(raw, kind, strict=False)
+        return msgspec.convert(raw, kind, strict=False)
     except msgspec.ValidationError:
-        return False
-    return True
+        return None

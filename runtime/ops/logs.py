@@ -47,12 +47,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+def plain_value(value: Any) -> str:
+    """A ``key=value`` value for a person: lists comma-separated, ``true``/``false``,
+    ``none`` (also for an empty list); never a Python repr (``['a']``,
+    ``('127.0.0.1', 8080)``, ``{'k': …}``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple, set, frozenset, dict)) and not value:
+        return "none"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
+        return ",".join(plain_value(v) for v in items)
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{plain_value(v)}" for k, v in value.items())
+    return str(value)
+
+
 class PlainFormatter(logging.Formatter):
-    """``time level logger: message key=value ...``."""
+    """``time level logger: message key=value ...`` (values as `plain_value` writes them)."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
-        extras = " ".join(f"{k}={one_line(str(v))}" for k, v in _extras(record).items())
+        extras = " ".join(f"{k}={one_line(plain_value(v))}" for k, v in _extras(record).items())
         line = f"{stamp} {record.levelname:<7} {record.name}: {one_line(record.getMessage())}"
         if extras:
             line = f"{line} {extras}"

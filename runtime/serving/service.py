@@ -153,8 +153,8 @@ class InferenceService:
         deadline = _earliest(req.deadline, time.monotonic() + admission.deadline_s)
         if admission.max_input_bytes is not None and len(req.payload) > admission.max_input_bytes:
             raise PayloadTooLarge(
-                f"{req.adapter}: payload of {len(req.payload)} bytes exceeds the "
-                f"bundle's max_input_bytes {admission.max_input_bytes}"
+                f"{req.adapter}: payload of {len(req.payload)} bytes exceeds the bundle's "
+                f"limits.max_input_bytes ({admission.max_input_bytes})"
             )
         if bundle.missing_models and self._fallback.enabled(bundle.fallback.on_missing_model):
             reason = f"model {bundle.missing_models[0]!r} is not loaded on this device"

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,14 @@ import pytest
 
 from tests.fixtures.daemon import Daemon, write_config
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.net import free_port
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.cli._broker_probe import probe_broker
 from wasmgate.runtime.cli._checks import check_data_dir, check_unit
 from wasmgate.runtime.ops.config import MqttSettings, PathSettings, Settings
+from wasmgate.signing import TrustStore
+from wasmgate.signing.keys import encode_public
 
 
 def doctor(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -114,8 +118,6 @@ def test_broker_round_trip_stock_mosquitto_vs_tcp_nodelay(tmp_path: Path) -> Non
 
 
 def test_broker_unreachable_is_an_error(tmp_path: Path) -> None:
-    from tests.fixtures.net import free_port  # noqa: PLC0415
-
     config = write_config(
         tmp_path / "c.toml",
         {"paths": {"data_dir": tmp_path / "d"}, "mqtt": {"host": "127.0.0.1", "port": free_port()}},
@@ -123,3 +125,84 @@ def test_broker_unreachable_is_an_error(tmp_path: Path) -> None:
     code, report = doctor("--config", config)
     assert code == 2
     assert "cannot connect" in by_check(report)["mqtt broker"]["message"]
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_bundles_fix_is_a_command_that_fixes_it(tmp_path: Path) -> None:
+    """A bundle signed by a key nobody trusts, and one whose trusted key may not sign its
+    name: each finding's fix, run as printed (KEY.pub: the signer's public key, as the reader
+    has it), makes the next doctor run find the bundle ok."""
+    kit, stranger = BundleKit(tmp_path / "kit"), BundleKit(tmp_path / "stranger")
+    trust = tmp_path / "trust.json"
+    TrustStore.empty().with_signer(kit.key.verify_key, ["probe*"], {}).save(trust)
+    bundles = tmp_path / "data" / "bundles"
+    bundles.mkdir(parents=True)
+    paths = {"data_dir": tmp_path / "data", "trust_file": trust}
+    config = write_config(tmp_path / "c.toml", {"paths": paths, "profile": host_profile_name()})
+    stranger.build("other", 1, out_dir=bundles)
+    kit.build("wide", 1, out_dir=bundles)
+    env = {"WASMGATE_PATHS__TRUST_FILE": str(trust)}  # where `trust add` writes by default
+    found = by_check(doctor("--config", config, env=env)[1])
+    untrusted, scoped = found["bundle other-1.wgb"], found["bundle wide-1.wgb"]
+    assert untrusted["fix"].endswith(": wasmgate trust add KEY.pub --names other --names double")
+    assert scoped["fix"].endswith(" --names 'probe*' --names wide --names double")
+    wasmgate = f"{sys.executable} -m wasmgate"
+    for finding, key in ((untrusted, stranger.key), (scoped, kit.key)):
+        assert finding["level"] == "error"
+        command = finding["fix"].rsplit(": ", 1)[1]
+        command = command.replace("KEY.pub", encode_public(key.verify_key))
+        command = command.replace("wasmgate ", f"{wasmgate} ", 1)
+        done = subprocess.run(
+            ["bash", "-c", command], env={**os.environ, **env}, capture_output=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    found = by_check(doctor("--config", config, env=env)[1])
+    assert found["bundle other-1.wgb"]["level"] == "ok", found["bundle other-1.wgb"]
+    assert found["bundle wide-1.wgb"]["level"] == "ok", found["bundle wide-1.wgb"]
+
+
+@pytest.mark.timeout(300)
+def test_every_warning_and_error_has_a_fix(tmp_path: Path) -> None:
+    """A gateway with many things wrong at once: each warn and error finding says what to
+    do, and the JSON carries the same ``fix``."""
+    kit = BundleKit(tmp_path / "kit")
+    data = tmp_path / "data"
+    (data / "bundles").mkdir(parents=True)
+    (data / "cache").write_text("not a directory")
+    kit.build("old", 1, out_dir=data / "bundles", expires_in=timedelta(days=3))
+    config = write_config(
+        tmp_path / "c.toml",
+        {
+            "paths": {"data_dir": data, "trust_file": kit.save_trust(tmp_path / "t.json")},
+            "mqtt": {"host": "127.0.0.1", "port": free_port()},
+            "registry": {"host": f"127.0.0.1:{free_port()}", "insecure": True},
+        },
+    )
+    code, report = doctor("--config", config)
+    bad = [f for f in report["findings"] if f["level"] in ("warn", "error")]
+    assert {f["check"] for f in bad} >= {"paths: cache dir", "bundle old-1.wgb", "mqtt broker"}
+    assert "registry" in {f["check"] for f in bad}
+    assert [f for f in bad if not f["fix"]] == []
+    assert "90 days" in by_check(report)["bundle old-1.wgb"]["fix"]
+    assert code == 2
+
+
+OPERATOR = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
+
+
+def test_the_operator_docs_table_names_every_check_and_the_real_skip_texts(
+    tmp_path: Path,
+) -> None:
+    """docs/operator.md's doctor table has one row per check the doctor makes, and the
+    registry rows quote what an unconfigured registry really prints."""
+    section = OPERATOR.read_text(encoding="utf-8").split("## `wasmgate doctor`", 1)[1]
+    rows = [ln for ln in section.split("\n## ", 1)[0].splitlines() if ln.startswith("| ")]
+    cells = {ln.split("|")[1].strip(): ln for ln in rows[2:]}  # past the head and ---
+    config = write_config(tmp_path / "c.toml", {"paths": {"data_dir": tmp_path / "d"}})
+    _, report = doctor("--config", config)
+    checks = {f["check"].split(":")[0] for f in report["findings"]}
+    checks = {"bundle files" if c.startswith("bundle") else c for c in checks}
+    assert checks == set(cells)
+    for finding in report["findings"]:
+        if finding["check"] in ("registry", "samples registry"):
+            assert finding["message"] in cells[finding["check"]], finding

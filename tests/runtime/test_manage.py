@@ -97,6 +97,7 @@ async def test_size_limit_and_empty_body(client: TestClient[Any, Any]) -> None:
     big = io.BytesIO(b"x" * (1024 * 1024 + 1))
     r = await client.put("/v1/bundles", data=big, headers=AUTH)
     assert r.status == 413
+    assert "limits.max_bundle_bytes (1048576)" in (await r.json())["error"]
     r = await client.put("/v1/bundles", data=b"", headers=AUTH)
     assert r.status == 400
 
@@ -106,6 +107,7 @@ async def test_size_limit_and_empty_body(client: TestClient[Any, Any]) -> None:
 
     r = await client.put("/v1/bundles", data=chunks(), headers=AUTH)
     assert r.status == 413
+    assert "limits.max_bundle_bytes (1048576)" in (await r.json())["error"]
 
 
 async def test_delete_then_unknown(client: TestClient[Any, Any], kit: BundleKit) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -92,3 +93,40 @@ def test_second_daemon_on_one_data_dir_is_refused_and_sigkill_frees_it(
     second.start()
     assert second.get_json("/v2/health/ready") == {"ready": True}
     second.stop()
+
+
+OPERATOR = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
+
+
+def _doc_line_pattern(line: str) -> re.Pattern[str]:
+    """A documented log line as a pattern: its time, numbers and paths vary, nothing else."""
+    out = ""
+    for token in re.split(r"(\s+)", line):
+        if token.isspace():
+            out += r"\s+"
+        elif re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", token):
+            out += r"\S+"
+        elif token.startswith("trust_file="):
+            out += r"trust_file=\S+"
+        else:
+            out += re.sub(r"\\\d(?:\\?\d|\\\.)*|\d[\d.]*", r"[\\d.]+", re.escape(token))
+    return re.compile(out + r"$")
+
+
+def test_start_up_log_lines_look_as_docs_operator_shows(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """The trust, bundles and listening lines of a real start match docs/operator.md's
+    first-start example field by field; no value is a Python repr."""
+    block = OPERATOR.read_text(encoding="utf-8").split("## The first start", 1)[1]
+    shown = block.split("```\n", 2)[1].splitlines()
+    wanted = [ln for ln in shown if re.search(r"trust file loaded|bundles loaded|listening", ln)]
+    assert len(wanted) == 3
+    daemon = daemon_factory()
+    daemon.stop()
+    lines = daemon.log().splitlines()
+    for doc_line in wanted:
+        pattern = _doc_line_pattern(doc_line)
+        assert any(pattern.match(ln) for ln in lines), f"{doc_line}\nnot in:\n{daemon.log()}"
+    for line in lines:
+        assert not re.search(r"\w=[\[\(\{]", line), f"a Python repr in a log field: {line}"

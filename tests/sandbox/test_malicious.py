@@ -55,13 +55,13 @@ def attack(evil: Adapter, mode: int, limits: GuestLimits = LIMITS) -> tuple[Gues
 @pytest.mark.parametrize(
     ("mode", "kind", "cause", "words"),
     [
-        (1, GuestDeadlineExceeded, "deadline", "deadline of 200 ms"),
-        (2, GuestResourceExhausted, "memory", "memory limit of 16777216 bytes"),
+        (1, GuestDeadlineExceeded, "deadline", "deadline of 200 ms (limits.deadline_ms)"),
+        (2, GuestResourceExhausted, "memory", "limit of 16777216 bytes (limits.memory_mb)"),
         (3, GuestTrap, "stack", "call stack exhausted"),
         (4, GuestTrap, "unreachable", "unreachable"),
         (5, GuestTrap, "exit", "proc_exit(3)"),
         (6, GuestDeadlineExceeded, "deadline", "slept in poll_oneoff"),
-        (9, GuestOutputTooLarge, "output", "exceeds the limit of"),
+        (9, GuestOutputTooLarge, "output", "bytes (limits.max_output_bytes)"),
         (10, GuestTrap, "oob", "wasmgate.set_output"),
         (11, GuestTrap, "abi", "unknown status 7"),
         (12, GuestDeadlineExceeded, "deadline", "deadline"),
@@ -156,7 +156,7 @@ def test_initial_table_above_request_limit(engine: SandboxEngine) -> None:
 @pytest.mark.parametrize(
     ("wasm", "words"),
     [
-        (lambda: module(pages=8192), "initial memory of 8192 pages exceeds the ceiling"),
+        (lambda: module(pages=8192), "8192 pages exceeds the ceiling of 268435456 bytes (limits.m"),
         (lambda: module('(table 200000 funcref) (export "t" (table 0))'), "initial table"),
         (lambda: module('(import "env" "system" (func))'), "unknown import `env::system`"),
         (
@@ -170,7 +170,7 @@ def test_initial_table_above_request_limit(engine: SandboxEngine) -> None:
         (lambda: b"\0asm\x01\0\0\0\x05garbage", "invalid wasm module"),
         (lambda: b"(module)", "not a wasm binary"),
         (lambda: b"\0asm\x0d\0\x01\0", "components are not supported"),
-        (lambda: b"\0asm\x01\0\0\0" + b"\0" * (50 * 1024 * 1024), "limit is"),
+        (lambda: b"\0asm\x01\0\0\0" + b"\0" * (50 * 1024 * 1024), "(limits.max_module_bytes)"),
         (
             lambda: bytes(wasmtime.wat2wasm('(module (memory (export "memory") 1))')),
             "missing export `wasmgate_abi_version`",

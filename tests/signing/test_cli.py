@@ -6,11 +6,13 @@ import json
 import stat
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.signing.conftest import Kit
+from wasmgate.guest_adapters.build import package_root
 from wasmgate.runtime.cli import main
 from wasmgate.signing import (
     TRUST_PAYLOAD_TYPE,
@@ -203,3 +205,22 @@ def test_subprocess_help_and_one_line_error(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.startswith("wasmgate bundle: ")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_bundle_expires_90_days_after_it_is_built_as_the_help_and_guide_say(
+    signed: tuple[Path, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default validity is what `bundle build --help` and the nine-command guide tell a
+    reader who never passes --expires."""
+    bundle, _, _ = signed
+    capsys.readouterr()
+    assert main(["bundle", "inspect", str(bundle), "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)["manifest"]
+    issued = datetime.fromisoformat(manifest["issued_at"])
+    assert datetime.fromisoformat(manifest["expires"]) - issued == timedelta(days=90)
+    with pytest.raises(SystemExit):
+        main(["bundle", "build", "--help"])
+    assert "expires 90 days" in " ".join(capsys.readouterr().out.split())
+    guide = (package_root() / "README.md").read_text(encoding="utf-8")
+    nine = guide.split("## Make your own adapter (nine commands)", 1)[1].split("\n## ", 1)[0]
+    assert "A bundle expires 90 days after it is built" in nine

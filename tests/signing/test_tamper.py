@@ -338,7 +338,7 @@ def test_revoked_bundle_digest(kit: Kit, store: BundleStore, refused: Refused) -
 
 def test_bundle_larger_than_cap(kit: Kit, store: BundleStore) -> None:
     small = BundleStore(store.state_dir, store.trust, max_bundle_bytes=4096)
-    with pytest.raises(BundleTooLargeError):
+    with pytest.raises(BundleTooLargeError, match=r"cap is 4096 \(limits\.max_bundle_bytes\)"):
         small.install(kit.build(6))
     assert [b.manifest.version for b in small.installed()] == [5]
 

@@ -78,7 +78,7 @@ async def test_full_stream_drops_oldest_and_counts_across_restart(tmp_path: Path
 async def test_an_entry_larger_than_the_stream_is_refused(tmp_path: Path) -> None:
     async with Store(tmp_path / "s.db", {"events": StreamLimits(max_bytes=10)}) as store:
         await store.append("events", b"keep")
-        with pytest.raises(StoreError, match="exceeds store stream 'events' max_bytes"):
+        with pytest.raises(StoreError, match=r"exceeds store\.streams\.events\.max_bytes"):
             await store.append("events", b"x" * 11)
         with pytest.raises(StoreError, match="no store stream 'nope'"):
             await store.append("nope", b"x")

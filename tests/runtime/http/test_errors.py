@@ -81,9 +81,11 @@ def test_not_ready_daemon_and_model_give_503(server: LiveServer, service: OrtSer
 
 
 def test_body_over_limit_gives_413(server: LiveServer) -> None:
-    reply = server.request("POST", "/v1/adapters/echo", b"x" * (MAX_BODY + 1))
-    assert reply.status == 413
-    assert "exceeded" in error_of(reply)
+    """The one line names the setting to raise, with its value."""
+    for path in ("/v1/adapters/echo", "/v2/models/add/infer"):
+        reply = server.request("POST", path, b"x" * (MAX_BODY + 1))
+        assert reply.status == 413
+        assert error_of(reply) == f"request body exceeds http.max_body_bytes ({MAX_BODY} bytes)"
 
 
 def test_unknown_route_and_method_get_json_errors(server: LiveServer) -> None:

@@ -109,7 +109,7 @@ async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def _connect_failures(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "mqtt connect failed" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if "mqtt connect to" in r.getMessage()]
 
 
 def _assert_down_and_retrying(bridge: MqttBridge) -> str:

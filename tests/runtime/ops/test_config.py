@@ -53,6 +53,14 @@ def test_toml_file_and_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ("[http]\nport = { a = 1 }\n", "http.port: Expected `int`, got `object`"),
         ("http = 3\n", "http: Expected `object`, got `int`"),
         ("[paths]\ndata_dir = 3\n", "paths.data_dir: Expected `str`, got `int`"),
+        # TOML values are typed: text that spells a number or a boolean is still text.
+        ('[http]\nport = "18082"\n', "http.port: Expected `int`, got `str`"),
+        ('drain_s = "3"\n', "drain_s: Expected `float`, got `str`"),
+        ('[registry]\ninsecure = "true"\n', "registry.insecure: Expected `bool`, got `str`"),
+        ("[registry]\ninsecure = 1\n", "registry.insecure: Expected `bool`, got `int`"),
+        ("[http]\nmax_body_bytes = 1.5\n", "http.max_body_bytes: Expected `int`, got `float`"),
+        ('[store.streams.answers]\nmax_bytes = "9"\n', "store.streams.answers.max_bytes: Exp"),
+        ("[mqtt]\nprotocol = 5\n", "mqtt.protocol: Expected `str`, got `int`"),
         ("[variables.digits]\nx = 2026-01-01\n", "variables.digits.x: Expected"),
         # Out of range, also inside a table of tables.
         ("[http]\nport = 65536\n", "http.port: Expected `int` <= 65535"),
@@ -218,6 +226,23 @@ def test_spare_instances_reach_the_sandbox_engine(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("WASMGATE_LIMITS__SPARE_INSTANCES", "-1")
     with pytest.raises(ConfigError, match="WASMGATE_LIMITS__SPARE_INSTANCES"):
         load_settings(None)
+
+
+def test_the_environment_overrides_a_typed_file_with_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable's text is read as its field's type (``port`` from ``"18082"``), while the
+    same text in the file is refused; JSON from a variable keeps JSON's types."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[http]\nport = 9001\n[registry]\ninsecure = false\n")
+    monkeypatch.setenv("WASMGATE_HTTP__PORT", "18082")
+    monkeypatch.setenv("WASMGATE_REGISTRY__INSECURE", "true")
+    monkeypatch.setenv("WASMGATE_DRAIN_S", "3")
+    settings = load_settings(cfg)
+    assert (settings.http.port, settings.registry.insecure, settings.drain_s) == (18082, True, 3.0)
+    monkeypatch.setenv("WASMGATE_FLEET__GROUPS", "[1]")
+    with pytest.raises(ConfigError, match=r"^environment variable WASMGATE_FLEET__GROUPS: fleet"):
+        load_settings(cfg)
 
 
 def test_environment_numbers_and_booleans_read_as_before(monkeypatch: pytest.MonkeyPatch) -> None:

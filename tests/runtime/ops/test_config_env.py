@@ -11,7 +11,7 @@ from wasmgate.runtime.ops.config import Settings, load_settings, settings_from
 from wasmgate.runtime.ops.config_env import env_data, merged
 
 
-def test_plain_values_stay_strings_and_containers_are_json() -> None:
+def test_plain_values_are_read_as_their_field_type_and_containers_are_json() -> None:
     env = {
         "WASMGATE_HTTP__PORT": "9000",
         "WASMGATE_HTTP__ALLOWED_HOSTS": '["a.local", "b.local"]',
@@ -19,7 +19,7 @@ def test_plain_values_stay_strings_and_containers_are_json() -> None:
         "WASMGATE_PROFILE": "generic-x86_64",
     }
     assert env_data(Settings, env) == {
-        "http": {"port": "9000", "allowed_hosts": ["a.local", "b.local"]},
+        "http": {"port": 9000, "allowed_hosts": ["a.local", "b.local"]},
         "mqtt": {"host": "[not json, a host name]"},
         "profile": "generic-x86_64",
     }
@@ -27,7 +27,7 @@ def test_plain_values_stay_strings_and_containers_are_json() -> None:
 
 def test_names_are_case_insensitive_and_other_tools_variables_are_ignored() -> None:
     env = {"wasmgate_Http__Port": "1", "WASMGATE_BUILD_CACHE": "/tmp/x", "PATH": "/bin"}
-    assert env_data(Settings, env) == {"http": {"port": "1"}}
+    assert env_data(Settings, env) == {"http": {"port": 1}}
 
 
 def test_deeper_levels_dicts_and_a_whole_section() -> None:
@@ -41,8 +41,8 @@ def test_deeper_levels_dicts_and_a_whole_section() -> None:
     }
     data = env_data(Settings, env)
     assert data["store"] == {
-        "defaults": {"max_bytes": "7"},
-        "streams": {"answers": {"max_age_s": "9"}},
+        "defaults": {"max_bytes": 7},
+        "streams": {"answers": {"max_age_s": 9}},
     }
     assert data["variables"] == {"digits": {"other": 1, "threshold": "0.5"}}
     assert data["log"] == {"level": "DEBUG", "format": "json"}
@@ -78,24 +78,26 @@ def test_settings_from_data_read_the_environment(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_spellings_pydantic_read_become_values_and_others_stay_text() -> None:
+    """Every text that spells a value of its field's type becomes that value (the settings
+    are then checked strictly, as the file's typed values are); other text stays text."""
     env = {
         "WASMGATE_HTTP__PORT": " 9000 ",  # pydantic stripped, msgspec does not
         "WASMGATE_LIMITS__FUEL": "1_000",  # an int or None
         "WASMGATE_CLOUD__TIMEOUT_S": "+2.5",
         "WASMGATE_CLOUD__DEFER": "No",
         "WASMGATE_SAMPLES__MQTT": "on",  # a bool or unset
-        "WASMGATE_HTTP__MAX_BODY_BYTES": "12",  # msgspec reads it: left as it is
+        "WASMGATE_HTTP__MAX_BODY_BYTES": "12",
         "WASMGATE_REGISTRY__INSECURE": "TRUE",
         "WASMGATE_MQTT__PORT": "abc",  # nobody reads it: the model refuses the text
         "WASMGATE_MQTT__HOST": "1_000",  # a host name, not a number
         "WASMGATE_PATHS__DATA_DIR": "yes",  # a path, not a boolean
     }
     assert env_data(Settings, env) == {
-        "http": {"port": 9000, "max_body_bytes": "12"},
+        "http": {"port": 9000, "max_body_bytes": 12},
         "limits": {"fuel": 1000},
         "cloud": {"timeout_s": 2.5, "defer": False},
         "samples": {"mqtt": True},
-        "registry": {"insecure": "TRUE"},
+        "registry": {"insecure": True},
         "mqtt": {"port": "abc", "host": "1_000"},
         "paths": {"data_dir": "yes"},
     }

@@ -121,7 +121,7 @@ async def test_deadline_while_queued(tmp_path: Path, kit: BundleKit) -> None:
 async def test_payload_limit(tmp_path: Path, kit: BundleKit) -> None:
     bundle = kit.build("probe", 1, sections={"limits": {"max_input_bytes": 16}})
     async with open_stack(tmp_path, kit, start=(bundle,)) as st:
-        with pytest.raises(PayloadTooLarge, match="max_input_bytes 16"):
+        with pytest.raises(PayloadTooLarge, match=r"limits\.max_input_bytes \(16\)"):
             await st.service.run_adapter(req(b"P" + b"x" * 16))
         assert (await st.service.run_adapter(req(b"P" + b"x" * 15))).version == 1
 
