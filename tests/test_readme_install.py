@@ -47,12 +47,10 @@ def first_command() -> str:
     return found.group(1)
 
 
-def test_the_first_command_is_one_line_that_uses_its_own_venv() -> None:
-    command = first_command()
-    assert "\n" not in command
-    assert command.startswith("python3 -m venv ")
-    assert command.endswith("wasmgate serve --demo")
-    assert "sudo" not in command  # root or not
+def test_the_first_command_is_the_quickstart_script() -> None:
+    # Its steps (venv support from apt-get, as root or through sudo) are held by
+    # tests/deploy/test_quickstart.py; this module runs it for real.
+    assert first_command() == "sh deploy/quickstart.sh"
 
 
 def _checkout_copy(dest: Path) -> Path:
