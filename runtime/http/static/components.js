@@ -44,8 +44,12 @@
   }
 
   // Any section: plain values as labelled values, maps as "parent key" rows or a table.
+  // Titles of the sections without a layout of their own; any other key is capitalised.
+  const TITLES = { loading: "Start-up loading", grpc: "gRPC" };
+
   function generic(name, doc, now) {
-    const c = card(name);
+    const words = label(name);
+    const c = card(TITLES[name] || words.charAt(0).toUpperCase() + words.slice(1));
     if (Object.keys(doc).length === 1 && typeof doc.error === "string") {
       c.append(el("div", `unavailable: ${doc.error}`, "error-line"));
       return c;
