@@ -148,6 +148,14 @@ def test_trust_list_and_revoke_bundle(
     assert main(["trust", "revoke", "xyz", "--trust", str(trust)]) == 1
 
 
+def test_trust_edits_leave_the_file_readable_by_the_service(signed: tuple[Path, Path, str]) -> None:
+    """The service (systemd's DynamicUser) is another user than root, who edits the file."""
+    _, trust, _ = signed
+    assert stat.S_IMODE(trust.stat().st_mode) == 0o644
+    assert main(["trust", "revoke", "--bundle", "cd" * 32, "--trust", str(trust)]) == 0
+    assert stat.S_IMODE(trust.stat().st_mode) == 0o644
+
+
 def test_trust_add_ceilings_and_bad_patterns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
