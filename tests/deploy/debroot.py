@@ -130,7 +130,10 @@ def _prepare_root(args: argparse.Namespace) -> Path:
         _mount(args.cpuinfo, merged / "proc" / "cpuinfo", None, MS_BIND)
     if args.qemu:
         binfmt = merged / "proc" / "sys" / "fs" / "binfmt_misc"
-        _mount("binfmt_misc", binfmt, "binfmt_misc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        try:
+            _mount("binfmt_misc", binfmt, "binfmt_misc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except PermissionError as e:
+            raise OSError(e.errno, "binfmt_misc in a user namespace needs Linux >= 6.7") from e
         # Written as text: the kernel decodes the backslash escapes itself.
         (binfmt / "register").write_text(AARCH64_BINFMT.format(qemu=args.qemu))
     return merged
