@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 import wasmgate
+from deploy.debtree import WheelMeta
 from tests.deploy.roots import (
     ARCHES,
     REPO,
@@ -69,7 +70,9 @@ DYNAMIC_UID = 61873  # what systemd's DynamicUser= picks: a uid no passwd entry 
 
 
 def with_version(line: str, arch: str) -> str:
-    return line.replace("<version>", wasmgate.__version__).replace("<arch>", arch)
+    """The docs' placeholders filled in as deploy/build-deb names the file."""
+    version = WheelMeta("wasmgate", wasmgate.__version__, "", "", (), {}).debian_version
+    return line.replace("<version>", version).replace("<arch>", arch)
 
 
 @pytest.fixture(scope="module")
