@@ -277,4 +277,6 @@ class TrustStore:
         if self.signed:
             raise TrustFileError(f"trust file {path}: root-signed files are written by signing")
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, self.doc.to_json())
+        # 0644: it holds public keys only, and the daemon may run as another user than the
+        # one editing it (the unit's DynamicUser reads /etc/wasmgate/trust.json).
+        atomic_write(path, self.doc.to_json(), 0o644)

@@ -33,7 +33,12 @@ from wasmgate.signing.state import StateDoc
 
 Level = Literal["ok", "skip", "warn", "error"]
 EXIT_CODES: dict[Level, int] = {"ok": 0, "skip": 0, "warn": 1, "error": 2}
-UNIT_PATH = Path("/etc/systemd/system/wasmgate.service")
+# Where systemd loads the unit from, first match wins: the operator's own (`serve
+# --print-unit > ...`), then the Debian package's (/lib is /usr/lib on merged-/usr systems).
+UNIT_PATHS = tuple(
+    Path(d, "wasmgate.service")
+    for d in ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+)
 _EXPIRY_WARN = timedelta(days=14)
 
 
@@ -236,8 +241,10 @@ def _newest_signing_time(settings: Settings) -> tuple[datetime | None, str]:
     return newest
 
 
-def check_unit(unit_path: Path = UNIT_PATH) -> Finding:
+def check_unit(unit_path: Path | None = None) -> Finding:
     """The installed unit's ExecStart and --config against its own ProtectHome/PrivateTmp."""
+    if unit_path is None:
+        unit_path = next((p for p in UNIT_PATHS if p.is_file()), UNIT_PATHS[0])
     if not unit_path.is_file():
         problems = unit_path_problems(current_executable(), DEFAULT_CONFIG)
         if problems:

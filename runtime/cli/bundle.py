@@ -24,7 +24,8 @@ from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.runtime.cli import bundle_oci
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers, say
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
-from wasmgate.runtime.ops.config import settings_from
+from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.ops.config import load_settings
 from wasmgate.signing import (
     BundleInfo,
     Manifest,
@@ -95,8 +96,13 @@ def trust_path(args: argparse.Namespace) -> Path:
     """The trust file named by --trust (a directory means DIR/trust.json) or the default."""
     given: Path | None = args.trust
     if given is None:
-        # The environment's paths (WASMGATE_PATHS__TRUST_FILE, ..._DATA_DIR) over the defaults.
-        return settings_from({}).paths.resolved_trust_file()
+        # What the daemon and `wasmgate doctor` read: the environment's paths
+        # (WASMGATE_PATHS__TRUST_FILE, ..._DATA_DIR) over the config file's (the default
+        # /etc/wasmgate/config.toml when it exists) over the defaults.
+        try:
+            return load_settings(None).paths.resolved_trust_file()
+        except ConfigError as e:
+            raise CliError(str(e)) from e
     return given / "trust.json" if given.is_dir() else given
 
 

@@ -33,7 +33,7 @@ from wasmgate.runtime.cli._common import SubParsers, plain_text
 from wasmgate.runtime.cli._models import load_model
 from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
 from wasmgate.runtime.errors import BackendError, ConfigError
-from wasmgate.runtime.ops.config import Settings, load_settings
+from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
 _MARK = {"ok": "ok  ", "skip": "skip", "warn": "WARN", "error": "FAIL"}
 
@@ -56,6 +56,8 @@ def run_checks(config: Path | None) -> list[Finding]:
         settings = load_settings(config)
     except ConfigError as e:
         return [Finding("config", "error", str(e), "fix the named key or variable")]
+    if config is None and DEFAULT_CONFIG_PATH.is_file():
+        config = DEFAULT_CONFIG_PATH  # what load_settings read
     source = str(config) if config is not None else "defaults and environment"
     findings = [Finding("config", "ok", f"valid ({source})")]
     findings += check_data_dir(settings)

@@ -150,6 +150,32 @@ def test_trust_list_and_revoke_bundle(
     assert main(["trust", "revoke", "xyz", "--trust", str(trust)]) == 1
 
 
+def test_trust_edits_default_to_the_config_files_trust_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --trust, `trust add` edits the file the daemon and doctor read: the one the
+    default config file names (the Debian package's says /etc/wasmgate/trust.json)."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\ntrust_file = "{tmp_path / "etc-trust.json"}"\n')
+    monkeypatch.setattr("wasmgate.runtime.ops.config.DEFAULT_CONFIG_PATH", config)
+    monkeypatch.delenv("WASMGATE_PATHS__TRUST_FILE", raising=False)
+    monkeypatch.setenv("WASMGATE_PATHS__DATA_DIR", str(tmp_path / "data"))
+    key, key_id = _keygen(tmp_path)
+    assert main(["trust", "add", f"{key}.pub", "--names", "x"]) == 0
+    assert key_id in json.loads((tmp_path / "etc-trust.json").read_text())["signers"]
+    assert not (tmp_path / "data" / "trust.json").exists()
+    config.write_text("[paths]\ntrust_fil = 1\n")  # a broken config: one line, no traceback
+    assert main(["trust", "list"]) == 1
+
+
+def test_trust_edits_leave_the_file_readable_by_the_service(signed: tuple[Path, Path, str]) -> None:
+    """The service (systemd's DynamicUser) is another user than root, who edits the file."""
+    _, trust, _ = signed
+    assert stat.S_IMODE(trust.stat().st_mode) == 0o644
+    assert main(["trust", "revoke", "--bundle", "cd" * 32, "--trust", str(trust)]) == 0
+    assert stat.S_IMODE(trust.stat().st_mode) == 0o644
+
+
 def test_trust_add_ceilings_and_bad_patterns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
