@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.errors import BadRequest, DaemonError, PayloadTooLarge
 from wasmgate.runtime.http.keys import SETTINGS
 from wasmgate.runtime.ops.config import HttpSettings
@@ -62,7 +62,7 @@ async def read_body(request: web.Request) -> bytes:
         return await request.read()  # it came with the headers: nothing to wait for
     limit = _http(request).body_timeout_s
     try:
-        async with asyncio.timeout(limit):
+        async with timeout(limit):
             return await request.read()
     except TimeoutError:
         raise web.HTTPRequestTimeout(

@@ -29,10 +29,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from paho.mqtt.client import topic_matches_sub
 
+from wasmgate._compat import Self
 from wasmgate.runtime import errors
 from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.mqtt.client import ClientState, MqttClient, NotPublished
