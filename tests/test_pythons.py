@@ -17,6 +17,7 @@ start-up time is measured.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -75,11 +76,15 @@ def _pythons() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The checkout's wheel; while it is in use, no other run installs into the venvs."""
     out = tmp_path_factory.mktemp("wheel")
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run([*cmd, "-w", str(out), str(REPO)], check=True, capture_output=True)
-    return min(out.glob("wasmgate-*.whl"))
+    venvs = {Path(python).parents[2] for python in _pythons().values()}
+    with (min(venvs) / ".pythons-smoke.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the venvs are shared: one smoke run at a time
+        yield min(out.glob("wasmgate-*.whl"))
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"py{v}" for v in VERSIONS])
