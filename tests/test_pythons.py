@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import paho.mqtt.client as mqtt
 import pytest
 import tritonclient.grpc as grpcclient
@@ -40,6 +41,7 @@ from paho.mqtt.properties import Properties
 
 from tests.fixtures.cache import cache_dir
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.models import generator
 from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import free_port
 from wasmgate.guest_adapters.examples import models_dir
@@ -160,6 +162,33 @@ def test_compat_keeps_the_311_semantics(venv: Venv, tmp_path: Path) -> None:
     assert got["toml"] == {"a": 1, "b": "x"}
     assert got["digest"] is True
     assert got["stdlib_own"] is (venv.version != "3.10")
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated MatMul-heavy model (and its labelled set, test.npz beside it)."""
+    gen = generator("gen_transformer")
+    path = tmp_path_factory.mktemp("transformer") / "transformer-fp32.onnx"
+    path.write_bytes(gen.transformer_onnx())
+    x, y = gen.labelled(path.read_bytes())
+    np.savez(path.with_name("test.npz"), x=x, y=y)
+    return path
+
+
+def test_int4_quantize_runs_on_this_python(venv: Venv, transformer: Path, tmp_path: Path) -> None:
+    """ONNX Runtime's quantizer API differs between the versions the Pythons get."""
+    out = tmp_path / "int4.onnx"
+    labels = transformer.with_name("test.npz")
+    done = subprocess.run(
+        [venv.command("wasmgate"), "quantize", str(transformer), "--int4", "--labels",
+         str(labels), "--no-progress", "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "mode: int4 weight-only (MatMulNBits" in done.stdout
+    ops = {node.op_type for node in onnx.load(str(out)).graph.node}
+    assert "MatMulNBits" in ops
+    assert "MatMul" not in ops
 
 
 def _post(url: str, body: Any) -> Any:
