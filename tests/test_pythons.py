@@ -17,16 +17,13 @@ start-up time is measured.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,70 +36,40 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.fixtures.cache import cache_dir
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import generator
 from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import free_port
+from tests.fixtures.pythons import (
+    VERSIONS,
+    NoVenv,
+    Venv,
+    checkout_wheel,
+    installed,
+    scratch_env,
+)
 from wasmgate.guest_adapters.examples import models_dir
 
-REPO = Path(__file__).resolve().parents[1]
-VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 TOKEN = "smoke-management-token-0123456789"
-# The first start with a cold Zig cache builds wasi-libc, then four examples (~90 s here).
+# A cold Zig cache: the first start builds wasi-libc (~45 s per venv), then the examples.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@dataclass(frozen=True)
-class Venv:
-    version: str
-    python: str
-
-    def command(self, name: str) -> str:
-        return str(Path(self.python).parent / name)
-
-
-def _pythons() -> dict[str, str]:
-    """What `.ci/pythons-setup` printed: exported by `.ci/run`, else its cached env file."""
-    line = os.environ.get("WASMGATE_PYTHONS")
-    if line is None:
-        cache = Path(os.environ.get("WASMGATE_CI_CACHE", "~/.cache/wasmgate-ci")).expanduser()
-        saved = cache / "pythons.env"
-        if not saved.is_file():
-            pytest.fail(
-                "no venv per Python: run .ci/pythons-setup once (it installs the dependencies "
-                "for each; .ci/run does it before the tests)"
-            )
-        line = saved.read_text().strip().partition("=")[2]
-    return dict(item.split(":", 1) for item in line.split())
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The checkout's wheel; while it is in use, no other run installs into the venvs."""
-    out = tmp_path_factory.mktemp("wheel")
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    subprocess.run([*cmd, "-w", str(out), str(REPO)], check=True, capture_output=True)
-    venvs = {Path(python).parents[2] for python in _pythons().values()}
-    with (min(venvs) / ".pythons-smoke.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the venvs are shared: one smoke run at a time
-        yield min(out.glob("wasmgate-*.whl"))
+    try:
+        with checkout_wheel(tmp_path_factory.mktemp("wheel")) as built:
+            yield built
+    except NoVenv as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"py{v}" for v in VERSIONS])
 def venv(request: pytest.FixtureRequest, wheel: Path) -> Venv:
-    version: str = request.param
-    python = _pythons().get(version)
-    if python is None or not Path(python).exists():
-        pytest.fail(f"no venv for Python {version}: run .ci/pythons-setup again")
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall"]
-    subprocess.run([*install, str(wheel)], check=True, capture_output=True, timeout=300)
-    found = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    assert found == version
-    return Venv(version, python)
+    try:
+        return installed(request.param, wheel)
+    except NoVenv as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -115,17 +82,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         b.stop()
 
 
-def _scratch_env(home: Path) -> dict[str, str]:
-    """A user with nothing: own HOME and XDG dirs; only Zig's global cache is shared."""
-    return {
-        "HOME": str(home),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "ZIG_GLOBAL_CACHE_DIR": str(cache_dir("zig-global")),
-    }
-
-
 @pytest.fixture(scope="module")
 def demo(venv: Venv, broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     work = tmp_path_factory.mktemp(f"py{venv.version}")
@@ -134,7 +90,7 @@ def demo(venv: Venv, broker: Broker, tmp_path_factory: pytest.TempPathFactory) -
         "grpc": {"port": free_port()},
         "mqtt": {"host": broker.host, "port": broker.port, "gateway_id": f"py{venv.version}"},
     }
-    env = _scratch_env(work / "home")
+    env = scratch_env(work / "home")
     daemon = Daemon(work, config, ("--demo",), env, python=venv.python)
     try:
         daemon.start(timeout=500)
@@ -145,7 +101,7 @@ def demo(venv: Venv, broker: Broker, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_compat_keeps_the_311_semantics(venv: Venv, tmp_path: Path) -> None:
     """tests/pythons_probe.py on this Python: timeouts, task groups, cancels, StrEnum, TOML."""
-    probe = (REPO / "tests" / "pythons_probe.py").read_text()
+    probe = (Path(__file__).parent / "pythons_probe.py").read_text()
     done = subprocess.run(
         [venv.python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
         check=False,
@@ -294,7 +250,7 @@ def _wasmgate(venv: Venv, demo: Daemon, *args: str) -> None:
     """The venv's own ``wasmgate`` command, as a user in the daemon's scratch HOME runs it."""
     cwd = demo.workdir / "ws"
     cwd.mkdir(exist_ok=True)
-    env = {**os.environ, **_scratch_env(demo.workdir / "home")}
+    env = {**os.environ, **scratch_env(demo.workdir / "home")}
     done = subprocess.run(
         [venv.command("wasmgate"), *args], cwd=cwd, env=env, capture_output=True, text=True,
         timeout=300, check=False,
