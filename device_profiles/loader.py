@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 
+from wasmgate._compat import tomllib
 from wasmgate.device_profiles.errors import InvalidProfile, ProfileNotFound
 from wasmgate.device_profiles.schema import DeviceProfile
 from wasmgate.typed import Invalid, convert

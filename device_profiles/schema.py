@@ -287,7 +287,11 @@ def field_docs(
             rows.append((path, "array of tables", description))
             rows += field_docs(args[0], f"{path}[].")
         else:
-            kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+            # not args: on 3.10 dict[str, int] is a type too (its __name__ is just 'dict')
+            if isinstance(annotation, type) and not args:
+                kind = annotation.__name__
+            else:
+                kind = str(annotation)
             rows.append((path, kind.replace("typing.", ""), description))
     return rows
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import tomllib
 from pathlib import Path
 
+from wasmgate._compat import tomllib
 from wasmgate.guest_adapters.build import build_adapter, package_root
 from wasmgate.guest_adapters.errors import AdapterSourceError
 

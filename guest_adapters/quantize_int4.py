@@ -11,6 +11,7 @@ choice. ``MatMulNBits`` runs on ONNX Runtime's CPU execution provider (x86-64 an
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +80,13 @@ def _quantize(model: onnx.ModelProto, block_size: int, symmetric: bool) -> onnx.
     level = quiet.level
     quiet.setLevel(logging.WARNING)  # it logs every node it packs at INFO
     try:
+        # ONNX Runtime 1.23 (Python 3.10's last) has no ``bits``: it always packs 4.
+        takes_bits = "bits" in inspect.signature(MatMulNBitsQuantizer).parameters
         quantizer = MatMulNBitsQuantizer(
-            model, bits=4, block_size=block_size, is_symmetric=symmetric
+            model,
+            block_size=block_size,
+            is_symmetric=symmetric,
+            **({"bits": 4} if takes_bits else {}),
         )
         quantizer.process()
     except Exception as e:  # ORT raises bare Exception/ValueError for graphs it cannot pack

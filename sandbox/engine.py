@@ -31,11 +31,11 @@ from contextlib import AbstractContextManager
 from importlib.metadata import version
 from pathlib import Path
 from types import TracebackType
-from typing import Self
 
 import msgspec
 import wasmtime
 
+from wasmgate._compat import Self
 from wasmgate.sandbox import _wasmtime_private
 from wasmgate.sandbox.adapter import Adapter
 from wasmgate.sandbox.background import Background

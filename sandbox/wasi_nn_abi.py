@@ -90,7 +90,8 @@ def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
         named = " or ".join(sorted({t for t in accepted if t is not None})) or "unknown"
         msg = f"tensor type {named} (wasi-nn type {ty}) does not match the model's {datatype}"
         raise NnError(_E.INVALID_ARGUMENT, msg)
-    return numpy_dtype(datatype).newbyteorder("<")
+    little: np.dtype[Any] = numpy_dtype(datatype).newbyteorder("<")  # Any in numpy 2.3+'s stubs
+    return little  # under mypy's 3.10 (they use typing.Self)
 
 
 def _check_shape(dims: tuple[int, ...], shape: tuple[int, ...]) -> None:

@@ -76,13 +76,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import nacl.signing
 
+from wasmgate._compat import UTC, tomllib
 from wasmgate.signing.archive import check_member_name, write_archive
 from wasmgate.signing.envelope import BUNDLE_PAYLOAD_TYPE, Envelope, sign, to_json
 from wasmgate.signing.errors import ManifestError

@@ -44,12 +44,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasmgate._compat import UTC
 from wasmgate.signing.errors import (
     BlobNotFoundError,
     FleetDowngradeError,

@@ -20,11 +20,12 @@ Invariants:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import nacl.signing
 
+from wasmgate._compat import UTC
 from wasmgate.signing.envelope import (
     TRUST_PAYLOAD_TYPE,
     Envelope,

@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from wasmgate._compat import UTC
 from wasmgate.signing.archive import CHUNK, ArchiveReader, Chunk
 from wasmgate.signing.envelope import (
     BUNDLE_PAYLOAD_TYPE,

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
+
+from wasmgate._compat import dataclass_transform
 
 __all__ = [
     "BadField",

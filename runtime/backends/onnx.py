@@ -267,6 +267,11 @@ def _report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRunti
     placement = model.node_placement
     on_cpu, total = placement.get(_CPU, 0), sum(placement.values())
     idle = [p for p in model.providers if p != _CPU and placement and p not in placement]
+    if not placement and model.providers != (_CPU,):  # ONNX Runtime 1.23 (Python 3.10)
+        model.notes.append(
+            f"node placement unknown: ONNX Runtime {ort.__version__} does not report it, so "
+            "a provider that takes no nodes cannot be told"
+        )
     if idle:
         model.notes.append(
             f"{', '.join(idle)} registered but assigned no nodes: all {total} run on {_CPU}"

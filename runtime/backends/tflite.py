@@ -241,10 +241,12 @@ def _quantize(io: _Io, array: Array) -> Array:
     q += np.float32(io.zero_point)
     lo, hi = io.bounds
     np.clip(q, lo, hi, out=q)
-    return q.astype(io.raw)
+    raw: Array = q.astype(io.raw)  # typed: numpy's stubs give Any under mypy's 3.10
+    return raw
 
 
 def _dequantize(io: _Io, array: Array) -> Array:
     if not io.quantized:
         return array
-    return (array.astype(np.float32) - np.float32(io.zero_point)) * np.float32(io.scale)
+    real: Array = (array.astype(np.float32) - np.float32(io.zero_point)) * np.float32(io.scale)
+    return real  # typed: numpy's stubs give Any under mypy's 3.10

@@ -25,7 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Self
+
+from wasmgate._compat import Self
 
 log = logging.getLogger(__name__)
 

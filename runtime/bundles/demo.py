@@ -18,12 +18,13 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import nacl.signing
 
 from wasmgate import __version__
+from wasmgate._compat import UTC
 from wasmgate.guest_adapters.examples import (
     example_dir,
     example_names,

@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar
 
+from wasmgate._compat import Self
 from wasmgate.sandbox.state import StateErrno, StateError
 
 log = logging.getLogger("wasmgate.state")

@@ -36,6 +36,7 @@ from typing import Protocol
 
 import msgspec
 
+from wasmgate._compat import TaskGroup
 from wasmgate.runtime.bundles.admission import Admission
 from wasmgate.runtime.bundles.journal import Journal
 from wasmgate.runtime.bundles.loaded import LoadedBundle
@@ -192,7 +193,7 @@ class StartUp:
         # stored bundle still replaces it when newer, and a staged candidate is back beside
         # its serving version (each load holds its name lock until its candidate is back).
         admitted.sort(key=lambda pair: -pair[1].manifest.total_size())
-        async with asyncio.TaskGroup() as group:
+        async with TaskGroup() as group:
             for i, item in admitted:
                 name = item.manifest.name
                 held = contextlib.AsyncExitStack()

@@ -9,10 +9,11 @@ import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
+from wasmgate._compat import UTC
 from wasmgate.runtime.bundles.watcher import bundle_files
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.unit import DEFAULT_CONFIG, current_executable, unit_path_problems

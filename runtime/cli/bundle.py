@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
+from wasmgate._compat import tomllib
 from wasmgate.guest_adapters.build import refresh_adapter
 from wasmgate.guest_adapters.errors import AdapterBuildError, GuestAdapterError
 from wasmgate.runtime.cli import bundle_oci

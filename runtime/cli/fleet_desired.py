@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from wasmgate._compat import UTC
 from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers, plain_text
 from wasmgate.runtime.cli.fleet import add_broker_args, broker_client
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key

@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wasmgate._compat import tomllib
 from wasmgate.guest_adapters.build import build_adapter
 from wasmgate.guest_adapters.errors import AdapterSourceError
 from wasmgate.runtime.backends import LoadOptions

@@ -14,7 +14,8 @@ import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
+
+from wasmgate._compat import StrEnum
 
 
 class BreakerState(StrEnum):

@@ -30,12 +30,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import numpy as np
 import numpy.typing as npt
 
+from wasmgate._compat import Self, timeout
 from wasmgate.runtime.cloud.breaker import CircuitBreaker
 from wasmgate.runtime.errors import BadRequest, CloudUnavailable, ConfigError
 from wasmgate.runtime.ops.config import CloudSettings
@@ -243,13 +244,13 @@ class CloudFallback:
         traced = dict(headers)
         inject(traced)  # the request's trace context (W3C traceparent) goes on to the cloud
         try:
-            async with asyncio.timeout(self._settings.timeout_s), self._slots:
+            async with timeout(self._settings.timeout_s), self._slots:
                 self.in_flight += 1
                 try:
                     return await self._send(self._session, path, body, traced)
                 finally:
                     self.in_flight -= 1
-        except TimeoutError as e:
+        except (TimeoutError, asyncio.TimeoutError) as e:  # aiohttp's: not TimeoutError on 3.10
             self.breaker.failure()
             waited = time.monotonic() - started
             raise self._fail(

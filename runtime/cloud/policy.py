@@ -18,7 +18,6 @@ The cloud client (`wasmgate.runtime.cloud.client.CloudFallback`) is anything wit
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -29,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from opentelemetry.trace import SpanKind
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.bundles.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.runtime.errors import (
     Busy,
@@ -223,7 +223,7 @@ async def _within(call: Coroutine[Any, Any, T], deadline: float | None) -> T:
         call.close()
         raise DeadlineExceeded("no time left for the cloud")
     try:
-        async with asyncio.timeout(left):  # not wait_for: see wasmgate.runtime.ops.tasks
+        async with timeout(left):  # not wait_for: see wasmgate.runtime.ops.tasks
             return await call
     except TimeoutError:
         raise DeadlineExceeded("the cloud did not answer before the deadline") from None

@@ -18,10 +18,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
+from wasmgate._compat import Self
 from wasmgate.runtime.dataplane.adapters import InferOutcome, infer_adapter
 from wasmgate.runtime.dataplane.observe import Observation, Transport
 from wasmgate.runtime.errors import BadRequest, Busy, NotFound

@@ -28,10 +28,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
+from wasmgate._compat import UTC, Self, timeout
 from wasmgate.runtime.field.forward import Pace
 from wasmgate.runtime.field.samples import SAMPLES
 from wasmgate.runtime.field.store import Record, Store
@@ -232,7 +233,7 @@ class OciSamples:
             self._client.push_bytes, batch.layer, ref, ARTIFACT_TYPE, f"{ref.tag}.jsonl", notes,
         )  # fmt: skip
         try:
-            async with asyncio.timeout(self._deadline_s()):
+            async with timeout(self._deadline_s()):
                 await call
         except Exception as e:
             self._failed(batch, ref, e)

@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 
+from wasmgate._compat import Self
 from wasmgate.runtime.field.db import Record, StoreDb, StreamLimits, StreamStats, Sync
 
 __all__ = ["Record", "Store", "StoreError", "StreamLimits", "StreamStatus", "Sync"]

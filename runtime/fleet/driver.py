@@ -21,10 +21,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import nacl.signing
 
+from wasmgate._compat import UTC
 from wasmgate.runtime.fleet.opclient import OperatorClient
 from wasmgate.runtime.fleet.rollout import (
     Outcome,

@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
+from wasmgate._compat import UTC, Self
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.fleet.delivery import Delivery, desired_topics
 from wasmgate.runtime.fleet.reconcile import Backoff, Pull, PullDeferred, Reconciler, Verify

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
+from wasmgate._compat import Self
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 _CONNECT_TIMEOUT_S = 10.0

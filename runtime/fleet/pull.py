@@ -25,8 +25,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
+from wasmgate._compat import Self, timeout
 from wasmgate.runtime.fleet.oci import Artifact, OciClient, parse_manifest
 from wasmgate.runtime.fleet.ocitypes import (
     ArtifactRefused,
@@ -139,7 +139,7 @@ class BundlePuller:
         stop = threading.Event()
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            async with asyncio.timeout(remaining):
+            async with timeout(remaining):
                 return await asyncio.to_thread(self._fetch, ref, stop)
         except TimeoutError:
             raise RegistryUnavailable(f"{ref}: deadline passed during the pull") from None

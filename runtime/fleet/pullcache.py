@@ -19,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -29,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from wasmgate._compat import file_digest
 from wasmgate.signing.state import atomic_write, fsync_dir
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -58,7 +58,7 @@ class PullCache:
         path = self.path(digest)
         try:
             with path.open("rb") as f:
-                actual = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+                actual = "sha256:" + file_digest(f, "sha256").hexdigest()
         except FileNotFoundError:
             return None
         if actual != digest:

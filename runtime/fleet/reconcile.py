@@ -24,10 +24,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Self
+from typing import Literal
 
 import msgspec
 
+from wasmgate._compat import Self
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.errors import BundleRejected, DocumentRefused, NotFound
 from wasmgate.runtime.fleet.state import (

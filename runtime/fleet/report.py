@@ -19,12 +19,13 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
 from prometheus_client import Counter, Gauge
 
+from wasmgate._compat import UTC
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.fleet.reconcile import Reconciler, Refusal
 from wasmgate.runtime.ops.metrics import Metrics

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import grpc
 
+from wasmgate._compat import Self
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.grpc.kserve_v2_service_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.dataplane.answer import VERSION_HEADER
 from wasmgate.runtime.dataplane.plane import DataPlane, Route
 from wasmgate.runtime.errors import PayloadTooLarge
@@ -48,7 +47,7 @@ async def read_body(request: web.Request) -> bytes:
         return await request.read()  # it came with the headers: nothing to wait for
     limit = _http(request).body_timeout_s
     try:
-        async with asyncio.timeout(limit):
+        async with timeout(limit):
             return await request.read()
     except TimeoutError:
         raise web.HTTPRequestTimeout(

@@ -28,7 +28,6 @@ bodies match the data plane's.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import hmac
 import json
@@ -39,6 +38,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.bundles.registry import describe
 from wasmgate.runtime.errors import (
     BadRequest,
@@ -131,7 +131,7 @@ async def _receive(request: web.Request, dest: Path, limit: int) -> None:
         while True:
             # A big bundle may take long; a stalled one must not hold an upload slot.
             try:
-                async with asyncio.timeout(idle_s):  # not wait_for: wasmgate.runtime.ops.tasks
+                async with timeout(idle_s):  # not wait_for: wasmgate.runtime.ops.tasks
                     chunk = await request.content.readany()
             except TimeoutError:
                 raise web.HTTPRequestTimeout(

@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from paho.mqtt.client import topic_matches_sub
 
+from wasmgate._compat import Self
 from wasmgate.runtime import errors
 from wasmgate.runtime.dataplane.plane import MAX_KEY_CHARS, DataPlane
 from wasmgate.runtime.dataplane.plane import Route as CallRoute

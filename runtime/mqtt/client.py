@@ -37,6 +37,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.mqtt._paho_private import check_paho, sock_close
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.ops.config import MqttSettings
@@ -263,7 +264,7 @@ class MqttClient:
             self._misc.cancel()
         if last is not None and self.state.connected:
             try:
-                async with asyncio.timeout(_LAST_PUBLISH_S):
+                async with timeout(_LAST_PUBLISH_S):
                     await self.publish(last)
             except (TimeoutError, NotPublished):
                 log.warning("could not publish %s before disconnect", last.topic)
@@ -302,7 +303,7 @@ class MqttClient:
         await asyncio.shield(self._connecting)
         # Not `wait_for`: on 3.11 it drops a cancel (`stop`) landing in the loop turn the
         # CONNACK arrives (gh-86296), and the supervisor then waits on `_lost` for ever.
-        async with asyncio.timeout(self._settings.keepalive_s):
+        async with timeout(self._settings.keepalive_s):
             await asyncio.shield(self._connack)
 
     def _connect_blocking(self) -> None:

@@ -13,13 +13,13 @@ given as they are; `load_settings` and `settings_from` add the environment and c
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
+from wasmgate._compat import tomllib
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config_env import env_data, env_paths, merged
 from wasmgate.runtime.ops.config_local import (

@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
+from wasmgate._compat import timeout
+
 
 @contextlib.asynccontextmanager
 async def background(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
@@ -31,6 +33,6 @@ async def wake_or_timeout(wake: asyncio.Event, timeout_s: float | None) -> bool:
     always reaches it.
     """
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout_s):
+        async with timeout(timeout_s):
             return await wake.wait()
     return False

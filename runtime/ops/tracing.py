@@ -26,13 +26,14 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Self
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import wasmgate
+from wasmgate._compat import Self
 from wasmgate.runtime.ops.config import TelemetrySettings
 from wasmgate.sandbox.spans import Attributes, with_tracer
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
 
 
@@ -110,9 +111,9 @@ class Gate:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self._changed()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            async with asyncio.timeout(timeout):  # not wait_for: wasmgate.runtime.ops.tasks
+            async with timeout(wait_s):  # not wait_for: wasmgate.runtime.ops.tasks
                 await asyncio.shield(fut)  # a timeout leaves ``fut`` to the check below
         except BaseException as e:
             if fut.done():  # woken in the same instant: give the slot we were handed back

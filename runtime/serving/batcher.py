@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future
 from functools import partial
-from typing import Self
 
+from wasmgate._compat import Self
 from wasmgate.runtime.backends.base import Array, LoadedModel
 from wasmgate.runtime.errors import (
     BackendError,
@@ -175,7 +176,7 @@ class Batcher:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             return item.future.result(timeout)
-        except TimeoutError:
+        except futures.TimeoutError:  # TimeoutError itself from 3.11; not on 3.10
             with self._cond:
                 self._queue.withdraw(item.future)
             message = f"model {self.name}: deadline passed waiting for the batch"

@@ -23,10 +23,11 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from wasmgate._compat import Self
 from wasmgate.runtime.backends.base import Array, LoadedModel
 from wasmgate.runtime.errors import BackendError
 from wasmgate.runtime.serving.batch_queue import Item, Outcome, Request, settle

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import numpy.typing as npt
 
+from wasmgate._compat import timeout
 from wasmgate.runtime.bundles.loaded import (
     GuestOutcome,
     LoadedBundle,
@@ -176,7 +177,7 @@ async def _wait(work: Future[T], wait_s: float, hold: Hold) -> T:
     not started, else handed to ``hold`` (it may still finish or be stopped later)."""
     call = asyncio.wrap_future(work)
     try:
-        async with asyncio.timeout(wait_s):  # not wait_for: see wasmgate.runtime.ops.tasks
+        async with timeout(wait_s):  # not wait_for: see wasmgate.runtime.ops.tasks
             return await asyncio.shield(call)
     except (TimeoutError, asyncio.CancelledError):
         if not work.cancel():
@@ -192,7 +193,7 @@ async def _batched(
     withdrawn; one already in a running batch keeps the slot (``hold``) until it ends."""
     waiter, request = batcher.submit_async(inputs, deadline=deadline)
     try:
-        async with asyncio.timeout(left):
+        async with timeout(left):
             return await waiter
     except TimeoutError:
         if not request.cancel():

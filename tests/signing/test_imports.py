@@ -10,9 +10,11 @@ import wasmgate.signing
 
 # PyNaCl (nacl, its _sodium extension) and msgspec, which imports typing_extensions when it
 # is installed (optional: msgspec has no dependencies of its own).
-ALLOWED_THIRD_PARTY = {"nacl", "_sodium", "msgspec", "typing_extensions"}
-# The shared document base (Struct base, strict convert, error wording): itself stdlib + msgspec.
-ALLOWED_WASMGATE = {"wasmgate.typed"}
+# On 3.10 tomli is the standard library's tomllib (wasmgate._compat).
+ALLOWED_THIRD_PARTY = {"nacl", "_sodium", "msgspec", "typing_extensions", "tomli"}
+# The shared document base (Struct base, strict convert, error wording): itself stdlib + msgspec;
+# and 3.11's standard library names (wasmgate._compat).
+ALLOWED_WASMGATE = {"wasmgate.typed", "wasmgate._compat"}
 
 
 def test_signing_imports_only_allowed_packages() -> None:

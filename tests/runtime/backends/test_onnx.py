@@ -17,7 +17,7 @@ from tests.runtime.backends.models import (
     mlp_reference,
 )
 from wasmgate.device_profiles import DeviceProfile, load_profile
-from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend
+from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, onnx_support
 from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel, _report_fallback
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
@@ -89,6 +89,17 @@ def test_provider_that_takes_no_nodes_is_reported() -> None:
     model = _load(profile)
     assert model.providers == ("AzureExecutionProvider", "CPUExecutionProvider")
     assert any("AzureExecutionProvider registered but assigned no nodes" in n for n in model.notes)
+
+
+def test_unknown_node_placement_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime 1.23 (Python 3.10's) cannot report which provider took which node."""
+    monkeypatch.setattr(onnx_support, "node_placement", lambda _session: {})
+    profile = make_profile(
+        '[{ name = "AzureExecutionProvider" }, { name = "CPUExecutionProvider" }]'
+    )
+    model = _load(profile)
+    assert any(n.startswith("node placement unknown: ONNX Runtime") for n in model.notes)
+    assert not any("assigned no nodes" in n for n in model.notes)
 
 
 def test_silent_provider_drop_after_creation_is_reported(cpu_profile: DeviceProfile) -> None:
