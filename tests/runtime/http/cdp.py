@@ -24,7 +24,7 @@ import aiohttp
 
 PROBE = (Path(__file__).parent / "probe.js").read_text()
 LOADED = "document.body.dataset.state === 'loaded'"
-FLAGS = (
+CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -33,8 +33,9 @@ FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--hide-scrollbars",
 )
+"""Headless Chromium on a closed network (without the last four it tries Google's hosts)."""
+FLAGS = (*CHROMIUM_FLAGS, "--hide-scrollbars")
 
 
 class Page:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.http.cdp import probe
+from tests.runtime.http.cdp import CHROMIUM_FLAGS, probe
 from tests.runtime.http.png import count_colour
 from tests.runtime.http.server import LiveServer, build_app
 from tests.runtime.http.service import OrtService
@@ -24,16 +24,6 @@ from wasmgate.runtime.http import status
 from wasmgate.runtime.ops.metrics import Metrics
 
 ADD = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 CHART_BLUE = (0x1F, 0x6F, 0xEB)  # --c1 in status.css: the requests/s and p50 lines
 
 
