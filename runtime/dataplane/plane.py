@@ -26,7 +26,7 @@ from wasmgate._compat import Self
 from wasmgate.runtime.dataplane.adapters import InferOutcome, infer_adapter
 from wasmgate.runtime.dataplane.observe import Observation, Transport
 from wasmgate.runtime.errors import BadRequest, Busy, NotFound
-from wasmgate.runtime.ops.metrics import Kind, Metrics
+from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.protocol.codec import InferRequest
 from wasmgate.runtime.serving import timeouts
 from wasmgate.runtime.serving.api import (
@@ -183,10 +183,6 @@ class DataPlane:
         self.service = service
         self._metrics = metrics
 
-    def observe(self, transport: Transport, kind: Kind, name: str) -> Observation:
-        """An observation for a failure before a call could open (a malformed request)."""
-        return Observation(self._metrics, transport, kind, name)
-
     def v2(self, transport: Transport, name: str, version: str | None) -> Call:
         """A V2 call on model or adapter ``name`` (``version``: named by its address).
 
@@ -194,7 +190,7 @@ class DataPlane:
         try:
             info = self.service.model_info(name, version)
         except NotFound as e:
-            self.observe(transport, "model", name).failed(e)
+            Observation(self._metrics, transport, "model", name).failed(e)
             raise
         observation = Observation(self._metrics, transport, info.kind, info.name)
         return Call(self.service, observation, info, version)
