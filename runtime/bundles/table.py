@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
-from wasmgate.runtime.errors import NotFound
+from wasmgate.runtime.errors import DaemonError, NotFound, NotReady
 from wasmgate.runtime.serving.api import ModelInfo, Namespace
 from wasmgate.sandbox.models import TensorSpec
 
@@ -165,6 +165,13 @@ class ServingTable:
             raise NotFound(f"no bundle named {name!r} is installed")
         return slot
 
+    def _unknown(self, what: str) -> DaemonError:
+        """NotFound once the start-up loading is done; before, NotReady (503, retried by
+        clients and by another gateway's cloud fallback): the name may be loading now."""
+        if self.started:
+            return NotFound(what)
+        return NotReady(f"{what} yet: the daemon is still loading bundles")
+
     def slots(self) -> dict[str, Slot]:
         return dict(self._slots)
 
@@ -178,7 +185,7 @@ class ServingTable:
         """Lease the version that answers a request to ``adapter`` (named in ``namespace``)."""
         owner = (self._mqtt if namespace == "mqtt" else self._adapters).get(adapter)
         if owner is None:
-            raise NotFound(f"no adapter named {adapter!r}")
+            raise self._unknown(f"no adapter named {adapter!r}")
         bundle = self._slots[owner].pick(key, version)
         if bundle.adapter is None:  # a staged version without an adapter
             bundle = self._slots[owner].current
@@ -190,7 +197,7 @@ class ServingTable:
     ) -> tuple[LoadedBundle, ServedModel]:
         owner = self._models.get(model)
         if owner is None:
-            raise NotFound(f"no model named {model!r}")
+            raise self._unknown(f"no model named {model!r}")
         slot = self._slots[owner]
         bundle = slot.pick(key, version)
         served = bundle.models.get(model)
@@ -222,7 +229,7 @@ class ServingTable:
         is_model = name in self._models
         owner = self._models.get(name) if is_model else self._adapters.get(name)
         if owner is None:
-            raise NotFound(f"no model or adapter named {name!r}")
+            raise self._unknown(f"no model or adapter named {name!r}")
         slot = self._slots[owner]
         bundle = slot.current if version is None else slot.find(version)
         served = bundle.models.get(name) if is_model else None

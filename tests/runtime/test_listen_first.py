@@ -89,6 +89,14 @@ def test_listener_answers_while_bundles_load_then_ready(
     assert b'id="loading"' in page[1]
     code, body = _post(f"{daemon.url}/v1/adapters/alpha", b"M")
     assert code == 503, body
+    # Not 404 for a name not loaded yet: a client (another gateway's cloud fallback) that
+    # took 404 for an answer would give up on a request a retry would serve.
+    v2 = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}'
+    for name in ("alpha", "double_alpha", "nothing"):
+        code, body = _post(f"{daemon.url}/v2/models/{name}/infer", v2)
+        assert (code, b"still loading" in body) == (503, True), body
+        code, body = _get(f"{daemon.url}/v2/models/{name}")
+        assert (code, b"still loading" in body) == (503, True), body
     assert not sock.with_field("READY", "1")  # systemd: not ready while loading
     # The first lines say where the status page is, before any bundle is loaded.
     log = daemon.log()
@@ -104,6 +112,7 @@ def test_listener_answers_while_bundles_load_then_ready(
     assert loading["loading"] == []
     for name in NAMES:
         assert _post(f"{daemon.url}/v1/adapters/{name}", b"Pok") == (200, b"v1:ok")
+    assert _post(f"{daemon.url}/v2/models/nothing/infer", v2)[0] == 404
     log = daemon.log()
     assert log.index("status page:") < log.index("loading bundle 1/")
     readies = sock.with_field("READY", "1")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.watcher import DirWatcher
 from wasmgate.runtime.errors import BundleRejected, NotFound
 from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.serving.inline import InlinePolicy
+from wasmgate.sandbox.models import Array
 from wasmgate.signing.keys import key_id_of
 
 SLOW = {"limits": {"deadline_ms": 20_000}}
@@ -112,16 +116,37 @@ async def test_profile_target_matching_this_host_is_accepted(
         assert st.service.adapter_names() == ["probe"]
 
 
-async def test_in_flight_requests_finish_on_the_old_version(tmp_path: Path, kit: BundleKit) -> None:
-    async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),)) as st:
+async def test_in_flight_requests_finish_on_the_old_version(
+    tmp_path: Path, kit: BundleKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request inside version 1 when version 2 is installed finishes on version 1, which
+    closes after it. The request is held inside its model call by the test (not slowed by
+    a spin the install might outlast on a busy machine); adapters run off the loop so the
+    held call blocks a worker thread, not the test."""
+    async with open_stack(
+        tmp_path, kit, start=(kit.build("probe", 1, sections=SLOW),),
+        inline_adapters=InlinePolicy(cap_s=0),
+    ) as st:  # fmt: skip
         old = st.registry.table.slot("probe").current
-        slow = asyncio.create_task(st.service.run_adapter(probe(b"W300")))
-        await asyncio.sleep(0.05)
+        handle = old.models["double"].handle
+        assert handle is not None
+        entered, go = threading.Event(), threading.Event()
+        run = handle.infer
+
+        def held(inputs: Sequence[Array], *, deadline: float | None = None) -> list[Array]:
+            entered.set()
+            go.wait(60)
+            return run(inputs, deadline=deadline)
+
+        monkeypatch.setattr(handle, "infer", held)
+        slow = asyncio.create_task(st.service.run_adapter(probe()))
+        assert await asyncio.to_thread(entered.wait, 60)
         await st.install(kit.build("probe", 2, sections=SLOW))
         assert (await st.service.run_adapter(probe())).body == b"v2:2,4,6,8"
         assert not old.closed  # still draining
+        go.set()
         answer = await slow
-        assert (answer.body, answer.version) == (b"v1:300", 1)
+        assert (answer.body, answer.version) == (b"v1:2,4,6,8", 1)
         assert await _closed_soon(old)
 
 
