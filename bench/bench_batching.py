@@ -56,9 +56,9 @@ from bench.common import Figure, format_table, percentile, write_json
 from tests.fixtures.models import get_models
 from wasmgate.device_profiles import detect
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
-from wasmgate.runtime.bundles.loaded import ServedModel
-from wasmgate.runtime.serving.batcher import Batcher, BatcherStats
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
+from wasmgate.runtime.batching.batcher import Batcher, BatcherStats
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
+from wasmgate.runtime.served.loaded import ServedModel
 from wasmgate.runtime.serving.execute import execute_model
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
@@ -207,7 +207,7 @@ def bench_model(
         private = Batcher(model, args.max_batch, args.delay_us, 256, workers=args.workers)
         shared = Batcher(model, args.max_batch, args.delay_us, 256, dispatcher=parts.dispatcher)
         policy = InlinePolicy()  # the service's one, shared by its unbatched models
-        on = service_call(parts.pool, ServedModel(name, shared), x, policy)
+        on = service_call(parts.pool, ServedModel(name, shared, batched=True), x, policy)
         off = service_call(parts.pool, ServedModel(name, model), x, policy)
         cells: dict[str, Cell] = {
             "threads off": partial(closed_loop, model.infer, x, clients),

@@ -31,9 +31,9 @@ from pathlib import Path
 from bench.common import Figure, format_table, median, write_json
 from tests.fixtures.registry import Registry
 from wasmgate.runtime.bundles.demo import prepare_demo
-from wasmgate.runtime.fleet.oci import OciClient
-from wasmgate.runtime.fleet.ocitypes import Reference
 from wasmgate.runtime.fleet.pull import BundlePuller
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import Reference
 from wasmgate.runtime.ops.config import RegistrySettings
 
 SCENARIO = "oci"

@@ -22,7 +22,7 @@ from wasmgate.runtime.http import metrics as metrics_routes
 from wasmgate.runtime.http import status, v2
 from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.ops.metrics import Metrics
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

@@ -48,6 +48,7 @@ from wasmgate.runtime.app_keys import (
 )
 from wasmgate.runtime.app_open import deferrer, load_bundles, stages
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
 from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
@@ -81,7 +82,6 @@ from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.ops.tracing import Tracing
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.sandbox import Ceilings, SandboxEngine

@@ -26,18 +26,18 @@ from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.batching.batcher import Batcher, BatchHook, capped
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.kv import StateDb, TenantState
-from wasmgate.runtime.bundles.loaded import (
+from wasmgate.runtime.bundles.variables import Variables, render
+from wasmgate.runtime.errors import BundleRejected, DaemonError
+from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.served.loaded import (
     AdmissionLimits,
     FallbackPolicy,
     LoadedBundle,
     ServedModel,
 )
-from wasmgate.runtime.bundles.variables import Variables, render
-from wasmgate.runtime.errors import BundleRejected, DaemonError
-from wasmgate.runtime.ops.config import LimitSettings
-from wasmgate.runtime.serving.batcher import Batcher, BatchHook, capped
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError, TensorSpec
 from wasmgate.sandbox.limits import ManifestLimits
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
@@ -186,6 +186,7 @@ def _serve(
         hook = deps.batch_hook(entry.name)
         batcher = Batcher(model, size, delay, queue, on_batch=hook, dispatcher=deps.dispatcher)
         base.handle, base.max_batch_size, base.max_queue_delay_us = batcher, size, delay
+        base.batched = True
         base.closers = (batcher.close, model.close)
     else:
         base.handle, base.closers = model, (model.close,)

@@ -43,7 +43,6 @@ import msgspec
 
 from wasmgate.runtime.bundles.admission import Admission, ExpiryPolicy
 from wasmgate.runtime.bundles.journal import Event, Journal
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.bundles.release import Verdict, measure
 from wasmgate.runtime.bundles.staged import Releases
@@ -51,6 +50,7 @@ from wasmgate.runtime.bundles.startup import StartUp, Steps, StoredBundles, is_r
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.store import InstalledBundle

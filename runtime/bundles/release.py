@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from wasmgate.runtime.bundles.loaded import LoadedBundle
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.manifest import Release
 from wasmgate.typed import plain
 

@@ -20,11 +20,11 @@ from typing import Protocol
 import msgspec
 
 from wasmgate.runtime.bundles.journal import Journal
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.release import Verdict, Watches
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import NotFound
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.store import InstalledBundle
 

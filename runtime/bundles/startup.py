@@ -39,10 +39,10 @@ import msgspec
 from wasmgate._compat import TaskGroup
 from wasmgate.runtime.bundles.admission import Admission
 from wasmgate.runtime.bundles.journal import Journal
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.progress import LoadProgress
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.errors import RollbackError, SigningError
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.seen import SeenFiles, Stamp, stamp

@@ -18,9 +18,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.errors import DaemonError, NotFound, NotReady
-from wasmgate.runtime.serving.api import ModelInfo, Namespace
+from wasmgate.runtime.served.api import ModelInfo, Namespace
+from wasmgate.runtime.served.loaded import LoadedBundle, ServedModel
 from wasmgate.sandbox.models import TensorSpec
 
 ADAPTER_PLATFORM = "wasmgate_adapter"

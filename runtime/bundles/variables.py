@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BadRequest, DaemonError, NotFound
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.variables import Variable, VariableError
 from wasmgate.typed import plain
 

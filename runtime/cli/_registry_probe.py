@@ -1,7 +1,7 @@
 """``wasmgate doctor``'s registry checks: ``GET /v2/`` as the daemon's puller (and its
 samples sink, ``samples.oci_repository``) would send it.
 
-The same client, credentials, CA and timeout as a fleet pull (``wasmgate.runtime.fleet.oci``),
+The same client, credentials, CA and timeout as a fleet pull (``wasmgate.runtime.oci.client``),
 so a pass here means the daemon can reach the registry and is accepted by it.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 
 from wasmgate.runtime.cli._checks import Finding
-from wasmgate.runtime.fleet.oci import OciClient
-from wasmgate.runtime.fleet.ocitypes import (
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import (
     RegistryAuthError,
     RegistryError,
     RegistryPlainHttp,

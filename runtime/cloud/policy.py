@@ -29,7 +29,6 @@ import numpy.typing as npt
 from opentelemetry.trace import SpanKind
 
 from wasmgate._compat import timeout
-from wasmgate.runtime.bundles.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.runtime.errors import (
     Busy,
     CloudUnavailable,
@@ -40,7 +39,8 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.field.deferral import Deferral
 from wasmgate.runtime.field.store import StoreError
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
+from wasmgate.runtime.served.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.sandbox.spans import Attributes, span
 
 log = logging.getLogger("wasmgate.fallback")

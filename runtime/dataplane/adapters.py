@@ -16,7 +16,7 @@ import numpy as np
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol.codec import InferRequest
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelInfo,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from wasmgate.runtime.serving.api import Source
+from wasmgate.runtime.served.api import Source
 
 SOURCE_HEADER = "X-Wasmgate-Source"
 VERSION_HEADER = "X-Wasmgate-Version"

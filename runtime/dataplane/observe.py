@@ -8,7 +8,7 @@ from typing import Literal
 
 from wasmgate.runtime.errors import DaemonError, PayloadTooLarge
 from wasmgate.runtime.ops.metrics import Kind, Metrics
-from wasmgate.runtime.serving.api import Source
+from wasmgate.runtime.served.api import Source
 
 Transport = Literal["http", "grpc", "mqtt"]
 

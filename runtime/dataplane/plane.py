@@ -28,8 +28,8 @@ from wasmgate.runtime.dataplane.observe import Observation, Transport
 from wasmgate.runtime.errors import BadRequest, Busy, NotFound
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.protocol.codec import InferRequest
-from wasmgate.runtime.serving import timeouts
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served import timeouts
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelInfo,

@@ -9,7 +9,7 @@ from typing import Any
 
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.recent import NameStats
-from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI
+from wasmgate.runtime.served.api import ModelInfo, ServiceAPI
 
 
 def _duration(count: int, seconds: float) -> dict[str, int]:

@@ -22,7 +22,7 @@ import msgspec
 
 from wasmgate.runtime.field.store import Store
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
 
 CLOUD = "cloud"
 DEFERRED_ID = "deferred-id"

@@ -36,7 +36,7 @@ import msgspec
 from wasmgate.runtime.field.store import Store, StoreError
 from wasmgate.runtime.ops.config import SamplesSettings
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
 from wasmgate.signing.manifest import SamplesGrant
 
 log = logging.getLogger("wasmgate.field")

@@ -3,7 +3,7 @@
 With ``samples.oci_repository`` (``HOST[:PORT]/REPO``), the kept samples (one JSON document
 each, `wasmgate.runtime.field.samples`) are pushed oldest first, in batches of consecutive
 samples of one adapter and bundle version (at most ``samples.oci_batch`` and
-`MAX_BATCH_BYTES`), each batch one OCI artifact (`wasmgate.runtime.fleet.oci`,
+`MAX_BATCH_BYTES`), each batch one OCI artifact (`wasmgate.runtime.oci.client`,
 ``OciClient.push_bytes``): one JSON Lines layer (`ARTIFACT_TYPE`, the stored documents as
 they are, one per line), the empty config, and annotations naming the gateway, adapter,
 bundle, version, store ids and time range. The tag is ``<UTC time of the first sample>-
@@ -36,8 +36,8 @@ from wasmgate._compat import UTC, Self, timeout
 from wasmgate.runtime.field.forward import Pace
 from wasmgate.runtime.field.samples import SAMPLES
 from wasmgate.runtime.field.store import Record, Store
-from wasmgate.runtime.fleet.oci import OciClient
-from wasmgate.runtime.fleet.ocitypes import (
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import (
     BUNDLE_NAME,
     BUNDLE_VERSION,
     Reference,

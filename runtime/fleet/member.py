@@ -171,8 +171,8 @@ def registry_pull(settings: Settings) -> Pull:
     built: list[BundlePuller] = []
 
     async def pull(ref: str) -> Path:
-        from wasmgate.runtime.fleet.ocitypes import RegistryUnavailable  # noqa: PLC0415
         from wasmgate.runtime.fleet.pull import BundlePuller  # noqa: PLC0415
+        from wasmgate.runtime.oci.ocitypes import RegistryUnavailable  # noqa: PLC0415
 
         if not built:
             built.append(BundlePuller.for_daemon(settings))

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wasmgate._compat import Self, timeout
-from wasmgate.runtime.fleet.oci import Artifact, OciClient, parse_manifest
-from wasmgate.runtime.fleet.ocitypes import (
+from wasmgate.runtime.fleet.pullcache import PullCache
+from wasmgate.runtime.oci.client import Artifact, OciClient, parse_manifest
+from wasmgate.runtime.oci.ocitypes import (
     ArtifactRefused,
     Reference,
     RegistryUnavailable,
     retry_delay,
 )
-from wasmgate.runtime.fleet.pullcache import PullCache
 from wasmgate.runtime.ops.config import RegistrySettings, Settings
 
 log = logging.getLogger("wasmgate.fleet")

@@ -24,7 +24,7 @@ from wasmgate.runtime.grpc.servicer import InferenceServicer
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served.api import ServiceAPI
 
 log = logging.getLogger("wasmgate.grpc")
 

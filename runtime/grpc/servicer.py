@@ -31,8 +31,8 @@ from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status, metadata_carrier
 from wasmgate.runtime.protocol import metadata
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
-from wasmgate.runtime.serving import timeouts
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served import timeouts
+from wasmgate.runtime.served.api import ServiceAPI
 
 log = logging.getLogger(__name__)
 

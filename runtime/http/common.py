@@ -10,7 +10,7 @@ from wasmgate.runtime.dataplane.plane import DataPlane, Route
 from wasmgate.runtime.errors import PayloadTooLarge
 from wasmgate.runtime.http.keys import METRICS, SERVICE, SETTINGS
 from wasmgate.runtime.ops.config import HttpSettings
-from wasmgate.runtime.serving import timeouts
+from wasmgate.runtime.served import timeouts
 
 TIMEOUT_HEADER = "X-Wasmgate-Timeout-Ms"
 """Optional request header: answer within this many milliseconds or get 504."""

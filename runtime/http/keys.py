@@ -17,7 +17,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served.api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", ServiceAPI)

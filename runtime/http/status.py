@@ -26,7 +26,7 @@ from wasmgate.runtime.http.history import HISTORY, history_ctx
 from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
 from wasmgate.runtime.ops.recent import NameStats
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.runtime.served.api import ModelInfo
 
 log = logging.getLogger(__name__)
 

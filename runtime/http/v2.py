@@ -28,7 +28,7 @@ from wasmgate.runtime.http.errors import error_response
 from wasmgate.runtime.http.keys import SERVICE
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol import metadata
-from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.runtime.served.api import ModelInfo
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

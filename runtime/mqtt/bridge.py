@@ -60,7 +60,7 @@ from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status
 from wasmgate.runtime.protocol import codec as v2
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served.api import ServiceAPI
 
 log = logging.getLogger("wasmgate.mqtt")
 

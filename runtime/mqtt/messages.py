@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving import timeouts
+from wasmgate.runtime.served import timeouts
 
 JSON = "application/json"
 
@@ -92,7 +92,7 @@ def deadline_of(
     """The earliest deadline the requester asked for, as a time.monotonic() value.
 
     A ``timeout_ms`` or ``deadline`` that is present but not a finite number in range is
-    refused (`BadRequest`), never ignored: see `wasmgate.runtime.serving.timeouts`."""
+    refused (`BadRequest`), never ignored: see `wasmgate.runtime.served.timeouts`."""
     mono = msg.received
     wall = time.time() if now is None else now
     candidates: list[float | None] = []

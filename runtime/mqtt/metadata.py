@@ -16,7 +16,7 @@ from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.messages import JSON, Outgoing
 from wasmgate.runtime.mqtt.topics import Topics
 from wasmgate.runtime.protocol import jsonio
-from wasmgate.runtime.serving.api import ModelInfo, ServiceAPI
+from wasmgate.runtime.served.api import ModelInfo, ServiceAPI
 from wasmgate.sandbox.models import TensorSpec
 
 log = logging.getLogger("wasmgate.mqtt")

@@ -143,7 +143,7 @@ _OCI_REPOSITORY = (
     r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])"
     rf"(?::[0-9]{{1,5}})?/{_OCI_COMPONENT}(?:/{_OCI_COMPONENT})*"
 )
-"""distribution's grammar of ``HOST[:PORT]/REPO`` (as ``fleet.ocitypes`` parses references)."""
+"""distribution's grammar of ``HOST[:PORT]/REPO`` (as ``oci.ocitypes`` parses references)."""
 
 
 class SamplesSettings(Document):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import wasmgate
-from wasmgate.runtime.serving.api import ModelInfo
+from wasmgate.runtime.served.api import ModelInfo
 from wasmgate.sandbox.models import DATATYPES, TensorSpec
 
 EXTENSIONS = ("binary_tensor_data",)

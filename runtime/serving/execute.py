@@ -25,11 +25,7 @@ from typing import Any, TypeVar
 import numpy.typing as npt
 
 from wasmgate._compat import timeout
-from wasmgate.runtime.bundles.loaded import (
-    GuestOutcome,
-    LoadedBundle,
-    ServedModel,
-)
+from wasmgate.runtime.batching.batcher import Batcher
 from wasmgate.runtime.errors import (
     BackendError,
     BadRequest,
@@ -37,8 +33,12 @@ from wasmgate.runtime.errors import (
     DeadlineExceeded,
     InferenceFailed,
 )
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
-from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.served.loaded import (
+    GuestOutcome,
+    LoadedBundle,
+    ServedModel,
+)
 from wasmgate.runtime.serving.guest_run import inline_run, may_inline, remaining, run_guest
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, GuestOutputTooLarge, SandboxError

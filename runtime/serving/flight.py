@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.errors import BadRequest, Busy, PayloadTooLarge
+from wasmgate.runtime.served.loaded import LoadedBundle
 
 __all__ = ["Counted", "InFlight"]
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wasmgate.runtime.bundles.loaded import GuestOutcome, LoadedBundle, RunnableAdapter
 from wasmgate.runtime.errors import DeadlineExceeded
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
+from wasmgate.runtime.served.loaded import GuestOutcome, LoadedBundle, RunnableAdapter
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded, SandboxError
 from wasmgate.sandbox.spans import span

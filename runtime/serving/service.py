@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.cloud.policy import CloudClient, Deferrer, FallbackRunner
 from wasmgate.runtime.errors import (
@@ -29,13 +28,14 @@ from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tasks import wake_or_timeout
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,
     ModelInfo,
     ModelRequest,
 )
+from wasmgate.runtime.served.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.serving.execute import execute_adapter, execute_model
 from wasmgate.runtime.serving.flight import InFlight
 from wasmgate.runtime.serving.inline import (
@@ -53,7 +53,7 @@ ADAPTER_CONTENT_TYPE = "application/octet-stream"
 
 
 class InferenceService:
-    """Implements `wasmgate.runtime.serving.api.ServiceAPI`."""
+    """Implements `wasmgate.runtime.served.api.ServiceAPI`."""
 
     def __init__(
         self,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wasmgate.runtime.bundles.loaded import AdmissionLimits
 from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.served.loaded import AdmissionLimits
 from wasmgate.runtime.serving.admission import Gate
 from wasmgate.runtime.serving.scheduler import FairPool, TenantExecutor
 

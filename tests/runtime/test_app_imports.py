@@ -26,7 +26,7 @@ from tests.fixtures.models import ModelFiles
 LAZY = {
     "mqtt": ("paho", "wasmgate.runtime.mqtt"),
     "grpc": ("grpc", "wasmgate.runtime.grpc"),
-    "fleet pull": ("wasmgate.runtime.fleet.pull", "wasmgate.runtime.fleet.oci", "oras"),
+    "fleet pull": ("wasmgate.runtime.fleet.pull", "wasmgate.runtime.oci.client", "oras"),
     "samples sink": ("wasmgate.runtime.field.samples_oci",),
     "oci deps": ("requests", "jsonschema", "urllib3"),
     "onnx": ("onnx",),

@@ -18,7 +18,7 @@ from wasmgate.runtime import errors
 from wasmgate.runtime.mqtt import MqttBridge
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.protocol.error_table import INTERNAL_MESSAGE, status_of
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

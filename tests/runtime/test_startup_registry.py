@@ -17,9 +17,9 @@ import pytest
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import open_stack
 from wasmgate.runtime.bundles import registry as registry_module
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.manifest import Manifest
 
 DEADLOCK_S = 60  # only a deadlock guard: two loads meet at once when they overlap

@@ -12,10 +12,10 @@ import pytest
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name, open_stack
-from wasmgate.runtime.bundles.loaded import LoadedBundle
 from wasmgate.runtime.bundles.watcher import DirWatcher
 from wasmgate.runtime.errors import BundleRejected, NotFound
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
+from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.models import Array
 from wasmgate.signing.keys import key_id_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import open_stack
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.signing.keys import key_id_of
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import open_stack
 from wasmgate.runtime.ops.config import LimitSettings
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.signing.seen import RACY_NS
 from wasmgate.signing.store import BundleStore
 

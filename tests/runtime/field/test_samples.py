@@ -19,7 +19,7 @@ from wasmgate.runtime.field.samples import (
 from wasmgate.runtime.field.samples_read import SamplesUnreadable, read_samples
 from wasmgate.runtime.field.store import Store, StreamLimits
 from wasmgate.runtime.ops.config import SamplesSettings
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
 from wasmgate.signing.manifest import SamplesGrant
 
 ALLOW = SamplesGrant(keep_payload=True, rate=1.0, max_per_hour=5, max_bytes=4096)

@@ -22,7 +22,7 @@ from wasmgate.runtime.field.samples_oci import ARTIFACT_TYPE, IDS, OciSamples
 from wasmgate.runtime.field.store import Store, StreamLimits
 from wasmgate.runtime.ops.config import RegistrySettings, SamplesSettings
 from wasmgate.runtime.ops.tasks import background
-from wasmgate.runtime.serving.api import AdapterAnswer, AdapterRequest
+from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
 from wasmgate.signing.manifest import SamplesGrant
 from wasmgate.typed import replace
 

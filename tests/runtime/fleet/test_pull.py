@@ -11,8 +11,8 @@ import pytest
 from tests.fixtures.registry import Registry
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.fleet.ocikit import LOOPBACK, flip_byte, pushed_bundle, raw_manifest
-from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, Reference, RegistryUnavailable
 from wasmgate.runtime.fleet.pull import BundlePuller
+from wasmgate.runtime.oci.ocitypes import ArtifactRefused, Reference, RegistryUnavailable
 from wasmgate.runtime.ops.config import PathSettings, RegistrySettings, Settings
 from wasmgate.signing import BundleStore
 from wasmgate.signing.errors import RollbackError, SignatureError

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.net import serving
-from wasmgate.runtime.fleet.oci import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, sha256_digest
-from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, RegistryUnavailable
 from wasmgate.runtime.fleet.pull import BundlePuller
+from wasmgate.runtime.oci.client import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, sha256_digest
+from wasmgate.runtime.oci.ocitypes import ArtifactRefused, RegistryUnavailable
 from wasmgate.runtime.ops.config import RegistrySettings
 from wasmgate.typed import replace
 

@@ -23,7 +23,7 @@ from tests.runtime.stack import open_stack
 from wasmgate.runtime.errors import DocumentRefused
 from wasmgate.runtime.fleet.reconcile import Refusal
 from wasmgate.runtime.fleet.state import FleetRecord, FleetStateFile
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.signing.errors import FleetDowngradeError, FleetReplayError
 
 

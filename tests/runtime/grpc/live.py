@@ -8,7 +8,7 @@ from tests.fixtures.loop_thread import LoopThread
 from wasmgate.runtime.grpc.server import GrpcListener
 from wasmgate.runtime.ops.config import GrpcSettings, HttpSettings, Settings
 from wasmgate.runtime.ops.metrics import Metrics
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served.api import ServiceAPI
 
 
 def settings(**grpc: Any) -> Settings:

@@ -14,7 +14,7 @@ from wasmgate.runtime.http import errors, status, v2
 from wasmgate.runtime.http import metrics as metrics_routes
 from wasmgate.runtime.http.keys import METRICS, SERVICE
 from wasmgate.runtime.ops.metrics import Metrics
-from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.served.api import ServiceAPI
 
 MAX_BODY = 1024 * 1024
 

@@ -23,7 +23,7 @@ from onnx import TensorProto
 
 from tests.runtime.http.models import ELEMENT_TYPES, add_model, bf16_model, identity_model
 from wasmgate.runtime import errors
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

@@ -19,7 +19,7 @@ import onnxruntime as ort
 
 from tests.sandbox.helpers import affine_onnx
 from wasmgate.runtime import errors
-from wasmgate.runtime.serving.api import (
+from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
     ModelAnswer,

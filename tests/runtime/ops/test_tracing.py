@@ -17,13 +17,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
-from tests.runtime.serving.gated import GatedModel
-from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.batching.gated import GatedModel
+from tests.runtime.batching.test_batcher import _model, _rows
 from tests.runtime.stack import host_profile_name
+from wasmgate.runtime.batching.batcher import Batcher
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.ops.config import TelemetrySettings
 from wasmgate.runtime.ops.tracing import Tracing, metadata_carrier
-from wasmgate.runtime.serving.batcher import Batcher
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.sandbox.spans import span, with_tracer
 

@@ -7,7 +7,6 @@ import inspect
 import pytest
 
 from wasmgate.runtime import errors
-from wasmgate.runtime.bundles.loaded import FallbackPolicy
 from wasmgate.runtime.cloud.policy import FallbackRunner
 from wasmgate.runtime.protocol.error_table import (
     INTERNAL,
@@ -16,6 +15,7 @@ from wasmgate.runtime.protocol.error_table import (
     public_message,
     status_of,
 )
+from wasmgate.runtime.served.loaded import FallbackPolicy
 
 DAEMON_ERRORS = sorted(
     (

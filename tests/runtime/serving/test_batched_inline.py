@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 
-from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.batching.test_batcher import _model, _rows
+from tests.runtime.batching.test_pacing import _batch_one, _twice
 from tests.runtime.serving.test_inline import Recording, _no_hold
-from tests.runtime.serving.test_pacing import _batch_one, _twice
-from wasmgate.runtime.bundles.loaded import ServedModel
-from wasmgate.runtime.serving.batcher import Batcher
+from wasmgate.runtime.batching.batcher import Batcher
+from wasmgate.runtime.served.loaded import ServedModel
 from wasmgate.runtime.serving.execute import execute_model
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool
@@ -39,7 +39,7 @@ def _served(batcher: Batcher, model: Recording, n: int, policy: InlinePolicy) ->
     async def requests() -> None:
         loop_thread.append(threading.get_ident())
         with FairPool(2) as pool:
-            served = ServedModel("mlp", batcher)
+            served = ServedModel("mlp", batcher, batched=True)
             for _ in range(n):
                 deadline = time.monotonic() + 30
                 out = await execute_model(pool, served, [x], deadline, {}, hold=_no_hold,
@@ -93,7 +93,7 @@ def test_a_slow_model_batching_does_not_pay_for_runs_side_by_side_on_the_pool() 
 
     async def four_at_once(batcher: Batcher) -> None:
         with FairPool(4) as pool:
-            served = ServedModel("mlp", batcher)
+            served = ServedModel("mlp", batcher, batched=True)
             calls = [
                 execute_model(pool, served, [x], time.monotonic() + 30, {}, hold=_no_hold,
                               policy=_policy(), pool_busy=False)
@@ -129,7 +129,7 @@ def test_a_passing_through_batched_model_keeps_tenants_fair() -> None:
 
     async def flood_then_quiet(batcher: Batcher) -> None:
         with FairPool(2) as pool:  # one worker per tenant while both are seen
-            served = ServedModel("mlp", batcher)
+            served = ServedModel("mlp", batcher, batched=True)
             flood = [asyncio.create_task(one(pool, "flood", served)) for _ in range(8)]
             await asyncio.sleep(0.01)  # the flood's 8 are queued
             await one(pool, "quiet", served)

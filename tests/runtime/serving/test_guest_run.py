@@ -8,8 +8,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.runtime.serving import guest_run
-from wasmgate.runtime.serving.api import AdapterRequest
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded
 

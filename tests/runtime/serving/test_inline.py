@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.batching.test_batcher import _model, _rows
 from wasmgate.runtime.backends import LoadedModel
 from wasmgate.runtime.backends.base import Array
-from wasmgate.runtime.bundles.loaded import ServedModel
 from wasmgate.runtime.errors import InferenceFailed
+from wasmgate.runtime.served.loaded import ServedModel
 from wasmgate.runtime.serving.execute import execute_model
 from wasmgate.runtime.serving.inline import InlinePolicy
 from wasmgate.runtime.serving.scheduler import FairPool

@@ -16,7 +16,7 @@ import pytest
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import Stack, open_stack
 from wasmgate.runtime.errors import DeadlineExceeded
-from wasmgate.runtime.serving.api import AdapterRequest
+from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.runtime.serving.inline import InlinePolicy
 
 KEY = "adapter:probe"

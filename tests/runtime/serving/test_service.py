@@ -26,7 +26,7 @@ from wasmgate.runtime.errors import (
     PayloadTooLarge,
 )
 from wasmgate.runtime.ops.config import LimitSettings
-from wasmgate.runtime.serving.api import AdapterRequest, ModelRequest, ServiceAPI
+from wasmgate.runtime.served.api import AdapterRequest, ModelRequest, ServiceAPI
 
 SLOW = {"limits": {"deadline_ms": 20_000}}
 

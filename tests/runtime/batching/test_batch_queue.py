@@ -8,11 +8,11 @@ from collections.abc import Callable
 import numpy as np
 
 from tests.runtime.backends.models import mlp_reference
-from tests.runtime.serving.gated import GatedModel
-from tests.runtime.serving.test_batcher import _model, _rows
-from wasmgate.runtime.serving.batch_queue import BatchQueue, Item, new_item
-from wasmgate.runtime.serving.batcher import Batcher
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
+from tests.runtime.batching.gated import GatedModel
+from tests.runtime.batching.test_batcher import _model, _rows
+from wasmgate.runtime.batching.batch_queue import BatchQueue, Item, new_item
+from wasmgate.runtime.batching.batcher import Batcher
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 
 
 def _item(queue: BatchQueue, rows: int, width: int = 16, deadline: float | None = None) -> Item:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wasmgate.runtime.serving.pacing import (
+from wasmgate.runtime.batching.pacing import (
     FIRST_PROBE,
     ONE_SAMPLES,
     PROBE_EVERY,

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from tests.runtime.backends.models import mlp_reference
-from tests.runtime.serving.gated import GatedModel
-from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.batching.gated import GatedModel
+from tests.runtime.batching.test_batcher import _model, _rows
+from wasmgate.runtime.batching.batcher import Batcher
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
+from wasmgate.runtime.batching.pacing import ONE_SAMPLES
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
-from wasmgate.runtime.serving.batcher import Batcher
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
-from wasmgate.runtime.serving.pacing import ONE_SAMPLES
 
 HOUR_US = 3_600_000_000
 

@@ -8,7 +8,7 @@ runs the model once and splits the outputs back by row counts. A request larger 
 dynamic first dimension can be batched. ``workers`` > 1 lets that many batches of this
 model run at once (like Triton's instance count).
 
-When a batch is ready and how large it gets are measured (`wasmgate.runtime.serving.pacing`):
+When a batch is ready and how large it gets are measured (`wasmgate.runtime.batching.pacing`):
 a request that finds a worker free and nothing queued starts at once — a blocking `infer`
 on its caller's thread, no hand-off — unless the measured arrival rate says companions come
 within ``max_queue_delay_us`` and each saves more model time than it takes to arrive.
@@ -35,14 +35,7 @@ from functools import partial
 
 from wasmgate._compat import Self
 from wasmgate.runtime.backends.base import Array, LoadedModel
-from wasmgate.runtime.errors import (
-    BackendError,
-    Busy,
-    DaemonError,
-    DeadlineExceeded,
-    NotReady,
-)
-from wasmgate.runtime.serving.batch_queue import (
+from wasmgate.runtime.batching.batch_queue import (
     BatcherStats,
     BatchQueue,
     Item,
@@ -50,13 +43,20 @@ from wasmgate.runtime.serving.batch_queue import (
     capped,
     new_item,
 )
-from wasmgate.runtime.serving.dispatch import (
+from wasmgate.runtime.batching.dispatch import (
     BatchDispatcher,
     infer_joined,
     resolve,
     span_attributes,
 )
-from wasmgate.runtime.serving.pacing import Pacer
+from wasmgate.runtime.batching.pacing import Pacer
+from wasmgate.runtime.errors import (
+    BackendError,
+    Busy,
+    DaemonError,
+    DeadlineExceeded,
+    NotReady,
+)
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import joint_span
 

@@ -32,7 +32,7 @@ import oras.provider
 import requests
 import requests.adapters
 
-from wasmgate.runtime.fleet.ocitypes import (
+from wasmgate.runtime.oci.ocitypes import (
     ARTIFACT_TYPE,
     BUNDLE_NAME,
     BUNDLE_VERSION,

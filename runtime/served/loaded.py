@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import msgspec
 
 from wasmgate.runtime.ops import startgc
-from wasmgate.runtime.serving.batcher import Batcher
 from wasmgate.sandbox.models import ModelHandle, ModelProvider, TensorSpec
 from wasmgate.sandbox.state import AdapterState
 from wasmgate.signing.manifest import SamplesGrant
@@ -92,6 +91,9 @@ class ServedModel:
     name: str
     handle: ModelHandle | None
     """None when the model could not be loaded on this device (``missing_model`` fallback)."""
+    batched: bool = False
+    """``handle`` is a `wasmgate.runtime.batching.batcher.Batcher` (set by whoever made it:
+    this vocabulary sits below the batching package and does not import it)."""
     sha256s: frozenset[str] = frozenset()
     """Digests of every variant file, so ``from_bytes`` accepts only declared models."""
     platform: str = "onnxruntime_onnx"
@@ -193,7 +195,7 @@ class LoadedBundle:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
-        self.calls_batched = any(isinstance(m.handle, Batcher) for m in self.models.values())
+        self.calls_batched = any(m.batched for m in self.models.values())
 
     @property
     def provider(self) -> BundleModels:

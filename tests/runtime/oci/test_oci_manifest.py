@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from wasmgate.runtime.fleet.oci import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, parse_manifest
-from wasmgate.runtime.fleet.ocitypes import ArtifactRefused, Reference
+from wasmgate.runtime.oci.client import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, parse_manifest
+from wasmgate.runtime.oci.ocitypes import ArtifactRefused, Reference
 
 LAYER = "sha256:" + "ab" * 32
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tests.runtime.backends.models import mlp_reference
-from tests.runtime.serving.gated import GatedModel
-from tests.runtime.serving.test_batcher import _model, _rows
+from tests.runtime.batching.gated import GatedModel
+from tests.runtime.batching.test_batcher import _model, _rows
+from wasmgate.runtime.batching.batcher import Batcher
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
-from wasmgate.runtime.serving.batcher import Batcher
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 
 
 def test_awaiting_callers_get_their_rows_from_one_batch() -> None:

@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wasmgate.runtime.serving.timeouts import check_deadline
+from wasmgate.runtime.served.timeouts import check_deadline
 from wasmgate.sandbox.models import TensorSpec
 
 Source = Literal["local", "cloud", "deferred"]

@@ -29,12 +29,12 @@ import numpy as np
 
 from wasmgate._compat import Self
 from wasmgate.runtime.backends.base import Array, LoadedModel
+from wasmgate.runtime.batching.batch_queue import Item, Outcome, Request, settle
 from wasmgate.runtime.errors import BackendError
-from wasmgate.runtime.serving.batch_queue import Item, Outcome, Request, settle
 from wasmgate.sandbox.models import TensorSpec
 
 if TYPE_CHECKING:
-    from wasmgate.runtime.serving.batcher import Batcher
+    from wasmgate.runtime.batching.batcher import Batcher
 
 
 class BatchDispatcher:

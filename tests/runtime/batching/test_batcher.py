@@ -10,16 +10,16 @@ from onnx import TensorProto
 
 from tests.runtime.backends.conftest import X86
 from tests.runtime.backends.models import mlp_onnx, mlp_reference, seq_onnx
+from tests.runtime.batching.gated import GatedModel
 from tests.runtime.bundlekit import slow_model
 from tests.runtime.http.models import identity_model
-from tests.runtime.serving.gated import GatedModel
 from wasmgate.device_profiles import load_profile
 from wasmgate.device_profiles.schema import BatchingCap
 from wasmgate.runtime.backends import LoadedModel, LoadOptions, ModelSpec, create_backend
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.batching.batcher import Batcher, capped
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.errors import BackendError, BadRequest, Busy, DeadlineExceeded, NotReady
-from wasmgate.runtime.serving.batcher import Batcher, capped
-from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.sandbox.models import ModelHandle
 
 
