@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -34,8 +33,6 @@ from wasmgate.runtime.protocol.error_table import log_failure, public_message, s
 from wasmgate.runtime.served import timeouts
 from wasmgate.runtime.served.api import ServiceAPI
 
-log = logging.getLogger(__name__)
-
 R = TypeVar("R")
 M = TypeVar("M")
 Handler = Callable[[Any, Any, Any], Awaitable[R]]
@@ -54,7 +51,7 @@ def rpc(method: Handler[R]) -> Handler[R]:
             return await method(self, request, context)
         except Exception as exc:
             answer = status_of(exc)
-            log_failure(log, f"gRPC {method.__name__}", exc, answer)
+            log_failure("grpc", method.__name__, exc, answer)
             await context.abort(grpc.StatusCode[answer.grpc], public_message(exc, answer))
             raise  # abort() raises; this line is for the type checker
 

@@ -10,15 +10,12 @@ exceptions (unknown route, wrong method, body over ``client_max_size``) keep the
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -56,7 +53,7 @@ def answer_error(request: web.Request, exc: Exception) -> web.Response:
     if isinstance(exc, web.HTTPException) and exc.status >= 400:
         return error_response(exc.status, _http_exception_message(exc))
     answer = status_of(exc)
-    log_failure(log, f"{request.method} {request.path}", exc, answer)
+    log_failure("http", f"{request.method} {request.path}", exc, answer)
     return error_response(answer.status, public_message(exc, answer))
 
 

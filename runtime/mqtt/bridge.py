@@ -448,7 +448,7 @@ class MqttBridge:
             return await self._infer_model(msg, route, obj)
         except Exception as e:
             answer = status_of(e)
-            log_failure(log, f"mqtt {msg.topic}", e, answer)
+            log_failure("mqtt", msg.topic, e, answer)
             body = error_body(public_message(e, answer), answer.status, reply.rid)
             return _Result(answer.status, body, JSON)
 

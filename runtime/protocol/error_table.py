@@ -38,6 +38,8 @@ from wasmgate.runtime.errors import (
     Unauthorized,
 )
 
+log = logging.getLogger("wasmgate.requests")
+
 INTERNAL_MESSAGE = "internal server error"
 
 
@@ -100,13 +102,20 @@ def status_of(exc: BaseException) -> ErrorStatus:
     return INTERNAL
 
 
-def log_failure(log: logging.Logger, where: str, exc: BaseException, answer: ErrorStatus) -> None:
-    """Log what the client is not told: internal errors with their traceback, other server
-    errors as one line; client mistakes are the client's business and not logged."""
+def log_failure(transport: str, where: str, exc: BaseException, answer: ErrorStatus) -> None:
+    """Log what the client is not told, one line in one shape for every transport (logger
+    ``wasmgate.requests``; fields ``transport``, ``status``, ``code``): internal errors with
+    their traceback, other server errors as one line; client mistakes are the client's
+    business and not logged."""
+    if answer.status < 500:
+        return
+    fields = {"transport": transport, "status": answer.status, "code": answer.code}
     if answer.internal:
-        log.error("%s -> %d %s", where, answer.status, answer.code, exc_info=exc)
-    elif answer.status >= 500:
-        log.warning("%s -> %d %s: %s", where, answer.status, answer.code, exc)
+        log.error("%s %s -> %d %s", transport, where, answer.status, answer.code,
+                        exc_info=exc, extra=fields)  # fmt: skip
+    else:
+        log.warning("%s %s -> %d %s: %s", transport, where, answer.status, answer.code,
+                          exc, extra=fields)  # fmt: skip
 
 
 def public_message(exc: BaseException, status: ErrorStatus) -> str:

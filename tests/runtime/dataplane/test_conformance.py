@@ -14,19 +14,20 @@ import json
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import msgspec
 import pytest
+from aiohttp import web
 from tritonclient.grpc import service_pb2 as tpb
 from tritonclient.grpc import service_pb2_grpc as tstub
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
-from tests.fixtures.net import free_port
+from tests.fixtures.net import free_port, serving
 from tests.runtime.edges.probe import probe_daemon
 from tests.runtime.mqtt.requester import Requester
 from wasmgate.runtime.protocol.error_table import TABLE
@@ -54,6 +55,7 @@ CASES = [
     Case("ok", "double", "FP32", [1, 4], X, 200),
     Case("adapter as a V2 model", "probe", "BYTES", [1], ["Phi"], 200),
     Case("adapter error", "probe", "BYTES", [1], ["E"], 500),
+    Case("adapter asks the cloud", "probe", "BYTES", [1], ["F"], 200),
     Case("unknown model", "nope", "FP32", [1, 4], X, 404),
     Case("wrong shape", "double", "FP32", [1, 3], X[:3], 400),
     Case("wrong datatype", "double", "INT32", [1, 4], [1, 2, 3, 4], 400),
@@ -156,17 +158,49 @@ def expressible(case: Case, transport: str) -> bool:
     return transport != "grpc" or (case.timeout_ms is None and case.pin is None)
 
 
+async def _cloud_answer(request: web.Request) -> web.Response:
+    """The cloud fallback endpoint (``cloud.protocol = "raw"``): a fixed answer."""
+    await request.read()
+    return web.Response(body=b"cloud")
+
+
+@pytest.fixture
+def cloud() -> Iterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/adapters/probe", _cloud_answer)
+    with serving(app) as url:
+        yield url
+
+
 @pytest.fixture
 def served(
-    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
+    tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon], cloud: str
 ) -> tuple[Daemon, int]:
-    """The probe daemon on HTTP, MQTT and gRPC; its gRPC port."""
+    """The probe daemon on HTTP, MQTT and gRPC, its adapter falling back to ``cloud`` when
+    it is unsure (``F``); its gRPC port."""
     port = free_port()
     config = {
         "mqtt": {"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GW},
         "grpc": {"port": port},
+        "cloud": {"url": cloud, "protocol": "raw"},
     }
-    return probe_daemon(tmp_path, daemon_factory, config), port
+    fallback = {"allowed": True, "on_adapter_request": True, "send_payload": True}
+    daemon = probe_daemon(tmp_path, daemon_factory, config, sections={"fallback": fallback})
+    return daemon, port
+
+
+def failure_lines(log: str) -> list[str]:
+    """The daemon's request-failure lines, without time and transport: ``<level>
+    wasmgate.requests: -> <status> <code>: <message>`` (the where part differs by design:
+    a path, an RPC, a topic)."""
+    lines = []
+    for line in log.splitlines():
+        if " wasmgate.requests: " not in line:
+            continue
+        level, rest = line.split(None, 2)[1:]
+        said = rest.split(" -> ", 1)[1].split(" transport=", 1)[0]  # the fields name it
+        lines.append(f"{level} {rest.split(' ', 1)[0]} -> {said}")
+    return lines
 
 
 def series(daemon: Daemon) -> dict[str, Counter[tuple[str, ...]]]:
@@ -217,4 +251,16 @@ async def test_every_case_answers_and_counts_the_same_on_every_transport(
     assert counted["http"] == counted["mqtt"]
     assert sum(counted["grpc"].values()) == len(grpc_cases)
     assert counted["grpc"] <= counted["http"]  # the same series, fewer cases
-    assert "Traceback" not in daemon.log()
+    cloud = [n for (_, _, name, src), n in counted["http"].items() if src == "cloud"]
+    assert cloud == [1]
+    log = daemon.log()
+    assert "Traceback" not in log
+    # Each server error is logged once per transport, in the same line (a client mistake
+    # is not logged at all).
+    lines = Counter(failure_lines(log))
+    server_errors = [c for c in CASES if c.status >= 500]
+    assert sum(lines.values()) == sum(3 if expressible(c, "grpc") else 2 for c in server_errors), (
+        log
+    )
+    assert all(n == 3 for n in lines.values()), lines
+    assert any("500 inference_failed: probe: adapter error: probe failed" in k for k in lines)

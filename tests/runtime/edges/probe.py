@@ -24,12 +24,15 @@ def probe_daemon(
     config: Mapping[str, Any] | None = None,
     limits: Mapping[str, Any] | None = None,
     name: str = "d",
+    *,
+    sections: Mapping[str, Any] | None = None,
 ) -> Daemon:
-    """Start ``wasmgate serve`` with the probe bundle (adapter ``probe``, model ``double``)."""
+    """Start ``wasmgate serve`` with the probe bundle (adapter ``probe``, model ``double``);
+    ``sections``: more manifest tables (``fallback``, ...)."""
     kit = BundleKit(tmp_path / f"kit-{name}")
     bundles = tmp_path / name / "data" / "bundles"
     bundles.mkdir(parents=True)
-    sections = {"limits": dict(limits)} if limits else None
+    sections = {**(sections or {}), **({"limits": dict(limits)} if limits else {})} or None
     kit.build("probe", 1, out_dir=bundles, sections=sections)
     merged: dict[str, Any] = {
         "paths": {"trust_file": kit.save_trust(tmp_path / f"trust-{name}.json")},
