@@ -1,4 +1,5 @@
-"""One table of V2 cases through HTTP, gRPC and MQTT against one real daemon.
+"""One table of V2 cases through HTTP, gRPC and MQTT against one real daemon, then overload
+(a looping request holds the one slot) on each.
 
 Each case is sent over every transport that can express it; all of them must answer with
 the same status (gRPC: the code the error table gives that status), and afterwards each
@@ -10,7 +11,9 @@ canary-key cap, MQTT's own error labels, adapters not being V2 models over MQTT.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -153,6 +156,47 @@ async def over_mqtt(dev: Requester, case: Case, seen: int) -> int:
     return int(replies[seen].props["status"])
 
 
+HOLD = Case("holds the one slot", "probe", "BYTES", [1], ["L"], 504)
+OVERLOAD = Case("overload", "probe", "BYTES", [1], ["Phi"], 429)
+
+
+def in_flight(daemon: Daemon) -> float:
+    with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    prefix = "wasmgate_in_flight"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(prefix) and line[len(prefix)] in " {")  # fmt: skip
+
+
+async def wait_in_flight(daemon: Daemon) -> None:
+    end = time.monotonic() + 30
+    while in_flight(daemon) < 1:
+        assert time.monotonic() < end, "the holding request never ran"
+        await asyncio.sleep(0.02)
+
+
+async def overloaded(
+    daemon: Daemon, stub: tstub.GRPCInferenceServiceStub, dev: Requester, seen: int
+) -> dict[str, set[int]]:
+    """On each transport: a request that loops takes the one slot, the next is refused."""
+    got: dict[str, set[int]] = {}
+    holder = asyncio.create_task(asyncio.to_thread(over_http, daemon, HOLD))
+    await wait_in_flight(daemon)
+    got["http"] = {over_http(daemon, OVERLOAD)}
+    assert await holder == HOLD.status
+    holding = asyncio.create_task(asyncio.to_thread(over_grpc, stub, HOLD))
+    await wait_in_flight(daemon)
+    got["grpc"] = over_grpc(stub, OVERLOAD)
+    assert HOLD.status in await holding
+    topic = f"wasmgate/v1/{GW}/models/probe/infer"
+    dev.request(topic, body(HOLD), response_topic="conf/replies", correlation=b"hold")
+    await wait_in_flight(daemon)
+    got["mqtt"] = {await over_mqtt(dev, OVERLOAD, seen)}  # answered before the holder
+    replies = await dev.wait_for(seen + 2, timeout=30)
+    assert int(replies[seen + 1].props["status"]) == HOLD.status
+    return got
+
+
 def expressible(case: Case, transport: str) -> bool:
     """gRPC has no per-request timeout header nor a pinned-version metadata."""
     return transport != "grpc" or (case.timeout_ms is None and case.pin is None)
@@ -179,13 +223,14 @@ def served(
     """The probe daemon on HTTP, MQTT and gRPC, its adapter falling back to ``cloud`` when
     it is unsure (``F``); its gRPC port."""
     port = free_port()
-    config = {
-        "mqtt": {"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GW},
-        "grpc": {"port": port},
-        "cloud": {"url": cloud, "protocol": "raw"},
-    }
+    # MQTT retries a busy refusal (a backlog waits at the broker): briefly here.
+    mqtt = {"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GW, "busy_retry_s": 0.3}
+    config = {"mqtt": mqtt, "grpc": {"port": port}, "cloud": {"url": cloud, "protocol": "raw"}}
+    # One request at a time, none queued, the looping guest stopped after 3 s: a request
+    # that loops holds the only slot, so the next one is refused (overload).
+    limits = {"max_in_flight": 1, "queue_size": 0, "deadline_ms": 3000}
     fallback = {"allowed": True, "on_adapter_request": True, "send_payload": True}
-    daemon = probe_daemon(tmp_path, daemon_factory, config, sections={"fallback": fallback})
+    daemon = probe_daemon(tmp_path, daemon_factory, config, limits, sections={"fallback": fallback})
     return daemon, port
 
 
@@ -240,13 +285,14 @@ async def test_every_case_answers_and_counts_the_same_on_every_transport(
             }
             if expressible(case, "grpc"):
                 got["grpc"] = over_grpc(stub, case)
-    for case in CASES:
+        statuses[OVERLOAD.name] = await overloaded(daemon, stub, dev, len(CASES))
+    for case in [*CASES, OVERLOAD]:
         got = statuses[case.name]
         assert got["http"] == got["mqtt"] == {case.status}, (case.name, got)
         if "grpc" in got:
             assert case.status in got["grpc"], (case.name, got)
     counted = series(daemon)
-    grpc_cases = [c for c in CASES if expressible(c, "grpc")]
+    grpc_cases = [c for c in [*CASES, HOLD, OVERLOAD] if expressible(c, "grpc")]
     assert set(counted) == {"http", "grpc", "mqtt"}
     assert counted["http"] == counted["mqtt"]
     assert sum(counted["grpc"].values()) == len(grpc_cases)
@@ -258,7 +304,7 @@ async def test_every_case_answers_and_counts_the_same_on_every_transport(
     # Each server error is logged once per transport, in the same line (a client mistake
     # is not logged at all).
     lines = Counter(failure_lines(log))
-    server_errors = [c for c in CASES if c.status >= 500]
+    server_errors = [c for c in [*CASES, HOLD] if c.status >= 500]
     assert sum(lines.values()) == sum(3 if expressible(c, "grpc") else 2 for c in server_errors), (
         log
     )
