@@ -57,6 +57,7 @@ SCENARIOS = (
     Scenario("daemon", "bench.bench_daemon", "cold start, hot swap, idle/loaded RSS"),
     Scenario("install", "bench.bench_install", "core install size, demo cold start without Zig"),
     Scenario("tracing", "bench.bench_tracing", "tracing off vs before, pass-through, on (OTLP)"),
+    Scenario("before", "bench.bench_before", "V2 JSON, raw adapter, MQTT: this tree vs before"),
     Scenario("store", "bench.bench_store", "store-and-forward: events/s, latency while draining"),
     Scenario("fleet", "bench.bench_fleet", "fleet rollout to 3 daemons, pulls, idle member cost"),
     Scenario("peers", "bench.bench_peers", "vs bare aiohttp+ORT, MLServer (wrk); perf_analyzer"),
