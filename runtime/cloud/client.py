@@ -27,7 +27,7 @@ import json
 import os
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from types import TracebackType
 from typing import Any
@@ -102,7 +102,10 @@ def decode_v2_response(body: bytes, header_length: int | None) -> dict[str, Arra
 class CloudFallback:
     """Owns one aiohttp session: ``async with CloudFallback(settings.cloud) as cloud: ...``."""
 
-    def __init__(self, settings: CloudSettings) -> None:
+    def __init__(
+        self, settings: CloudSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``clock``: the breaker's (a test moves it instead of sleeping ``reset_s``)."""
         if settings.url is None:
             raise ConfigError("cloud.url is not set: cloud fallback is off")
         self._settings = settings
@@ -113,6 +116,7 @@ class CloudFallback:
             window=settings.breaker_window,
             failure_rate=settings.breaker_failure_rate,
             probes=settings.breaker_probes,
+            clock=clock,
         )
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._session: aiohttp.ClientSession | None = None

@@ -82,6 +82,11 @@ class Delivery:
         self.choice: tuple[str, bytes] | None = None
         """(topic, document) chosen at the last pass; None when none verifies."""
         self._kick = asyncio.Event()
+        self.received = 0
+        """Documents taken from MQTT so far (cleared ones too; oversize ones are not)."""
+        self.handled = 0
+        """How many of ``received`` a finished pass has seen: once ``handled == received``
+        every document in has been chosen among and offered (what a test waits on)."""
         self._file_key: FileKey | None = None
         self._file_pending: FileKey | None = None
 
@@ -109,6 +114,7 @@ class Delivery:
         else:
             self._held.pop(msg.topic, None)  # cleared by the operator
             self._reported.pop(msg.topic, None)
+        self.received += 1
         self._kick.set()
 
     async def choose(self) -> tuple[str, bytes] | None:
@@ -156,9 +162,11 @@ class Delivery:
             poll = _POLL_S if self._file is not None else None  # idle: no wake-ups
             await wake_or_timeout(self._kick, poll)  # ends on cancel (gh-86296)
             self._kick.clear()
+            seen = self.received
             choice = await self.choose()
             if choice is not None:
                 await self._offer(f"mqtt {choice[0]}", choice[1])
+            self.handled = seen
             await self._poll_file(settle=True)
 
     async def _offer(self, source: str, data: bytes) -> None:

@@ -7,7 +7,6 @@ its own time and request count.
 from __future__ import annotations
 
 import re
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import pytest
 
 from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.waits import until
 from wasmgate.guest_adapters.examples import stage_example
 from wasmgate.signing.build import build_bundle
 
@@ -93,8 +93,4 @@ def served_version(daemon: Daemon) -> str | None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached after {timeout}s")
-        time.sleep(0.05)
+    until(predicate, what, timeout, every_s=0.05)

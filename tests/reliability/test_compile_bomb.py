@@ -10,6 +10,7 @@ serving answers throughout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -20,11 +21,24 @@ import pytest
 
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
-from tests.reliability.conftest import TOKEN, digits_payload, post, put_bundle
+from tests.reliability.conftest import TOKEN, digits_payload, post, put_bundle, wait_until
 from tests.sandbox.helpers import compile_bomb
 
 BUDGET_S = 8.0
 SLACK_S = 10.0  # child start, kill, reaping, and the staging before the compile
+
+
+def _compiling(pid: int) -> bool:
+    """A compiler child of the daemon is running (sandbox/compile_child.py)."""
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += (task / "children").read_text().split()
+    for child in children:
+        with contextlib.suppress(OSError):
+            if b"compile_child" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return True
+    return False
 
 
 def _timed_put(daemon: Daemon, data: bytes) -> tuple[int, bytes, float]:
@@ -52,8 +66,10 @@ def test_compile_bomb_refused_within_budget_while_another_bundle_installs(
     with ThreadPoolExecutor(2) as clients:
         start = time.monotonic()
         bomb_put = clients.submit(_timed_put, daemon, bomb)
-        time.sleep(1.0)  # the bomb is staged and compiling
-        assert not bomb_put.done()
+        assert daemon.proc is not None
+        pid = daemon.proc.pid
+        wait_until(lambda: _compiling(pid) or bomb_put.done(), 60, "the bomb compiling")
+        assert not bomb_put.done(), bomb_put.result()
         other_status, other_body, other_done = clients.submit(_timed_put, daemon, other).result()
         served = post(f"{daemon.url}/v1/adapters/digits", digits_payload())[0]
         bomb_status, bomb_body, bomb_done = bomb_put.result()

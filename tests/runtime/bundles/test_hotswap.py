@@ -8,7 +8,6 @@ versions (failing selftest, untrusted signer) leave the serving one in place.
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Self
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.waits import until
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 
@@ -59,14 +59,12 @@ class Load:
         for t in self._threads:
             t.join(timeout=30)
 
-    def wait_for_version(self, version: str, timeout: float = 30) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+    def wait_for_version(self, version: str, answers: int = 1, timeout: float = 30) -> None:
+        def seen() -> bool:
             with self._lock:
-                if self.versions[version]:
-                    return
-            time.sleep(0.05)
-        raise TimeoutError(f"version {version} never answered; saw {dict(self.versions)}")
+                return self.versions[version] >= answers
+
+        until(seen, f"{answers} answers from version {version} (saw {self.versions})", timeout)
 
     def count(self) -> int:
         with self._lock:
@@ -94,6 +92,14 @@ def _put(url: str, data: bytes) -> int:
         return e.code
 
 
+def _refused(daemon: Daemon, version: int) -> bool:
+    """The status page's recent installs show ``version`` refused for its selftest."""
+    recent = daemon.get_json("/v1/status")["components"]["bundles"]["recent"]
+    return any(
+        not e["ok"] and "selftest" in e["message"] and e["version"] == version for e in recent
+    )
+
+
 def test_hot_swap_under_load(tmp_path: Path, daemon_factory: Callable[..., Daemon]) -> None:
     kit = BundleKit(tmp_path / "kit")
     bundles = tmp_path / "d" / "data" / "bundles"
@@ -114,15 +120,13 @@ def test_hot_swap_under_load(tmp_path: Path, daemon_factory: Callable[..., Daemo
         _drop(kit.build("probe", 3, selftest=b"E"), bundles)
         stranger = BundleKit(tmp_path / "stranger")
         assert _put(daemon.url, stranger.build("probe", 4).read_bytes()) == 422
-        time.sleep(2.5)  # > two watcher polls: the failing file was tried
+        until(lambda: _refused(daemon, 3), "the watcher tried the failing file (version 3)")
         assert _put(daemon.url, kit.build("probe", 5).read_bytes()) == 201  # via the API
-        load.wait_for_version("5")
-        time.sleep(0.3)
+        load.wait_for_version("5", answers=20)  # and the load goes on against it
     assert load.failures == []
     assert load.count() > served_before_bad > 0
     assert set(load.versions) == {"1", "2", "5"}
     status = daemon.get_json("/v1/status")
     recent = status["components"]["bundles"]["recent"]
-    refused = [e for e in recent if not e["ok"]]
-    assert any("selftest" in e["message"] and e["version"] == 3 for e in refused), recent
+    assert _refused(daemon, 3), recent
     assert [e["version"] for e in recent if e["ok"]] == [1, 2, 5]

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.net import free_port
+from tests.fixtures.waits import ManualClock
 from wasmgate.runtime.cloud.breaker import BreakerState, CircuitBreaker
 from wasmgate.runtime.cloud.client import CloudFallback, decode_v2_response, encode_v2_request
 from wasmgate.runtime.errors import CloudUnavailable
@@ -176,7 +177,10 @@ async def test_http_500_names_status_and_body(cloud: Cloud) -> None:
 
 async def test_flapping_cloud_breaker_cycle(cloud: Cloud) -> None:
     cloud.mode = "error"
-    async with CloudFallback(settings(cloud.url, breaker_failures=2)) as fb:
+    clock = ManualClock()
+    # reset_s and the steps are binary fractions: the clock's sums are exact
+    over = {"breaker_failures": 2, "breaker_reset_s": 0.5}
+    async with CloudFallback(settings(cloud.url, **over), clock=clock) as fb:
         for _ in range(2):
             with pytest.raises(CloudUnavailable, match="HTTP 500"):
                 await fb.infer_adapter("a", b"p", None, "error")
@@ -184,13 +188,17 @@ async def test_flapping_cloud_breaker_cycle(cloud: Cloud) -> None:
         with pytest.raises(CloudUnavailable, match="circuit breaker open"):
             await fb.infer_adapter("a", b"p", None, "error")
         assert cloud.hits == 2  # refused without touching the cloud
-        await asyncio.sleep(0.35)
+        clock.advance(0.25)
+        assert fb.breaker.snapshot().state is BreakerState.OPEN
+        clock.advance(0.25)
         assert fb.breaker.snapshot().state is BreakerState.HALF_OPEN
         with pytest.raises(CloudUnavailable, match="HTTP 500"):  # the probe fails
             await fb.infer_adapter("a", b"p", None, "error")
         assert fb.breaker.snapshot().state is BreakerState.OPEN
         cloud.mode = "flapping"  # hit 4: even -> succeeds
-        await asyncio.sleep(0.35)
+        with pytest.raises(CloudUnavailable, match="circuit breaker open"):  # opened again
+            await fb.infer_adapter("a", b"p", None, "r")
+        clock.advance(0.5)
         assert await fb.infer_adapter("a", b"ok", None, "r") == b"OK|r"
         assert fb.breaker.snapshot().state is BreakerState.CLOSED
         with pytest.raises(CloudUnavailable, match="HTTP 500"):  # hit 5 fails, still closed

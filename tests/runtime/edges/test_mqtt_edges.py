@@ -50,8 +50,10 @@ async def test_retained_requests_are_not_replayed(
     tmp_path: Path, mosquitto: Broker, daemon_factory: Callable[..., Daemon]
 ) -> None:
     with Requester(mosquitto.port).connect("replies/#") as dev:
-        dev.request(REQ, b"Pretained", response_topic="replies/r", correlation=b"r", retain=True)
-        await asyncio.sleep(0.2)  # the broker stores it before the daemon subscribes
+        stored = dev.request(
+            REQ, b"Pretained", response_topic="replies/r", correlation=b"r", retain=True
+        )
+        await asyncio.to_thread(stored.wait_for_publish, 10)  # stored before the daemon starts
         daemon = probe_daemon(tmp_path, daemon_factory, mqtt_config(mosquitto))
         await status_counter(daemon, "retained_ignored", 1)
         dev.request(REQ, b"Pfresh", response_topic="replies/f", correlation=b"f")

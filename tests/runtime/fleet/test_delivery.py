@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until_async
 from tests.runtime.fleet.daemonkit import publish
 from tests.runtime.fleet.reconcilekit import document
 from tests.runtime.mqtt.conftest import bridge_settings
@@ -73,6 +74,15 @@ class Offers:
                 await self.changed.wait()
 
 
+async def settled(delivery: Delivery, received: int, timeout: float = 10) -> None:
+    """Until ``received`` documents came in over MQTT and a pass has handled them all."""
+    await until_async(
+        lambda: delivery.received >= received and delivery.handled == delivery.received,
+        f"{received} documents received and handled",
+        timeout,
+    )
+
+
 @asynccontextmanager
 async def member(
     broker: Broker, offers: Offers, desired: Path | None = None
@@ -92,14 +102,13 @@ async def test_retained_group_documents_then_the_gateway_one_wins(mosquitto: Bro
     publish(mosquitto, G2, doc(7))
     offers = Offers()
     async with member(mosquitto, offers) as delivery:
-        await offers.next(1)
-        await asyncio.sleep(0.3)  # both retained documents are in
+        await settled(delivery, 2)  # both retained documents are in
         assert delivery.choice == (G2, doc(7))  # the highest group serial
         publish(mosquitto, OWN, doc(3, "own"))
         await offers.next(len(offers.got) + 1)
         assert offers.got[-1] == (f"mqtt {OWN}", doc(3, "own"))  # wins, whatever its serial
         publish(mosquitto, G1, doc(9))  # a newer group document does not override it
-        await asyncio.sleep(0.5)
+        await settled(delivery, delivery.received + 1)
         assert offers.got[-1][1] == doc(3, "own")
         publish(mosquitto, OWN, b"")  # cleared: the groups apply again
         await offers.next(len(offers.got) + 1)
@@ -111,11 +120,11 @@ async def test_a_reconnect_replays_retained_documents_but_they_are_offered_once(
 ) -> None:
     offers = Offers()
     publish(mosquitto, OWN, doc(4))
-    async with member(mosquitto, offers):
+    async with member(mosquitto, offers) as delivery:
         await offers.next(1)
         mosquitto.stop()
         mosquitto.start()
-        await asyncio.sleep(2)  # reconnected and re-subscribed: the retained one came again
+        await settled(delivery, 2, timeout=30)  # reconnected: the retained one came again
     assert offers.got == [(f"mqtt {OWN}", doc(4))]
 
 

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
+from tests.fixtures.waits import until
 from tests.runtime.bundlekit import BundleKit, slow_model
 from tests.runtime.stack import host_profile_name
 
@@ -92,12 +92,6 @@ def _failure(call: Callable[[], object]) -> InferenceServerException:
     return err.value
 
 
-def _metric(daemon: Daemon, series: str) -> float:
-    with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    return next((float(ln.split()[-1]) for ln in lines if ln.startswith(series + " ")), 0.0)
-
-
 def test_grpc_serves_the_same_models_as_http(
     daemon: Daemon, client: triton.InferenceServerClient
 ) -> None:
@@ -148,23 +142,26 @@ def test_grpc_deadline_stops_the_run_and_overload_is_unavailable(
     daemon: Daemon, client: triton.InferenceServerClient
 ) -> None:
     x = np.ones((1, 4))
-    before = _metric(daemon, 'wasmgate_runs_cancelled_total{model="slow"}')
+    cancelled = 'wasmgate_runs_cancelled_total{model="slow"}'
+    before = daemon.metric(cancelled)
     holder = threading.Thread(
         target=lambda: _failure(lambda: client.infer("slow", _x(x), client_timeout=3.0))
     )
     holder.start()
-    time.sleep(0.5)  # the one slot is taken: the next request is refused, not queued
+    slot = 'wasmgate_in_flight{name="slow"}'
+    # the one slot is taken: the next request is refused, not queued
+    until(lambda: daemon.metric(slot) >= 1 or not holder.is_alive(), "the slow call in flight")
+    assert holder.is_alive(), "the slow call ended before it was seen in flight"
     busy = _failure(lambda: client.infer("slow", _x(x), client_timeout=30.0))
     holder.join()
     assert busy.status() == "StatusCode.UNAVAILABLE", busy.message()
     # The deadline stopped the native run (the watchdog), not merely the answer:
-    end = time.monotonic() + 60
-    while _metric(daemon, 'wasmgate_runs_cancelled_total{model="slow"}') <= before:
-        assert time.monotonic() < end, "the slow run was not cancelled at its gRPC deadline"
-        time.sleep(0.1)
-    while _metric(daemon, 'wasmgate_in_flight{name="slow"}') > 0:  # its slot is freed too
-        assert time.monotonic() < end, "the slow model's slot was never freed"
-        time.sleep(0.1)
+    until(
+        lambda: daemon.metric(cancelled) > before,
+        "the slow run cancelled at its gRPC deadline",
+        60,
+    )
+    until(lambda: daemon.metric(slot) == 0, "the slow model's slot freed", 60)
     # The V2 timeout parameter is a server-side deadline too: the daemon answers it.
     late = _failure(lambda: client.infer("slow", _x(x), timeout=300_000))
     assert late.status() == "StatusCode.DEADLINE_EXCEEDED", late.message()
@@ -223,11 +220,9 @@ def test_sigterm_lets_the_grpc_call_in_flight_finish(tmp_path: Path) -> None:
             target=lambda: answers.append(client.infer("slow", _x(x)).as_numpy("y"))
         )
         caller.start()
-        end = time.monotonic() + 30
-        while _metric(daemon, 'wasmgate_in_flight{name="slow"}') < 1:
-            assert caller.is_alive(), "the call ended before it was seen in flight"
-            assert time.monotonic() < end, "the call never started"
-            time.sleep(0.01)
+        slot = 'wasmgate_in_flight{name="slow"}'
+        until(lambda: daemon.metric(slot) >= 1 or not caller.is_alive(), "the call in flight")
+        assert caller.is_alive(), "the call ended before it was seen in flight"
         assert daemon.proc is not None
         daemon.proc.send_signal(signal.SIGTERM)
         late = _failure(lambda: client.infer("double", _x(x), client_timeout=10))

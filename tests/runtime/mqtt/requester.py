@@ -118,7 +118,9 @@ class Requester:
         expiry: int | None = None,
         user: list[tuple[str, str]] | None = None,
         retain: bool = False,
-    ) -> None:
+    ) -> paho.MQTTMessageInfo:
+        """Publish; ``.wait_for_publish(timeout)`` on the answer waits for the broker's PUBACK
+        (QoS 1: the broker has it, retained and queued for offline sessions)."""
         props = None
         if self.v5:
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
@@ -130,7 +132,7 @@ class Requester:
                 props.MessageExpiryInterval = expiry
             if user:
                 props.UserProperty = user
-        self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        return self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
 
     def snapshot(self) -> list[Reply]:
         with self._lock:

@@ -105,9 +105,11 @@ async def _cli_round_trip(
         async with asyncio.timeout(10):
             await bridge.wait_connected()
         sub = await asyncio.create_subprocess_exec(
-            "mosquitto_sub", *where, "-C", "1", "-W", "10", *sub_args, stdout=subprocess.PIPE
-        )
-        await asyncio.sleep(0.3)  # let mosquitto_sub subscribe
+            "mosquitto_sub", *where, "-i", "cli-sub", "-C", "1", "-W", "10", *sub_args,
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        topic = sub_args[sub_args.index("-t") + 1]
+        await asyncio.to_thread(broker.wait_subscribed, "cli-sub", topic)
         pub = await asyncio.create_subprocess_exec("mosquitto_pub", *where, "-q", "1", *pub_args)
         assert await pub.wait() == 0
         out, _ = await sub.communicate()

@@ -55,17 +55,20 @@ def test_sigkill_mid_stream_then_restart_answers_every_request(
     try:
         daemon.start()
         _wait(dev, lambda rs: any(r.payload == b"online" for r in rs), 20, "status online")
+        sent = []
         for i in range(total):
             if i == kill_at:
                 daemon.kill()  # SIGKILL: no offline publish, no drain, unacked requests stay
-            dev.request(
+            request = dev.request(
                 f"{ROOT}/adapters/digits/req",
                 payload(x[i : i + 1]),
                 response_topic="c/k",
                 correlation=str(i).encode(),
             )
-            time.sleep(0.01)
-        time.sleep(0.5)  # requests now wait in the daemon's persistent session
+            sent.append(request)
+            time.sleep(0.01)  # pacing: the kill lands mid-stream
+        for request in sent:  # PUBACKed: the broker queued them in the daemon's session
+            request.wait_for_publish(10)
         daemon.start()
         wanted = {str(i).encode() for i in range(total)}
         replies = _wait(dev, lambda rs: _correlations(rs) >= wanted, 60, "answers")

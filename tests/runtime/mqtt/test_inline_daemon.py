@@ -18,6 +18,7 @@ import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.mqtt.requester import Reply, Requester
 from tests.runtime.stack import host_profile_name
@@ -110,7 +111,8 @@ def _loop_while_another_asks(daemon: Daemon, looper: Requester, other: Requester
     looped = time.monotonic()
     loop_id, calm_id = b"loop%d" % n, b"calm%d" % n
     looper.request(REQ, b"L", response_topic="spin/r", correlation=loop_id)
-    time.sleep(0.3)  # the looping run has started (inline, then on a worker)
+    running = 'wasmgate_in_flight{name="probe"}'
+    until(lambda: daemon.metric(running) >= 1, "the looping run started", 2 * DEADLINE_S)
     sent = time.monotonic()
     other.request(REQ, b"Pcalm", response_topic="calm/r", correlation=calm_id)
     calm_at, loop_at = _arrivals((other, calm_id), (looper, loop_id), timeout=2 * DEADLINE_S)

@@ -111,7 +111,9 @@ async def test_shared_group_two_bridges_share_the_stream(mosquitto: Broker) -> N
         async with asyncio.timeout(10):
             await bridges[0].wait_connected()
             await bridges[1].wait_connected()
-        await asyncio.sleep(0.2)  # both SUBACKs in
+        for n, bridge in enumerate(bridges):  # both subscribed before the first request
+            filters = bridge.topics.subscriptions()
+            await asyncio.to_thread(mosquitto.wait_subscribed, f"wg-{n}", filters[-1])
         with Requester(mosquitto.port).connect("c/s") as dev:
             for i in range(total):
                 dev.request(
@@ -121,7 +123,6 @@ async def test_shared_group_two_bridges_share_the_stream(mosquitto: Broker) -> N
                     correlation=f"{i}".encode(),
                 )
             await dev.wait_for(total)
-            await asyncio.sleep(0.5)
             replies = dev.snapshot()
     counts = collections.Counter(r.correlation for r in replies)
     assert len(counts) == total

@@ -3,7 +3,6 @@ socket (READY, WATCHDOG, SIGHUP reload, SIGTERM drain), and the hardened unit fi
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ import pytest
 
 from tests.fixtures.daemon import Daemon, write_config
 from tests.fixtures.notify_socket import NotifySocket
+from tests.fixtures.waits import until, until_async
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.ops.systemd import Notifier
@@ -71,17 +71,17 @@ def test_off_outside_systemd() -> None:
 async def test_watchdog_pings_at_half_the_timeout_from_the_loop(sock: NotifySocket) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": "400000"})
     async with notifier.watchdog():
-        await asyncio.sleep(0.9)
+        await until_async(lambda: len(sock.with_field("WATCHDOG", "1")) >= 5, "five pings", 10)
         blocked_from = time.monotonic()
-        time.sleep(0.6)  # a wedged event loop: no pings may go out meanwhile
+        time.sleep(0.6)  # a wedged event loop (what is under test): no pings meanwhile
         blocked_to = time.monotonic()
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.1)
+        # the loop is back: pings resume
+        await until_async(lambda: sock.with_field("WATCHDOG", "1")[-1].at >= blocked_to, "a ping")
     pings = [d.at for d in sock.with_field("WATCHDOG", "1")]
-    before = [t for t in pings if t < blocked_from]
-    assert 4 <= len(before) <= 6  # at 0, 0.2, 0.4, 0.6, 0.8 s
+    first = pings[:5]
+    # every 0.2 s: never faster, and well under the full 0.4 s timeout (that would take 1.6 s)
+    assert 0.75 <= first[-1] - first[0] < 1.4, first
     assert not [t for t in pings if blocked_from + 0.05 < t < blocked_to]
-    assert pings[-1] >= blocked_to  # the loop is back: pings resume
 
 
 # -- the daemon under a notify socket ---------------------------------------------------------
@@ -132,8 +132,7 @@ def test_daemon_ready_watchdog_reload(
     [loading] = sock.with_field("EXTEND_TIMEOUT_USEC")  # one bundle loaded at start
     assert loading.fields["STATUS"] == "loading probe-1.wgb (1/1)"  # with the count
     assert loading.at < ready.at
-    time.sleep(1.0)
-    assert len(sock.with_field("WATCHDOG", "1")) >= 2
+    until(lambda: len(sock.with_field("WATCHDOG", "1")) >= 2, "two watchdog pings", 10)
     assert _get_status(f"{daemon.url}/v1/bundles", "t0ken") == 403
 
     # SIGHUP: a new token applies at once; a bundle dropped meanwhile is served
@@ -144,9 +143,7 @@ def test_daemon_ready_watchdog_reload(
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGHUP)
     sock.wait_for("RELOADING", "1")
-    deadline = time.monotonic() + 20
-    while len(sock.with_field("READY", "1")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: len(sock.with_field("READY", "1")) >= 2, "READY after the reload", 20)
     assert "serving 2 adapters" in sock.with_field("READY", "1")[-1].fields["STATUS"]
     assert _get_status(f"{daemon.url}/v1/bundles", "t0ken") == 200
     assert _get_status(f"{daemon.url}/v1/bundles", "wrong") == 401
@@ -154,10 +151,10 @@ def test_daemon_ready_watchdog_reload(
 
     # an invalid config on SIGHUP changes nothing and the daemon keeps serving
     daemon.config_path.write_text("drain_s = 'soon'\n")
+    mark = len(daemon.log())
     daemon.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    daemon.wait_log("reload refused", since=mark)
     assert _get_status(f"{daemon.url}/v1/bundles", "t0ken") == 200
-    assert "reload refused" in daemon.log()
 
 
 def test_sigterm_drains_in_flight_requests(
@@ -170,7 +167,8 @@ def test_sigterm_drains_in_flight_requests(
         target=lambda: results.append(_post(f"{daemon.url}/v1/adapters/probe", b"W800"))
     )
     slow.start()
-    time.sleep(0.2)  # the slow request is running in the sandbox
+    running = 'wasmgate_in_flight{name="probe"}'
+    until(lambda: daemon.metric(running) >= 1, "the slow request running in the sandbox")
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
     sock.wait_for("STOPPING", "1", timeout=5)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from tests.fixtures.waits import until_async
 from tests.runtime.batching.test_batcher import _model, _rows
 from tests.runtime.batching.test_pacing import _batch_one, _twice
 from tests.runtime.serving.test_inline import Recording, _no_hold
@@ -131,7 +132,12 @@ def test_a_passing_through_batched_model_keeps_tenants_fair() -> None:
         with FairPool(2) as pool:  # one worker per tenant while both are seen
             served = ServedModel("mlp", batcher, batched=True)
             flood = [asyncio.create_task(one(pool, "flood", served)) for _ in range(8)]
-            await asyncio.sleep(0.01)  # the flood's 8 are queued
+
+            def submitted() -> float:  # the flood's jobs in the pool, or done already
+                now = pool.stats().get("flood", {})
+                return now.get("running", 0) + now.get("queued", 0) + finished.count("flood")
+
+            await until_async(lambda: submitted() >= 8, "the flood's 8 in the pool")
             await one(pool, "quiet", served)
             await asyncio.gather(*flood)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.waits import until_async
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import Stack, open_stack
 from wasmgate.runtime.errors import DeadlineExceeded
@@ -152,7 +153,7 @@ async def test_with_other_requests_in_flight_only_the_crowded_cap_applies(
         assert _figures(st) == (1, 0)
         # 'stuck' keeps state, so it runs on the pool: the loop stays free meanwhile.
         long = asyncio.create_task(st.service.run_adapter(AdapterRequest("stuck", b"W300")))
-        await asyncio.sleep(0.01)
+        await until_async(lambda: st.service.in_flight() >= 1, "'stuck' in the service")
         assert (await st.service.run_adapter(_req(b"Pcrowd"))).body == b"v1:crowd"
         assert not long.done()
         assert _figures(st) == (1, 0)  # the crowded one went to the pool

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.fixtures.waits import until_async
 from tests.runtime.bundlekit import BundleKit, slow_model
 from tests.runtime.stack import Stack, open_stack
 from wasmgate.runtime.errors import (
@@ -85,8 +86,9 @@ async def test_busy_beyond_in_flight_and_queue(tmp_path: Path, kit: BundleKit) -
     limits = {"limits": {"deadline_ms": 20_000, "max_in_flight": 1, "queue_size": 1}}
     async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=limits),)) as st:
         slow = asyncio.create_task(st.service.run_adapter(req(b"W300")))
+        await _until_running(st, "probe")
         queued = asyncio.create_task(st.service.run_adapter(req(b"P")))
-        await asyncio.sleep(0.05)
+        await until_async(lambda: _gauge(st, QUEUED) >= 1, "the second request queued")
         with pytest.raises(Busy, match="busy"):
             await st.service.run_adapter(req(b"P"))
         assert (await slow).body == b"v1:300"
@@ -100,7 +102,7 @@ async def test_daemon_limits_cap_the_manifest(tmp_path: Path, kit: BundleKit) ->
     bundle = kit.build("probe", 1, sections={"limits": {"deadline_ms": 20_000, "max_in_flight": 8}})
     async with open_stack(tmp_path, kit, limits=lim, start=(bundle,)) as st:
         slow = asyncio.create_task(st.service.run_adapter(req(b"W200")))
-        await asyncio.sleep(0.05)
+        await _until_running(st, "probe")
         with pytest.raises(Busy):
             await st.service.run_adapter(req(b"P"))
         await slow
@@ -109,10 +111,9 @@ async def test_daemon_limits_cap_the_manifest(tmp_path: Path, kit: BundleKit) ->
 async def test_deadline_while_queued(tmp_path: Path, kit: BundleKit) -> None:
     limits = {"limits": {"deadline_ms": 20_000, "max_in_flight": 1, "queue_size": 4}}
     async with open_stack(tmp_path, kit, start=(kit.build("probe", 1, sections=limits),)) as st:
-        # W2000 spins well past the queued request's deadline even on a fast machine, and
-        # 0.2 s lets the slow one take the only slot first even on a loaded one.
+        # W2000 spins well past the queued request's deadline even on a fast machine
         slow = asyncio.create_task(st.service.run_adapter(req(b"W2000")))
-        await asyncio.sleep(0.2)
+        await _until_running(st, "probe")
         with pytest.raises(DeadlineExceeded, match="queued"):
             await st.service.run_adapter(req(b"P", deadline=time.monotonic() + 0.1))
         await slow
@@ -326,6 +327,16 @@ def _gauge(st: Stack, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.split()[-1])
     return 0.0
+
+
+QUEUED = 'wasmgate_queue_depth{name="probe"}'
+
+
+async def _until_running(st: Stack, name: str) -> None:
+    """Until ``name`` holds an admission slot (its run started), instead of a guessed sleep."""
+    await until_async(
+        lambda: _gauge(st, f'wasmgate_in_flight{{name="{name}"}}') >= 1, f"{name} running"
+    )
 
 
 async def _until_free(st: Stack, name: str, seconds: float) -> None:
