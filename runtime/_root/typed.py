@@ -20,7 +20,7 @@ Every subclass repeats ``kw_only=True``: msgspec does not pass it down (``frozen
 ``forbid_unknown_fields`` it does).
 
 msgspec replaced pydantic here: pydantic's import and model-class building were ~0.2 s of
-every daemon start and ~9 MB of its memory (same-run A/B in the README). msgspec builds a
+every daemon start and ~9 MB of its memory (same-run A/B at the switch). msgspec builds a
 Struct class in C and compiles a type's validator on first use.
 """
 
