@@ -52,8 +52,8 @@ from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.errors import RollbackError, SigningError
+from wasmgate.signing.installs import InstalledBundle
 from wasmgate.signing.manifest import Release
-from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
 from wasmgate.typed import plain
 

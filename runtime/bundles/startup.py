@@ -44,9 +44,9 @@ from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected
 from wasmgate.runtime.served.loaded import LoadedBundle
 from wasmgate.signing.errors import RollbackError, SigningError
+from wasmgate.signing.installs import InstalledBundle, StagedInstall
 from wasmgate.signing.manifest import Release
 from wasmgate.signing.seen import SeenFiles, Stamp, stamp
-from wasmgate.signing.store import InstalledBundle, StagedInstall
 
 log = logging.getLogger("wasmgate.registry")
 
