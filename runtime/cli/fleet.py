@@ -53,8 +53,8 @@ from wasmgate.runtime.fleet.opclient import (
 )
 from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
 from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
-from wasmgate.runtime.oci.client import BUNDLE_NAME, BUNDLE_VERSION, OciClient
-from wasmgate.runtime.oci.ocitypes import Reference, RegistryError
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import BUNDLE_NAME, BUNDLE_VERSION, Reference, RegistryError
 from wasmgate.runtime.ops.config import load_settings
 from wasmgate.typed import replace
 
