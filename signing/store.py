@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wasmgate._compat import UTC
+from wasmgate.signing.checks import check_fresh
 from wasmgate.signing.errors import (
     BlobNotFoundError,
     FleetDowngradeError,
@@ -58,7 +59,7 @@ from wasmgate.signing.seen import SeenFiles
 from wasmgate.signing.source import StagedFile, close_all, open_source, place_blobs
 from wasmgate.signing.state import StateDoc
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import VerifiedBundle, check_fresh, verify_stream
+from wasmgate.signing.verify import VerifiedBundle, verify_stream
 
 if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
     from wasmgate.signing.fleetdoc import Downgrade
