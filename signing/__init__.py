@@ -70,6 +70,7 @@ from wasmgate.signing.errors import (
     UntrustedKeyError,
     VersionConflictError,
 )
+from wasmgate.signing.installs import InstalledBundle, StagedInstall
 from wasmgate.signing.keys import (
     decode_public,
     encode_public,
@@ -96,7 +97,7 @@ from wasmgate.signing.manifest import (
     parse_manifest,
 )
 from wasmgate.signing.state import StateDoc, StateFile
-from wasmgate.signing.store import BundleStore, InstalledBundle, StagedInstall
+from wasmgate.signing.store import BundleStore
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import FleetSection, SignerEntry, TrustDoc, sign_trust
 from wasmgate.signing.verify import BundleInfo, VerifiedBundle, inspect_bundle, verify_bundle

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from wasmgate.signing.checks import authenticate, check_time
 from wasmgate.signing.errors import BlobIntegrityError, BlobNotFoundError, SigningError
 from wasmgate.signing.manifest import Manifest, parse_manifest
 from wasmgate.signing.state import ActiveBundle, NameState, StateDoc, atomic_write
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import authenticate, check_time
 
 log = logging.getLogger("wasmgate.signing")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

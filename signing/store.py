@@ -37,59 +37,29 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import copy
-import fcntl
 import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from wasmgate._compat import UTC
+from wasmgate.signing.checks import check_fresh
 from wasmgate.signing.errors import (
     BlobNotFoundError,
     FleetDowngradeError,
-    NotStagedError,
     SigningError,
-    StateCorruptedError,
     StoreIOError,
 )
-from wasmgate.signing.manifest import Manifest, Release
-from wasmgate.signing.records import (
-    VerifiedBlob,
-    raise_floors,
-    read_blob,
-    read_record,
-    recheck_records,
-    verified_blob,
-    write_record,
-)
+from wasmgate.signing.installs import InstalledBundle, Installs
+from wasmgate.signing.manifest import Release
+from wasmgate.signing.records import VerifiedBlob, read_blob, recheck_records, verified_blob
 from wasmgate.signing.seen import SeenFiles
-from wasmgate.signing.source import (
-    StagedFile,
-    close_all,
-    open_source,
-    place_blobs,
-    prepare_store_dirs,
-)
-from wasmgate.signing.state import (
-    ActiveBundle,
-    NameState,
-    StagedBundle,
-    StateDoc,
-    StateFile,
-)
+from wasmgate.signing.source import StagedFile, close_all, open_source, place_blobs
+from wasmgate.signing.state import StateDoc
 from wasmgate.signing.trust import TrustStore
-from wasmgate.signing.verify import (
-    VerifiedBundle,
-    check_fresh,
-    verify_stream,
-)
+from wasmgate.signing.verify import VerifiedBundle, verify_stream
 
 if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
     from wasmgate.signing.fleetdoc import Downgrade
@@ -97,25 +67,12 @@ if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init
 log = logging.getLogger("wasmgate.signing")
 
 
-class InstalledBundle(msgspec.Struct, frozen=True):
-    """An installed bundle: its manifest and manifest digest (sha256 of manifest.json)."""
+class BundleStore(Installs):
+    """Installs verified bundles and serves their blobs to the runtime.
 
-    manifest: Manifest
-    digest: str
-    downgraded_from: int | None = None
-    """The floor a signed fleet downgrade lowers (or lowered) to this version; else None."""
-
-
-class StagedInstall(msgspec.Struct, frozen=True):
-    """A staged candidate: the bundle, its share of requests, its metric gates (or None)."""
-
-    bundle: InstalledBundle
-    percent: int
-    gates: Release | None
-
-
-class BundleStore:
-    """Installs verified bundles and serves their blobs to the runtime."""
+    What is installed, staged and each floor (and promote, abort, remove) are
+    :class:`~wasmgate.signing.installs.Installs`'s; this class verifies what comes in.
+    """
 
     def __init__(
         self,
@@ -131,25 +88,14 @@ class BundleStore:
         Raises :class:`StateCorruptedError` if the anti-rollback state is unreadable, unless
         ``repair_state``: then floors are rebuilt from the install records (never reset).
         """
-        self.state_dir = state_dir
+        super().__init__(state_dir, clock or (lambda: datetime.now(UTC)), repair_state)
         self.trust = trust
         self.max_bundle_bytes = max_bundle_bytes
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self._lock = threading.Lock()
         self._staged: dict[str, VerifiedBundle] = {}
         self._downgrades: dict[str, tuple[Downgrade, ...]] = {}
         """The fleet permissions each staged digest was staged with (fleet installs only)."""
-        self.state_recovered = False
-        """True once damaged or missing state was recovered from the install records."""
-        try:
-            prepare_store_dirs(state_dir)
-        except OSError as e:
-            raise StoreIOError(f"bundle store {state_dir}: {e}") from e
-        self._state_file = StateFile(state_dir)
         self.seen_files = SeenFiles(state_dir)
         """What each bundle-dir file held when verified (skips re-reading unchanged ones)."""
-        with self._file_lock():
-            self._state = self._load_state(repair_state)
         self.use_trust(trust)
 
     def use_trust(self, trust: TrustStore) -> None:
@@ -160,62 +106,8 @@ class BundleStore:
         """
         self.trust = trust
         floor = trust.doc.clock_floor
-        if floor is None or not trust.signed:
-            return
-        with self._file_lock():
-            new = copy.deepcopy(self._load_state())
-            before = new.clock_floor
-            if not new.set_clock(floor, trust.doc.version):
-                return
-            self._state_file.save(new)
-            self._state = new
-        log.warning(
-            "clock floor set to %s by root-signed trust version %d (was %s)",
-            floor.isoformat(), trust.doc.version, before.isoformat() if before else "unset",
-        )  # fmt: skip
-
-    @property
-    def clock_floor(self) -> datetime | None:
-        """The persisted clock floor: no manifest is checked against an earlier time."""
-        return self._state.clock_floor
-
-    def _load_state(self, repair: bool = False) -> StateDoc:
-        """Current state from disk, reconciled with the install records when needed."""
-        records = sorted((self.state_dir / "records").glob("*.json"))
-        try:
-            doc = self._state_file.load()
-        except StateCorruptedError:
-            if not repair:
-                raise
-            return self._reconcile(StateDoc(), records)
-        if doc is None and records:
-            if not repair:
-                raise StateCorruptedError(
-                    f"anti-rollback state missing in {self.state_dir} but "
-                    f"{len(records)} install record(s) exist; refusing to reset floors"
-                )
-            return self._reconcile(StateDoc(), records)
-        if doc is not None and self._state_file.used_previous:
-            # The newest copy was damaged: the previous one may lag one install behind.
-            return self._reconcile(doc, records)
-        return doc or StateDoc()
-
-    def _reconcile(self, doc: StateDoc, records: list[Path]) -> StateDoc:
-        """Raise floors to the highest installed record of each name, then persist."""
-        raise_floors(doc, records)
-        log.error("anti-rollback state recovered using %d install records", len(records))
-        self._state_file.save(doc)
-        self.state_recovered = True
-        return doc
-
-    @contextmanager
-    def _file_lock(self) -> Iterator[None]:
-        with self._lock, (self.state_dir / "lock").open("a") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        if floor is not None and trust.signed:
+            self._set_clock_floor(floor, trust.doc.version)
 
     def install(
         self,
@@ -303,7 +195,7 @@ class BundleStore:
                 if not (self.state_dir / "blobs" / entry.sha256).is_file():
                     raise BlobNotFoundError(f"blob {entry.sha256}: removed before the commit")
             try:
-                self._commit(verified, state, percent, gates)
+                self._record_install(verified, state, percent, gates)
             except OSError as e:
                 raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
             del self._staged[bundle.digest]
@@ -361,107 +253,6 @@ class BundleStore:
             finally:
                 close_all(sinks)
         return verified, sinks
-
-    def _commit(
-        self, v: VerifiedBundle, state: StateDoc, percent: int, gates: Release | None
-    ) -> None:
-        m = v.manifest
-        new = copy.deepcopy(state)
-        entry = new.bundles.get(m.name)
-        if percent < 100 and entry is not None and entry.active is not None:
-            records = self.state_dir / "records" / "staged"
-            write_record(records, v.digest, v.manifest_bytes, v.signature_bytes)
-            entry.staged = StagedBundle(
-                version=m.version, digest=v.digest, percent=percent, gates=gates
-            )
-        else:
-            write_record(self.state_dir / "records", v.digest, v.manifest_bytes, v.signature_bytes)
-            active = ActiveBundle(version=m.version, digest=v.digest)
-            new.bundles[m.name] = NameState(floor=m.version, floor_digest=v.digest, active=active)
-            new.advance_clock(self._clock())  # never m.issued_at: a signer's claim (state.py)
-        self._save(new)
-
-    def _save(self, new: StateDoc) -> None:
-        self._state_file.save(new)
-        self._state = new
-
-    def promote(self, name: str) -> InstalledBundle:
-        """Make the candidate of ``name`` its active version and raise the floor to it."""
-        with self._file_lock():
-            state = self._load_state()
-            entry = state.bundles.get(name)
-            if entry is None or entry.staged is None:
-                raise NotStagedError(f"bundle {name!r} has no staged version")
-            staged = entry.staged
-            src = self.state_dir / "records" / "staged" / f"{staged.digest}.json"
-            try:
-                manifest, manifest_bytes, sig_bytes = read_record(src)
-                # the record first: floors rebuilt from records then include the promotion
-                write_record(self.state_dir / "records", staged.digest, manifest_bytes, sig_bytes)
-                new = copy.deepcopy(state)
-                active = ActiveBundle(version=staged.version, digest=staged.digest)
-                # staged.version >= floor: checked at the commit, and the floor only rises
-                # through a promotion or a full install, which both clear the candidate
-                new.bundles[name] = NameState(
-                    floor=staged.version, floor_digest=staged.digest, active=active
-                )
-                new.advance_clock(self._clock())  # never issued_at (state.py)
-                self._save(new)
-            except OSError as e:
-                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
-        log.info("promoted bundle %s (%s)", manifest.label(), staged.digest)
-        return InstalledBundle(manifest, staged.digest)
-
-    def abort(self, name: str) -> None:
-        """Forget the candidate of ``name``; the active version and the floor stay."""
-        with self._file_lock():
-            state = self._load_state()
-            entry = state.bundles.get(name)
-            if entry is None or entry.staged is None:
-                raise NotStagedError(f"bundle {name!r} has no staged version")
-            new = copy.deepcopy(state)
-            new.bundles[name].staged = None
-            try:
-                self._save(new)
-            except OSError as e:
-                raise StoreIOError(f"bundle store {self.state_dir}: {e}") from e
-
-    def candidates(self) -> list[StagedInstall]:
-        """The staged candidate of every name that has one and an active version."""
-        out = []
-        for name in sorted(self._state.bundles):
-            entry = self._state.bundles[name]
-            if entry.staged is not None and entry.active is not None:
-                path = self.state_dir / "records" / "staged" / f"{entry.staged.digest}.json"
-                bundle = InstalledBundle(read_record(path)[0], entry.staged.digest)
-                out.append(StagedInstall(bundle, entry.staged.percent, entry.staged.gates))
-        return out
-
-    def installed(self) -> list[InstalledBundle]:
-        """The active bundle of every name (latest installed version), sorted by name."""
-        out = []
-        for name in sorted(self._state.bundles):
-            active = self._state.bundles[name].active
-            if active is not None:
-                path = self.state_dir / "records" / f"{active.digest}.json"
-                out.append(InstalledBundle(read_record(path)[0], active.digest))
-        return out
-
-    def floors(self) -> dict[str, int]:
-        """The anti-rollback floor (highest version ever installed) per name."""
-        return {name: e.floor for name, e in self._state.bundles.items()}
-
-    def remove(self, name: str) -> None:
-        """Deactivate ``name``; its floor stays, so older versions remain refused."""
-        with self._file_lock():
-            state = self._load_state()
-            entry = state.bundles.get(name)
-            if entry is None or entry.active is None:
-                return
-            new = copy.deepcopy(state)
-            new.bundles[name].active = None
-            new.bundles[name].staged = None
-            self._save(new)
 
     def recheck(self, staged: bool = False) -> dict[str, SigningError]:
         """Apply a fresh install's checks to every active bundle (start-up, trust reload).

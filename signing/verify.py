@@ -6,6 +6,9 @@ issued not in the future and not expired, both against max(now, clock floor) -> 
 against the anti-rollback floor -> each member: type, name, duplicates, size caps, listed,
 declared size, SHA-256 -> nothing missing.
 
+The signature, time and version checks are `checks.py`'s (the store reruns them on its
+records); this module reads the archive around them.
+
 Invariants:
 - Nothing from the manifest is parsed before its signature verifies.
 - Every byte handed to a :class:`FileSink` is hashed exactly as written; a file is only
@@ -22,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,29 +33,17 @@ import msgspec
 
 from wasmgate._compat import UTC
 from wasmgate.signing.archive import CHUNK, ArchiveReader, Chunk
-from wasmgate.signing.envelope import (
-    BUNDLE_PAYLOAD_TYPE,
-    EnvelopeFormatError,
-    parse_envelope,
-    verify_signature,
-)
+from wasmgate.signing.checks import authenticate, check_fresh
+from wasmgate.signing.envelope import EnvelopeFormatError, parse_envelope
 from wasmgate.signing.errors import (
-    BadSignatureError,
     BundleTooLargeError,
     DuplicateMemberError,
-    ExpiredError,
     FileHashError,
     FileSizeError,
-    FleetDowngradeError,
-    FutureIssuedError,
     MalformedArchiveError,
     ManifestError,
     MissingFileError,
-    RollbackError,
-    SigningError,
     UnlistedFileError,
-    UntrustedKeyError,
-    VersionConflictError,
 )
 from wasmgate.signing.manifest import Manifest, parse_manifest
 from wasmgate.signing.source import map_source, open_source
@@ -64,9 +55,6 @@ if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_SIGNATURE_BYTES = 16 * 1024
-MAX_ISSUE_SKEW = timedelta(minutes=5)
-"""How far a manifest's ``issued_at`` may lie ahead of max(now, clock floor): clock skew
-between the signing machine and the gateway, not more."""
 DISCARD_CHUNK = 4 * CHUNK
 """Hash slice when nothing consumes the bytes: few, large ``update`` calls (GIL released)."""
 
@@ -106,103 +94,6 @@ def _read_named(reader: ArchiveReader, label: str, name: str, cap: int) -> bytes
     if member.size > cap:
         raise BundleTooLargeError(label, f"{name} is {member.size} bytes, cap is {cap}")
     return reader.read_all()
-
-
-def authenticate(
-    manifest_bytes: bytes, sig_bytes: bytes, trust: TrustStore, label: str
-) -> tuple[Manifest, str, str]:
-    """Check the signature, then parse and check the manifest; returns (manifest, key, digest)."""
-    try:
-        env = parse_envelope(sig_bytes)
-    except EnvelopeFormatError as e:
-        raise ManifestError(label, f"manifest.sig: {e}") from e
-    if env.payload_type != BUNDLE_PAYLOAD_TYPE or env.payload is not None:
-        raise BadSignatureError(label, f"manifest.sig: wrong payload type {env.payload_type!r}")
-    if not env.signatures:
-        raise UntrustedKeyError(label, "manifest.sig holds no signature")
-    problem: SigningError | None = None
-    for sig in env.signatures:
-        try:
-            public = trust.signer_key(label, sig.key_id)
-        except SigningError as e:
-            problem = problem or e
-            continue
-        if not verify_signature(public, BUNDLE_PAYLOAD_TYPE, manifest_bytes, sig):
-            problem = BadSignatureError(label, f"signature by key {sig.key_id} does not verify")
-            continue
-        return _checked_manifest(manifest_bytes, sig.key_id, trust, label)
-    raise problem or UntrustedKeyError(label, "no usable signature")
-
-
-def _checked_manifest(
-    manifest_bytes: bytes, key_id: str, trust: TrustStore, label: str
-) -> tuple[Manifest, str, str]:
-    manifest = parse_manifest(manifest_bytes, label)
-    if manifest.key_id != key_id:
-        raise BadSignatureError(
-            manifest.label(), f"manifest names key {manifest.key_id}, signed by {key_id}"
-        )
-    digest = hashlib.sha256(manifest_bytes).hexdigest()
-    trust.check_manifest(manifest, key_id, digest)
-    return manifest, key_id, digest
-
-
-def check_time(manifest: Manifest, state: StateDoc | None, now: datetime) -> None:
-    """Issued not in the future (beyond :data:`MAX_ISSUE_SKEW`), not expired.
-
-    Both against max(now, clock floor). A bundle's own ``issued_at`` never moves the floor
-    (see ``state.py``), so a claim far in the future is refused here instead of poisoning
-    the clock for every other bundle.
-    """
-    label = manifest.label()
-    if state is not None and state.clock_floor is not None:
-        now = max(now, state.clock_floor)
-    if manifest.issued_at > now + MAX_ISSUE_SKEW:
-        raise FutureIssuedError(
-            label,
-            f"issued at {manifest.issued_at.isoformat()}, in the future (now {now.isoformat()}, "
-            f"allowed skew {MAX_ISSUE_SKEW.total_seconds():g}s)",
-        )
-    if manifest.is_expired(now):
-        raise ExpiredError(label, f"expired at {manifest.expires.isoformat()} (now {now})")
-
-
-def check_fresh(
-    manifest: Manifest,
-    digest: str,
-    state: StateDoc | None,
-    now: datetime,
-    downgrades: Sequence[Downgrade] | None = None,
-) -> int | None:
-    """:func:`check_time`, then version against the per-name floor.
-
-    ``downgrades`` are the signed permissions of the fleet document behind this install
-    (None for a local install). Returns the floor that installing would lower (only when a
-    permission names exactly this name and version), else None. A lower version without
-    one raises :class:`RollbackError`, or :class:`FleetDowngradeError` for a fleet install.
-    """
-    label = manifest.label()
-    check_time(manifest, state, now)
-    entry = state.bundles.get(manifest.name) if state else None
-    if entry is None:
-        return None
-    if manifest.version < entry.floor:
-        why = f"version {manifest.version} < installed {entry.floor}"
-        if downgrades is None:
-            raise RollbackError(label, why)
-        # Imported here: only a fleet install passes downgrades (fleet documents' models
-        # load with the first document, not at every start).
-        from wasmgate.signing.fleetdoc import Downgrade  # noqa: PLC0415
-
-        wanted = Downgrade(name=manifest.name, version=manifest.version)
-        if wanted not in downgrades:
-            raise FleetDowngradeError(label, f"{why}, and no signed downgrade permits it")
-        return entry.floor
-    if manifest.version == entry.floor and digest != entry.floor_digest:
-        raise VersionConflictError(
-            label, f"version {manifest.version} is installed with different content"
-        )
-    return None
 
 
 def _stream_files(reader: ArchiveReader, manifest: Manifest, sink_for: SinkFactory | None) -> None:
@@ -256,7 +147,7 @@ def verify_stream(
 ) -> VerifiedBundle:
     """Verify one archive from ``f``; every file's bytes go to ``sink_for(name)`` if given.
 
-    ``downgrades``: the fleet document's signed permissions (see :func:`check_fresh`).
+    ``downgrades``: the fleet document's signed permissions (see `checks.check_fresh`).
     """
     reader = ArchiveReader(f, total, label, max_bundle_bytes)
     manifest_bytes = _read_named(reader, label, "manifest.json", MAX_MANIFEST_BYTES)

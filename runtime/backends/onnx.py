@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
-from wasmgate.device_profiles.schema import OnnxRuntimeSettings
+from wasmgate.device_profiles.ort import OnnxRuntimeSettings
 from wasmgate.runtime.backends import onnx_support as sup
 from wasmgate.runtime.backends.base import (
     Array,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnxruntime as ort
 
-from wasmgate.device_profiles.schema import OnnxRuntimeSettings
+from wasmgate.device_profiles.ort import OnnxRuntimeSettings
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sealed import SealedFile

@@ -2,7 +2,8 @@
 
 Everything here is blocking (wasmtime compilation, ONNX Runtime session creation): the
 registry runs it off the event loop. Any failure raises `BundleRejected` naming the step;
-models already loaded for the failed bundle are closed again.
+models already loaded for the failed bundle are closed again. The targets are checked
+before and the selftest runs after (`acceptance.py`).
 Adapter and model bytes are re-hashed by the store right before each compile or backend
 load; a model goes to its backend as the store's `VerifiedBlob` (bytes and the digest just
 computed from them), so the backend keys its derived cache without hashing it again.
@@ -10,24 +11,22 @@ computed from them), so the backend keys its derived cache without hashing it ag
 
 from __future__ import annotations
 
-import base64
 import functools
 import logging
-import platform
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from wasmgate import __version__
 from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
 from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.batching.batcher import Batcher, BatchHook, capped
 from wasmgate.runtime.batching.dispatch import BatchDispatcher
+from wasmgate.runtime.bundles.acceptance import check_targets, selftest
 from wasmgate.runtime.bundles.kv import StateDb, TenantState
 from wasmgate.runtime.bundles.variables import Variables, render
 from wasmgate.runtime.errors import BundleRejected, DaemonError
@@ -44,8 +43,6 @@ from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 from wasmgate.signing.records import VerifiedBlob
 
 log = logging.getLogger("wasmgate.loader")
-
-_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 _OCTETS = "application/octet-stream"
 _PLATFORMS = {"onnx": "onnxruntime_onnx", "tflite": "tensorflow_lite"}
 
@@ -96,14 +93,14 @@ def load_bundle(
     deps: LoaderDeps, blobs: BlobSource, manifest: Manifest, digest: str
 ) -> LoadedBundle:
     """Build a ready `LoadedBundle` (blocking); `BundleRejected` on any failure."""
-    _check_targets(manifest, deps.profile)
+    check_targets(manifest, deps.profile)
     models: dict[str, ServedModel] = {}
     bundle: LoadedBundle | None = None
     try:
         for entry in manifest.models:
             models[entry.name] = _load_model(deps, blobs, manifest, entry)
         bundle = _assemble(deps, blobs, manifest, digest, models)
-        _selftest(bundle, manifest)
+        selftest(bundle, manifest)
     except BaseException:
         if bundle is not None and bundle.adapter is not None:
             bundle.adapter.close()  # its selftest may have left spare instances
@@ -112,26 +109,6 @@ def load_bundle(
                 closer()
         raise
     return bundle
-
-
-def _check_targets(manifest: Manifest, profile: DeviceProfile) -> None:
-    label = manifest.label()
-    if _version_tuple(manifest.min_daemon_version) > _version_tuple(__version__):
-        raise BundleRejected(
-            f"{label}: needs wasmgate >= {manifest.min_daemon_version}, this is {__version__}"
-        )
-    if manifest.targets.profiles and profile.name not in manifest.targets.profiles:
-        wanted = ", ".join(manifest.targets.profiles)
-        raise BundleRejected(
-            f"{label}: targets profiles [{wanted}], this gateway is {profile.name}"
-        )
-    arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
-    if manifest.targets.arch and arch not in manifest.targets.arch:
-        raise BundleRejected(f"{label}: targets arch {manifest.targets.arch}, this is {arch}")
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
 
 
 def _specs(sigs: Sequence[TensorSig]) -> list[TensorSpec]:
@@ -289,35 +266,3 @@ def _policy(manifest: Manifest) -> FallbackPolicy:
         send_payload=on and fb.send_payload,
         defer=on and fb.send_payload and fb.defer,  # kept to be sent: it must be allowed out
     )
-
-
-def _selftest(bundle: LoadedBundle, manifest: Manifest) -> None:
-    test = manifest.selftest
-    if test is None or bundle.adapter is None:
-        return
-    payload = base64.b64decode(test.payload_b64)
-    meta: Mapping[str, str] = {
-        **{f"param.{k}": v for k, v in bundle.params.items()},
-        "adapter": bundle.adapter_name or bundle.name,
-        "content_type": "",
-        "transport": "selftest",
-    }
-    # A scratch state: the selftest sees a granted store like a request does, but never
-    # reads or changes the keys the adapter keeps for real.
-    grant = manifest.state
-    try:
-        with StateDb(None) as scratch:
-            state = (
-                scratch.tenant(manifest.name, grant.max_bytes, grant.max_keys) if grant else None
-            )
-            limits = bundle.guest_limits(None)
-            result = bundle.adapter.run(payload, meta, bundle.provider, limits, state=state)
-    except SandboxError as e:
-        raise BundleRejected(f"{manifest.label()}: selftest failed: {e}") from e
-    if result.status != test.expect_status:
-        said = result.output[:200].decode("utf-8", errors="replace")
-        raise BundleRejected(
-            f"{manifest.label()}: selftest returned status {result.status}, "
-            f"expected {test.expect_status}: {said}"
-        )
-    log.info("selftest passed", extra={"bundle": manifest.label()})

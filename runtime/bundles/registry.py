@@ -1,40 +1,29 @@
-"""The bundle registry: install (stage → compile → load models → selftest → commit → switch).
+"""The bundle registry: the serving table's owner and the daemon's one door to its bundles.
 
 Bundles arrive from three places: the store's installed bundles and the bundle directory at
-start, a file dropped into the directory later (`DirWatcher`), the management API. Staging,
-commit and switch run one at a time (the registry lock); the slow middle (adapter compile,
-model loading, selftest) does not hold that lock, so a bundle that takes long to compile
-never holds other installs behind it: only installs of the same name wait for each other.
-At start the store's bundles load side by side (one per core, largest first), then the
-bundle files are installed; READY still waits for all of them (`start` returns after).
+start, a file dropped into the directory later (`DirWatcher`), the management API. Each
+goes through the install pipeline (`installer.py`: stage → load → selftest → commit →
+switch). At start the store's bundles load side by side (one per core, largest first), then
+the bundle files are installed; READY still waits for all of them (`start` returns after).
 A failure at any step keeps the serving version and is recorded
 (`Registry.status()`, the log). A switch is atomic (`ServingTable.activate`); the replaced
 version is unloaded off the loop once its last in-flight request finished.
-
-An install stages the bundle in the store (verified, blobs written, nothing recorded),
-loads it from there and commits it (recorded, anti-rollback floor raised) only once it
-works here; a bundle that fails is discarded and its blobs collected, so it is neither
-served nor the installed version after a restart.
 
 A staged install (``percent`` < 100) commits the bundle as the name's candidate: durable, but
 the anti-rollback floor rises only when it is promoted (by the API or its metric gates,
 `release.py`); an abort drops it and leaves the floor where it was. At start the store's
 candidates serve their share again.
 
-This module owns the install pipeline and the registry's public face; the parts it is
-composed of live beside it: the start-up loading (`startup.py`), the staged releases'
-promote and abort (`staged.py`), the trust and expiry checks (`admission.py`), and the
-events, last errors and change hooks (`journal.py`). `Event`, `ExpiryPolicy` and
-`is_rollback` are re-exported here, where the rest of the daemon imports them from.
+This module is the registry's public face; the parts it is composed of live beside it: the
+install pipeline (`installer.py`), the start-up loading (`startup.py`), the staged
+releases' promote and abort (`staged.py`), the trust and expiry checks (`admission.py`),
+and the events, last errors and change hooks (`journal.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,40 +31,28 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from wasmgate.runtime.bundles.admission import Admission, ExpiryPolicy
+from wasmgate.runtime.bundles.installer import Installer, InstallStore
 from wasmgate.runtime.bundles.journal import Event, Journal
-from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
+from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.release import Verdict, measure
 from wasmgate.runtime.bundles.staged import Releases
-from wasmgate.runtime.bundles.startup import StartUp, Steps, StoredBundles, is_rollback
+from wasmgate.runtime.bundles.startup import StartUp, StoredBundles
 from wasmgate.runtime.bundles.table import ServingTable
-from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.served.loaded import LoadedBundle
-from wasmgate.signing.errors import RollbackError, SigningError
+from wasmgate.signing.installs import InstalledBundle
 from wasmgate.signing.manifest import Release
-from wasmgate.signing.store import InstalledBundle
 from wasmgate.signing.trust import TrustStore
 from wasmgate.typed import plain
 
 if TYPE_CHECKING:  # fleet documents load with the first one (see signing/__init__.py)
     from wasmgate.signing.fleetdoc import Downgrade
 
-__all__ = ["Event", "ExpiryPolicy", "Registry", "Store", "describe", "is_rollback"]
 
-log = logging.getLogger("wasmgate.registry")
+class Store(InstallStore, StoredBundles, Protocol):
+    """The part of `wasmgate.signing.BundleStore` the registry uses (with its parts')."""
 
-
-class Store(BlobSource, StoredBundles, Protocol):
-    """The part of `wasmgate.signing.BundleStore` the registry uses (with the start-up's)."""
-
-    def stage(
-        self, data: bytes | Path, *, downgrades: Sequence[Downgrade] | None = None
-    ) -> InstalledBundle: ...
-    def commit(
-        self, bundle: InstalledBundle, percent: int = 100, gates: Release | None = None
-    ) -> None: ...
     def promote(self, name: str) -> InstalledBundle: ...
-    def discard(self, bundle: InstalledBundle) -> None: ...
     def remove(self, name: str) -> None: ...
     def use_trust(self, trust: TrustStore) -> None: ...
 
@@ -94,18 +71,19 @@ class Registry:
     ) -> None:
         self.table = ServingTable(self._schedule_close)
         self._store = store
-        self._deps = deps
         self._lock = asyncio.Lock()
-        self._by_name: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._closing: set[asyncio.Future[None]] = set()
-        self._origins: dict[str, set[Path]] = {}
         self._journal = Journal()
         self._releases = Releases(store, self.table, self._lock, self._journal, metrics)
         self._admission = Admission(
             store, self.table, self._lock, self._journal, self._releases, policy=expiry
         )
-        steps = Steps(self._name_lock, self._prepare, self._switch, self.install, self._adopt)
-        self._startup = StartUp(store, self.table, self._journal, self._admission, steps)
+        self._installer = Installer(
+            store, deps, table=self.table, lock=self._lock, journal=self._journal,
+            releases=self._releases, admission=self._admission,
+            schedule_close=self._schedule_close,
+        )  # fmt: skip
+        self._startup = StartUp(store, self.table, self._journal, self._admission, self._installer)
 
     # -- what the parts hold ------------------------------------------------------------
 
@@ -188,123 +166,9 @@ class Registry:
         ``origin`` is the bundle-dir file it came from: `remove` deletes it, so it does
         not come back at the next start.
         """
-        async with self._lock:
-            try:
-                item = await asyncio.to_thread(
-                    functools.partial(self._store.stage, data, downgrades=downgrades)
-                )
-            except SigningError as e:
-                rollback = isinstance(e, RollbackError)
-                msg = f"{e} (rollback)" if rollback else str(e)
-                # An old file left in the bundle dir: one summary line at start, not one each.
-                self._journal.record(
-                    source, ok=False, message=msg, quiet=rollback and not self.table.started
-                )
-                raise BundleRejected(msg) from e
-        try:
-            async with self._name_lock(item.manifest.name):
-                bundle = await self._load_and_commit(item, source, percent, gates)
-        except BaseException:
-            await asyncio.to_thread(self._drop, item)
-            raise
-        if origin is not None:
-            self._adopt(bundle.name, origin)
-        return bundle
-
-    def _adopt(self, name: str, origin: Path) -> None:
-        """``origin`` holds bundle ``name``: `remove` deletes it, so it does not come back."""
-        self._origins.setdefault(name, set()).add(origin)
-
-    @contextlib.asynccontextmanager
-    async def _name_lock(self, name: str) -> AsyncIterator[None]:
-        """Installs of one name, one at a time (versions must not race to the commit)."""
-        entry = self._by_name.setdefault(name, (asyncio.Lock(), [0]))
-        lock, users = entry
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                del self._by_name[name]
-
-    async def _load_and_commit(
-        self, item: InstalledBundle, source: str, percent: int, wanted: Release | None
-    ) -> LoadedBundle:
-        man = item.manifest
-        slot = self.table.slots().get(man.name)
-        if slot is not None and slot.current.digest == item.digest:
-            await asyncio.to_thread(self._store.discard, item)
-            return slot.current  # already serving exactly this bundle
-        percent = percent if slot is not None else 100
-        gates = _gates(man.release, wanted) if percent < 100 else None
-        bundle = await self._prepare(item, source)
-        async with self._lock:
-            try:
-                self._check_names(bundle, source)  # another bundle may have switched meanwhile
-                await asyncio.to_thread(self._store.commit, item, percent, gates)
-            except SigningError as e:  # a newer version committed meanwhile, disk full, ...
-                self._schedule_close(bundle)
-                self._journal.record(
-                    source, ok=False, name=man.name, version=man.version, message=str(e)
-                )
-                raise BundleRejected(str(e)) from e
-            self._admission.expired.pop(man.name, None)  # a fresh install is never expired
-            self._switch(bundle, source, percent, gates)
-        return bundle
-
-    def _drop(self, item: InstalledBundle) -> None:
-        """Forget a staged bundle that will not serve, and delete its blobs (blocking)."""
-        self._store.discard(item)
-        try:
-            self._store.gc()
-        except (OSError, SigningError) as e:  # only disk space is lost; the next gc retries
-            log.warning("bundle store gc failed: %s", e)
-
-    async def _prepare(self, item: InstalledBundle, source: str) -> LoadedBundle:
-        """Load (compile, models, selftest) and check names; nothing serves it yet."""
-        man = item.manifest
-        try:
-            bundle = await asyncio.to_thread(load_bundle, self._deps, self._store, man, item.digest)
-        except (DaemonError, SigningError) as e:  # SigningError: a blob missing or damaged
-            self._journal.record(
-                source, ok=False, name=man.name, version=man.version, message=str(e)
-            )
-            raise BundleRejected(str(e)) from e
-        self._check_names(bundle, source)
-        if bundle.adapter_name and bundle.adapter_name in bundle.models:
-            log.warning(
-                "%s: adapter %r shares its name with one of the bundle's models, so "
-                "/v2/models/%s is the model; the adapter stays reachable at /v1/adapters/%s",
-                man.label(),
-                bundle.adapter_name,
-                bundle.adapter_name,
-                bundle.adapter_name,
-            )
-        return bundle
-
-    def _check_names(self, bundle: LoadedBundle, source: str) -> None:
-        """Refuse (and close) ``bundle`` if a name it claims is served by another bundle."""
-        conflict = self.table.name_conflict(bundle)
-        if conflict is not None:
-            self._schedule_close(bundle)
-            msg = f"{bundle.name}@{bundle.version}: {conflict}"
-            self._journal.record(
-                source, ok=False, name=bundle.name, version=bundle.version, message=msg
-            )
-            raise BundleRejected(msg)
-
-    def _switch(
-        self, bundle: LoadedBundle, source: str, percent: int, gates: Release | None = None
-    ) -> None:
-        self.table.activate(bundle, percent)
-        self._releases.switched(bundle, percent, gates)
-        self._journal.changed()
-        staged = f" (staged at {percent}%)" if percent < 100 else ""
-        msg = f"serving{staged}"
-        self._journal.record(source, ok=True, name=bundle.name, version=bundle.version, message=msg)
-        self._journal.clear_errors(bundle.name, source)
+        return await self._installer.install(
+            data, source=source, percent=percent, gates=gates, origin=origin, downgrades=downgrades
+        )
 
     async def remove(self, name: str) -> LoadedBundle:
         """Stop serving ``name``; it stays off across restarts until installed again."""
@@ -313,7 +177,7 @@ class Registry:
             self._releases.done(name)
             self._journal.changed()
             await asyncio.to_thread(self._store.remove, name)
-            for path in self._origins.pop(name, set()):
+            for path in self._installer.origins.pop(name, set()):
                 path.unlink(missing_ok=True)
             self._journal.record(
                 "api", ok=True, name=name, version=slot.current.version, message="removed"
@@ -380,12 +244,6 @@ class Registry:
         fut: asyncio.Future[None] = loop.run_in_executor(None, bundle.close)
         self._closing.add(fut)
         fut.add_done_callback(self._closing.discard)
-
-
-def _gates(declared: Release | None, wanted: Release | None) -> Release | None:
-    """The manifest's gates tightened by the operator's; None when neither sets one."""
-    both = (declared or Release()).tightened(wanted or Release())
-    return both if both.any() else None
 
 
 def describe(bundle: LoadedBundle) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import NotFound
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.served.loaded import LoadedBundle
+from wasmgate.signing.installs import InstalledBundle
 from wasmgate.signing.manifest import Release
-from wasmgate.signing.store import InstalledBundle
 
 log = logging.getLogger("wasmgate.registry")
 

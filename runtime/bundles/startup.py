@@ -3,20 +3,9 @@
 `StartUp` owns the daemon's first fill of the serving table (`Registry.start`): it clears
 the leftovers of an install a crash interrupted, has the store re-verify its bundles
 (`Admission.admits` decides what still serves), loads the admitted ones side by side (one
-per core, largest first) with their staged candidates, and meanwhile installs the bundle
-directory's files one by one through the registry's install pipeline. A file older than
-the installed version is skipped with one summary line (`is_rollback`), not one each.
-
-A file unchanged since it was verified (the store's `SeenFiles`: same size, mtime, ctime,
-inode, device) that held the bundle serving now is not read again: installing it would only
-find that bundle and discard the copy (tens of ms of reading, hashing and staging per file).
-It is skipped only when that install could not have had another outcome: the serving
-bundle passed this start's re-verification (no verdict), is not below its name's floor, and
-the file is within the size cap. What serves is the store's copy, verified as always, so a
-forged entry or stamp can at most skip re-installing the version already serving.
-
-It drives the registry's install steps through `Steps` (the registry's own methods,
-bound), so the pipeline's locks and records are the ones every install uses.
+per core, largest first) with their staged candidates, then has `StartFiles`
+(`startfiles.py`) install the bundle directory's files. It drives the registry's install
+pipeline (`installer.py`), so the locks and records are the ones every install uses.
 """
 
 from __future__ import annotations
@@ -28,35 +17,25 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-import msgspec
-
 from wasmgate._compat import TaskGroup
 from wasmgate.runtime.bundles.admission import Admission
+from wasmgate.runtime.bundles.installer import Installer
 from wasmgate.runtime.bundles.journal import Journal
 from wasmgate.runtime.bundles.progress import LoadProgress
+from wasmgate.runtime.bundles.startfiles import SeenStore, StartFiles
 from wasmgate.runtime.bundles.table import ServingTable
 from wasmgate.runtime.errors import BundleRejected
-from wasmgate.runtime.served.loaded import LoadedBundle
-from wasmgate.signing.errors import RollbackError, SigningError
-from wasmgate.signing.manifest import Release
-from wasmgate.signing.seen import SeenFiles, Stamp, stamp
-from wasmgate.signing.store import InstalledBundle, StagedInstall
+from wasmgate.signing.errors import SigningError
+from wasmgate.signing.installs import InstalledBundle, StagedInstall
 
 log = logging.getLogger("wasmgate.registry")
 
 
-def is_rollback(err: BundleRejected) -> bool:
-    """Refused only for being older than the installed version (retrying cannot help)."""
-    return isinstance(err.__cause__, RollbackError)
-
-
-class StoredBundles(Protocol):
+class StoredBundles(SeenStore, Protocol):
     """The part of the bundle store (`registry.Store`) the start-up reads and cleans."""
 
     def installed(self) -> Sequence[InstalledBundle]: ...
@@ -64,41 +43,8 @@ class StoredBundles(Protocol):
     def recheck(self, staged: bool = False) -> Mapping[str, SigningError]: ...
     def abort(self, name: str) -> None: ...
     def gc(self) -> Sequence[str]: ...
-    def floors(self) -> Mapping[str, int]: ...
 
     state_dir: Path
-    seen_files: SeenFiles
-    max_bundle_bytes: int
-
-
-class InstallFile(Protocol):
-    def __call__(self, data: Path, *, source: str, origin: Path) -> Awaitable[LoadedBundle]: ...
-
-
-class Steps(msgspec.Struct, frozen=True):
-    """The registry's install steps the start-up drives."""
-
-    name_lock: Callable[[str], AbstractAsyncContextManager[None]]
-    """Installs of one name, one at a time."""
-    prepare: Callable[[InstalledBundle, str], Awaitable[LoadedBundle]]
-    """Load and check a stored bundle; nothing serves it yet (`BundleRejected`: recorded)."""
-    switch: Callable[[LoadedBundle, str, int, Release | None], None]
-    """Serve a prepared bundle at a percentage, under its gates."""
-    install: InstallFile
-    """The whole pipeline for a bundle file (`Registry.install`)."""
-    adopt: Callable[[str, Path], None]
-    """A file holds the serving bundle of this name (`Registry.remove` deletes it)."""
-
-
-@dataclass
-class FileOutcome:
-    """What became of the bundle files at start."""
-
-    refused: list[Path] = field(default_factory=list)
-    older: list[str] = field(default_factory=list)
-    """Skipped as older than the installed version: ``"file (why)"``."""
-    unchanged: int = 0
-    """Not read: unchanged since verified, holding the bundle that serves."""
 
 
 class StartUp:
@@ -110,14 +56,15 @@ class StartUp:
         table: ServingTable,
         journal: Journal,
         admission: Admission,
-        steps: Steps,
+        installer: Installer,
     ) -> None:
         self._store = store
         self._table = table
         self._journal = journal
         self._admission = admission
-        self._steps = steps
+        self._installer = installer
         self.progress = LoadProgress()
+        self._files = StartFiles(store, table, installer, self.progress)
         # Start-up loads at once: one per core (more only raise the peak of model buffers).
         self._loads = asyncio.Semaphore(max(1, os.cpu_count() or 1))
 
@@ -148,7 +95,7 @@ class StartUp:
         ]
         self.progress.begin(len(admitted) + len(bundle_files))
         await self._load_all(admitted, step, progress)
-        files = await self._start_files(bundle_files, len(stored), step, verdicts)
+        files = await self._files.run(bundle_files, len(stored), step, verdicts)
         self._table.started = True
         self.progress.end()
         self._journal.changed()  # expired bundles, even when nothing at all was loaded
@@ -197,7 +144,7 @@ class StartUp:
             for i, item in admitted:
                 name = item.manifest.name
                 held = contextlib.AsyncExitStack()
-                await held.enter_async_context(self._steps.name_lock(name))
+                await held.enter_async_context(self._installer.name_lock(name))
                 candidate = staged.get(name)
                 group.create_task(
                     self._start_stored(
@@ -223,70 +170,13 @@ class StartUp:
                 self.progress.started(label)
                 try:
                     with contextlib.suppress(BundleRejected):
-                        bundle = await self._steps.prepare(item, "store")
-                        self._steps.switch(bundle, "store", 100, None)
+                        bundle = await self._installer.prepare(item, "store")
+                        self._installer.switch(bundle, "store", 100, None)
                 finally:
                     self.progress.finished(label)
             if candidate is not None:
                 progress(f"loading {candidate[0].bundle.manifest.label()} (staged)")
                 await self._restore(*candidate)
-
-    async def _start_files(
-        self,
-        files: Sequence[Path],
-        offset: int,
-        step: Callable[[int, str], None],
-        verdicts: Mapping[str, SigningError],
-    ) -> FileOutcome:
-        out = FileOutcome()
-        seen = self._store.seen_files
-        for i, path in enumerate(files, offset + 1):
-            step(i, path.name)
-            self.progress.started(path.name)
-            try:
-                await self._start_file(path, out, verdicts)
-            finally:
-                self.progress.finished(path.name)
-        await asyncio.to_thread(seen.save, files)
-        return out
-
-    async def _start_file(
-        self, path: Path, out: FileOutcome, verdicts: Mapping[str, SigningError]
-    ) -> None:
-        """One bundle file at start: adopted when unchanged, else installed (`FileOutcome`)."""
-        seen = self._store.seen_files
-        # Stamped before the install reads it: a write after the stamp moves ctime.
-        before, digest = await asyncio.to_thread(_look_up, seen, path)
-        name = self._serving_unchanged(before, digest, verdicts)
-        if name is not None:
-            self._steps.adopt(name, path)
-            out.unchanged += 1
-            return
-        try:
-            bundle = await self._steps.install(path, source=f"file {path.name}", origin=path)
-        except BundleRejected as e:
-            if is_rollback(e):
-                out.older.append(f"{path.name} ({e})")
-            else:
-                out.refused.append(path)
-            return
-        if before is not None:
-            seen.remember(path, before, bundle.digest)
-
-    def _serving_unchanged(
-        self, before: Stamp | None, digest: str | None, verdicts: Mapping[str, SigningError]
-    ) -> str | None:
-        """The name whose serving bundle an unchanged file holds, when installing the file
-        again could only find that bundle (see the module docstring); else None."""
-        if before is None or digest is None or before.size > self._store.max_bundle_bytes:
-            return None
-        floors = self._store.floors()
-        for name, slot in self._table.slots().items():
-            current = slot.current
-            if current.digest == digest:
-                fresh = name not in verdicts and current.version >= floors.get(name, 0)
-                return name if fresh else None
-        return None
 
     async def _restore(self, staged: StagedInstall, why: SigningError | None) -> None:
         """Serve a candidate the store holds (at start) next to its serving version, unless
@@ -303,11 +193,11 @@ class StartUp:
             record("store", ok=False, name=man.name, version=man.version, message=msg)
             return
         try:
-            bundle = await self._steps.prepare(staged.bundle, "store")
+            bundle = await self._installer.prepare(staged.bundle, "store")
         except BundleRejected:
             await asyncio.to_thread(self._store.abort, man.name)  # recorded by the prepare step
             return
-        self._steps.switch(bundle, "store", staged.percent, staged.gates)
+        self._installer.switch(bundle, "store", staged.percent, staged.gates)
 
     def _collect_leftovers(self) -> None:
         """Blobs of an install interrupted by a crash (blocking; at start)."""
@@ -317,9 +207,3 @@ class StartUp:
             self._store.gc()
         except (OSError, SigningError) as e:
             log.warning("bundle store gc failed: %s", e)
-
-
-def _look_up(seen: SeenFiles, path: Path) -> tuple[Stamp | None, str | None]:
-    """(the stamp of ``path`` now, the bundle digest it held with that stamp) (blocking)."""
-    now = stamp(path)
-    return now, None if now is None else seen.digest(path, now)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from wasmgate.runtime.bundles.registry import is_rollback
+from wasmgate.runtime.bundles.installer import is_rollback
 from wasmgate.runtime.errors import BundleRejected
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.signing.seen import Stamp, stamp

@@ -24,8 +24,14 @@ from typing import Any
 
 from wasmgate.runtime.cli._common import EXIT_OK, EXIT_USAGE, CliError, SubParsers
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.oci.client import BUNDLE_NAME, BUNDLE_VERSION, Artifact, OciClient
-from wasmgate.runtime.oci.ocitypes import Reference, RegistryError
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import (
+    BUNDLE_NAME,
+    BUNDLE_VERSION,
+    Artifact,
+    Reference,
+    RegistryError,
+)
 from wasmgate.runtime.ops.config import RegistrySettings, load_settings
 from wasmgate.signing import SigningError, inspect_bundle
 from wasmgate.typed import replace

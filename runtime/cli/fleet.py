@@ -38,13 +38,7 @@ from wasmgate.runtime.cli._common import (
 )
 from wasmgate.runtime.cli.keygen import add_passphrase_args, load_signing_key
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.fleet.driver import (
-    Rollout,
-    RolloutPlan,
-    RolloutRefused,
-    RolloutResult,
-    Row,
-)
+from wasmgate.runtime.fleet.driver import Rollout, RolloutPlan, RolloutRefused, RolloutResult
 from wasmgate.runtime.fleet.opclient import (
     BrokerError,
     BrokerSettings,
@@ -53,8 +47,9 @@ from wasmgate.runtime.fleet.opclient import (
 )
 from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
 from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
-from wasmgate.runtime.oci.client import BUNDLE_NAME, BUNDLE_VERSION, OciClient
-from wasmgate.runtime.oci.ocitypes import Reference, RegistryError
+from wasmgate.runtime.fleet.waves import Row
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import BUNDLE_NAME, BUNDLE_VERSION, Reference, RegistryError
 from wasmgate.runtime.ops.config import load_settings
 from wasmgate.typed import replace
 

@@ -18,12 +18,12 @@ causes, whether the payload may leave the gateway) is applied there, not here.
 - Redirects are never followed (a 3xx is a failure: following one would re-POST the payload
   to wherever it points). An answer larger than ``max_answer_bytes`` is refused while it is
   read; an answer above 256 KiB is decoded in a worker thread, off the event loop.
+The V2 request and response bodies are written and read by `v2wire.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import ssl
 import time
@@ -33,70 +33,24 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-import numpy as np
-import numpy.typing as npt
 
 from wasmgate._compat import Self, timeout
 from wasmgate.runtime.cloud.breaker import CircuitBreaker
+from wasmgate.runtime.cloud.v2wire import (
+    HEADER_LENGTH,
+    Array,
+    adapter_answer,
+    adapter_request,
+    decode_v2_response,
+    encode_v2_request,
+)
 from wasmgate.runtime.errors import BadRequest, CloudUnavailable, ConfigError
 from wasmgate.runtime.ops.config import CloudSettings
 from wasmgate.runtime.ops.tracing import inject
-from wasmgate.runtime.protocol import codec as v2
 
-Array = npt.NDArray[Any]
-HEADER_LENGTH = "Inference-Header-Content-Length"
-_BINARY_TYPES = frozenset({"BF16", "BYTES"})
 _READ_CHUNK = 64 * 1024
 _DECODE_INLINE_BYTES = 256 * 1024
 """Answers above this are decoded in a worker thread, not on the event loop."""
-
-
-def encode_v2_request(
-    inputs: Mapping[str, Array],
-    *,
-    outputs: Sequence[str] | None = None,
-    binary_outputs: bool = False,
-    parameters: Mapping[str, Any] | None = None,
-    input_parameters: Mapping[str, Mapping[str, Any]] | None = None,
-) -> tuple[bytes, int | None]:
-    """A V2 inference request body and its JSON header length (None = plain JSON)."""
-    binary = any(v2.array_datatype(a) in _BINARY_TYPES for a in inputs.values())
-    # The response encoder writes exactly the tensor entries a request needs.
-    enc = v2.encode_response("", None, inputs, v2.InferRequest({}, binary_output=binary))
-    head_len = enc.header_length if enc.header_length is not None else len(enc.body)
-    doc = json.loads(enc.body[:head_len])
-    entries = doc["outputs"]
-    for entry in entries:
-        extra = (input_parameters or {}).get(entry["name"])
-        if extra:
-            entry["parameters"] = {**entry.get("parameters", {}), **extra}
-    request: dict[str, Any] = {"inputs": entries}
-    if outputs is not None:
-        out_params = {"binary_data": True} if binary_outputs else {}
-        request["outputs"] = [{"name": n, "parameters": out_params} for n in outputs]
-    if parameters:
-        request["parameters"] = dict(parameters)
-    head = json.dumps(request, separators=(",", ":")).encode()
-    if enc.header_length is None:
-        return head, None
-    return head + enc.body[head_len:], len(head)
-
-
-def decode_v2_response(body: bytes, header_length: int | None) -> dict[str, Array]:
-    """The outputs of a V2 inference response (JSON or binary), by name."""
-    head, blob = (
-        (body, b"") if header_length is None else (body[:header_length], body[header_length:])
-    )
-    try:
-        doc = json.loads(head)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"not JSON: {e}") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), list):
-        raise BadRequest("no 'outputs' list")
-    # A response's outputs have the schema of a request's inputs: reuse the request decoder.
-    as_request = json.dumps({"inputs": doc["outputs"]}).encode()
-    length = len(as_request) if header_length is not None else None
-    return v2.parse_request(as_request + blob, length).inputs
 
 
 class CloudFallback:
@@ -176,19 +130,14 @@ class CloudFallback:
                 headers["Content-Type"] = content_type
             body, _ = await self._post(f"/v1/adapters/{adapter}", payload, headers)
             return body
-        array = np.empty(1, dtype=np.object_)
-        array[:] = [payload]
-        params = {"payload": {"content_type": content_type}} if content_type else None
+        inputs, params = adapter_request(payload, content_type)
         outputs = await self._infer(
-            adapter, {"payload": array}, ["answer"], {"fallback_reason": reason}, params
+            adapter, inputs, ["answer"], {"fallback_reason": reason}, params
         )
-        answer = outputs.get("answer")
-        if answer is None and len(outputs) == 1:
-            (answer,) = outputs.values()
-        if answer is None or answer.size != 1:
+        answer = adapter_answer(outputs)
+        if answer is None:
             raise CloudUnavailable(f"cloud {self._base}: answer has no single 'answer' element")
-        item = answer.ravel()[0]
-        return item if isinstance(item, bytes) else str(item).encode()
+        return answer
 
     async def post_json(self, path: str, body: bytes) -> None:
         """POST a JSON document to ``{url}{path}`` (hard-example samples); a 2xx or raise."""

@@ -1,6 +1,7 @@
 """The rollout as it talks to the broker: per-gateway documents, waits, abort and rollback.
 
-The rules live in `rollout.py` (pure); this module does the I/O around them:
+The rules live in `rollout.py` (pure); this module does the I/O around them (the waiting
+for each wave's verdicts is `waves.py`'s):
 
 1. Read the retained reports (``<prefix>/+/deployment``) and desired documents; the group's
    gateways are the reports that list the group. Each gateway's *previous* state is the
@@ -38,14 +39,8 @@ from wasmgate.runtime.fleet.rollout import (
     should_abort,
     with_bundle,
 )
-from wasmgate.runtime.fleet.status import (
-    FINAL,
-    Desired,
-    FleetView,
-    Report,
-    parse_report,
-    split_topics,
-)
+from wasmgate.runtime.fleet.status import Desired, FleetView, split_topics
+from wasmgate.runtime.fleet.waves import Progress, Row, WaveWatch
 from wasmgate.signing.envelope import FLEET_PAYLOAD_TYPE, count_valid, parse_envelope
 from wasmgate.signing.fleetdoc import (
     MAX_SERIAL,
@@ -85,17 +80,6 @@ class RolloutPlan:
 
 
 @dataclass
-class Row:
-    """One line of the final table."""
-
-    gateway: str
-    wave: int
-    state: str = "untouched"
-    version: int | None = None
-    error: str | None = None
-
-
-@dataclass
 class RolloutResult:
     rows: list[Row]
     aborted_at: int | None = None  # wave number (1-based) that tripped the abort
@@ -104,10 +88,6 @@ class RolloutResult:
     @property
     def applied_everywhere(self) -> bool:
         return self.aborted_at is None and all(r.state == "applied" for r in self.rows)
-
-
-Progress = Callable[[Row], None]
-"""Called once per gateway when it finished a wave (the CLI's progress bar)."""
 
 
 class Rollout:
@@ -123,8 +103,7 @@ class Rollout:
         self._client = client
         self._root = prefix.rstrip("/")
         self._keys = keys
-        self._progress = progress or (lambda _row: None)
-        self._parsed: dict[str, tuple[bytes, Report | None]] = {}
+        self._waves = WaveWatch(client, self._root, progress or (lambda _row: None))
 
     def run(self, plan: RolloutPlan, on_start: Callable[[int], object] = id) -> RolloutResult:
         """Roll ``plan`` out; ``on_start(gateway count)`` once the group is known."""
@@ -147,7 +126,9 @@ class Rollout:
                 wave, serial, plan, lambda gw: with_bundle(previous[gw], plan.new),
                 lambda _gw: plan.grants(),
             )  # fmt: skip
-            outcomes |= self._await(wave, serial, plan, rows, final=True)
+            outcomes |= self._waves.wait(
+                wave, serial, plan.new, plan.wave_timeout, rows, final=True
+            )
             if should_abort(outcomes, plan.abort_failed, plan.min_done):
                 result.aborted_at = number
                 moved = [gw for w in waves[:number] for gw in w]
@@ -239,7 +220,7 @@ class Rollout:
             moved, serial, plan, lambda gw: previous[gw],
             lambda gw: downgrades_for(previous[gw], plan.new),
         )  # fmt: skip
-        self._await(moved, serial, plan, rows, final=False)
+        self._waves.wait(moved, serial, plan.new, plan.wave_timeout, rows, final=False)
         return serial
 
     def _finish(self, members: list[str], group_prev: list[Wanted], plan: RolloutPlan) -> int:
@@ -251,49 +232,6 @@ class Rollout:
             self._client.publish(f"{self._root}/{gw}/desired", b"")
         return serial
 
-    # -- waiting ------------------------------------------------------------------------
-
-    def _report(self, gw: str, messages: dict[str, bytes]) -> Report | None:
-        """The gateway's latest report, parsed once per payload."""
-        payload = messages.get(f"{self._root}/{gw}/deployment", b"")
-        cached = self._parsed.get(gw)
-        if cached is None or cached[0] is not payload:
-            cached = (payload, parse_report(payload))
-            self._parsed[gw] = cached
-        return cached[1]
-
-    def _await(
-        self,
-        gateways: list[str],
-        serial: int,
-        plan: RolloutPlan,
-        rows: dict[str, Row],
-        *,
-        final: bool,
-    ) -> dict[str, Outcome]:
-        """Wait for the gateways' verdicts on ``serial``; fills ``rows`` as each finishes."""
-        pending = set(gateways)
-        outcomes: dict[str, Outcome] = {}
-
-        def settle(messages: dict[str, bytes]) -> bool:
-            for gw in list(pending):
-                report = self._report(gw, messages)
-                outcome = _verdict(report, serial, plan.new, rows[gw], rollout=final)
-                if outcome is not None:
-                    pending.discard(gw)
-                    outcomes[gw] = outcome
-                    _label(rows[gw], outcome, rollout=final)
-                    self._progress(rows[gw])
-            return not pending
-
-        self._client.wait_for(settle, plan.wave_timeout)
-        for gw in sorted(pending):  # a late gateway is a failed one (the rules say so)
-            outcomes[gw] = Outcome.TIMEOUT
-            rows[gw].error = rows[gw].error or f"no report for serial {serial} in time"
-            _label(rows[gw], Outcome.TIMEOUT, rollout=final)
-            self._progress(rows[gw])
-        return outcomes
-
 
 def _check_downgrade(previous: dict[str, list[Wanted]], plan: RolloutPlan) -> None:
     """A rollout to a lower version is a rollback: refused unless the operator said so."""
@@ -304,37 +242,3 @@ def _check_downgrade(previous: dict[str, list[Wanted]], plan: RolloutPlan) -> No
             f"{plan.new.name} v{plan.new.version} is below v{version}, which {gw} is asked "
             f"to run now ({len(lower)} gateway(s)): to roll back, give --allow-downgrade"
         )
-
-
-def _verdict(
-    report: Report | None, serial: int, new: Wanted, row: Row, *, rollout: bool
-) -> Outcome | None:
-    """How the gateway finished ``serial``, or None while it has not; notes version/error.
-
-    During the rollout the new bundle's own outcome decides: another bundle failing on that
-    gateway is not this rollout's failure. A rollback needs the whole report, and keeps the
-    rollout's error in the row unless the rollback has one of its own.
-    """
-    if report is None:
-        return None
-    if report.refused is not None and report.refused.serial == serial:
-        row.error = report.refused.error
-        return Outcome.FAILED
-    if report.serial is None or report.serial < serial or report.state not in FINAL:
-        return None
-    bundle = report.bundles.get(new.name)
-    present = bundle is not None and bundle.state != "removed"
-    row.version = bundle.version if bundle is not None and present else None
-    error = (bundle.error if bundle is not None else None) or report.reason
-    row.error = error or (None if rollout else row.error)
-    if rollout:
-        ok = bundle is not None and bundle.state == "applied" and bundle.version == new.version
-        return Outcome.APPLIED if ok else Outcome.FAILED
-    return Outcome.APPLIED if report.state == "applied" else Outcome.FAILED
-
-
-def _label(row: Row, outcome: Outcome, *, rollout: bool) -> None:
-    if rollout:
-        row.state = outcome.value
-    else:
-        row.state = "rolled back" if outcome is Outcome.APPLIED else f"rollback {outcome.value}"

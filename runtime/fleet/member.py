@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from wasmgate._compat import UTC, Self
 from wasmgate.runtime.bundles.registry import Registry
+from wasmgate.runtime.fleet.apply import Pull, PullDeferred
 from wasmgate.runtime.fleet.delivery import Delivery, desired_topics
-from wasmgate.runtime.fleet.reconcile import Backoff, Pull, PullDeferred, Reconciler, Verify
+from wasmgate.runtime.fleet.reconcile import Backoff, Reconciler, Verify
 from wasmgate.runtime.fleet.report import Reporter
 from wasmgate.runtime.fleet.state import Plan, Want
 from wasmgate.runtime.ops.config import Settings

@@ -28,11 +28,13 @@ from pathlib import Path
 
 from wasmgate._compat import Self, timeout
 from wasmgate.runtime.fleet.pullcache import PullCache
-from wasmgate.runtime.oci.client import Artifact, OciClient, parse_manifest
+from wasmgate.runtime.oci.client import OciClient
 from wasmgate.runtime.oci.ocitypes import (
+    Artifact,
     ArtifactRefused,
     Reference,
     RegistryUnavailable,
+    parse_manifest,
     retry_delay,
 )
 from wasmgate.runtime.ops.config import RegistrySettings, Settings

@@ -6,12 +6,11 @@ expiry, replay) and against what serves (a lower version needs the document's do
 permission); a refused one changes nothing and is kept as ``refused`` for the report.
 An accepted one is persisted first (`FleetStateFile`), then applied by the one worker task:
 
-- per bundle, independently: already serving → ``applied`` (a staged candidate of the
-  wanted version is promoted when the document no longer stages it); else pull, then the
-  registry's stage → selftest → commit path, staged at ``staged_percent`` when given. A
-  failure leaves the previous version serving (``failed``; not retried for this document).
-  An unreachable registry (`PullDeferred`) leaves the bundle ``pending``: the pass is
-  retried with a doubling backoff until it converges or a newer document arrives.
+- per bundle, independently (`apply.py`): already serving → ``applied``; else pulled and
+  installed; a failure leaves the previous version serving (``failed``; not retried for
+  this document). An unreachable registry (`PullDeferred`) leaves the bundle ``pending``:
+  the pass is retried with a doubling backoff until it converges or a newer document
+  arrives.
 - bundles the fleet installed (``owned``) and no longer wants are removed; the others are
   the operator's and only reported (``local``).
 """
@@ -21,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -30,12 +28,12 @@ import msgspec
 
 from wasmgate._compat import Self
 from wasmgate.runtime.bundles.registry import Registry
-from wasmgate.runtime.errors import BundleRejected, DocumentRefused, NotFound
+from wasmgate.runtime.errors import DocumentRefused, NotFound
+from wasmgate.runtime.fleet.apply import BundleOutcome, Pull, apply_one, describe_error, outcome
 from wasmgate.runtime.fleet.state import (
     FleetRecord,
     FleetStateFile,
     Plan,
-    Want,
     encode_envelope,
     peek_serial,
 )
@@ -46,26 +44,8 @@ from wasmgate.typed import replace
 log = logging.getLogger("wasmgate.fleet")
 
 State = Literal["pending", "applying", "applied", "failed"]
-BundleState = Literal["applied", "pending", "failed", "removed", "local", "applying"]
 Verify = Callable[[bytes, int | None], Plan]
 """(document bytes, last accepted serial) -> its plan; raises `SigningError` when refused."""
-Pull = Callable[[str], Awaitable[bytes | Path]]
-"""ref -> the bundle; raises `PullDeferred` when the registry cannot be reached."""
-
-
-class PullDeferred(Exception):
-    """The bundle could not be fetched now (registry unreachable): try again later."""
-
-
-@dataclass
-class BundleOutcome:
-    version: int
-    digest: str | None
-    state: BundleState
-    error: str | None = None
-    staged_percent: int | None = None
-    downgraded_from: int | None = None
-    """The version a signed downgrade replaced (the event is also logged by the store)."""
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -76,10 +56,6 @@ class Refusal(msgspec.Struct, frozen=True):
 class Backoff(msgspec.Struct, frozen=True):
     initial_s: float
     max_s: float
-
-
-def describe_error(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
 
 
 class Reconciler:
@@ -206,64 +182,19 @@ class Reconciler:
 
     async def _apply(self, plan: Plan) -> None:
         if self._serial != plan.serial:  # a new document: every bundle is looked at again
-            self.bundles = {w.name: _outcome(w, "applying") for w in plan.bundles}
+            self.bundles = {w.name: outcome(w, "applying") for w in plan.bundles}
             self._serial = plan.serial
         self._set("applying", None)
         for want in plan.bundles:
             if self.record.plan is not plan:
                 return  # a newer document: the loop starts over with it
             if self.bundles[want.name].state in ("pending", "applying"):
-                self.bundles[want.name] = await self._apply_one(plan, want)
+                self.bundles[want.name] = await apply_one(
+                    self._registry, self._pull, self._owned, plan, want
+                )
                 self._changed()
         await self._remove_unwanted(plan)
         self._finish()
-
-    async def _apply_one(self, plan: Plan, want: Want) -> BundleOutcome:
-        if await self._satisfied(want):
-            return _outcome(want, "applied")
-        try:
-            data = await self._pull(want.ref)
-        except PullDeferred as e:
-            return _outcome(want, "pending", f"registry unreachable: {e}")
-        except Exception as e:  # a refused artifact (digest, size), a bad ref, ...
-            log.warning("fleet: pulling %s failed: %s", want.ref, e)
-            return _outcome(want, "failed", describe_error(e))
-        slot = self._registry.table.slots().get(want.name)
-        if slot is None:
-            await self._own(want.name, owned=True)  # before: a crash right after must not orphan it
-        # Imported here: fleet documents' models load only in a daemon that is sent one.
-        from wasmgate.signing.fleetdoc import Downgrade  # noqa: PLC0415
-
-        try:
-            await self._registry.install(
-                data,
-                source=f"fleet {plan.serial}",
-                percent=want.percent,
-                downgrades=[Downgrade(name=n, version=v) for n, v in plan.downgrades.items()],
-            )
-        except BundleRejected as e:
-            return _outcome(want, "failed", str(e))
-        await self._own(want.name, owned=True)
-        outcome = _outcome(want, "applied")
-        if slot is not None and slot.current.version > want.version:
-            outcome.downgraded_from = slot.current.version
-        return outcome
-
-    async def _satisfied(self, want: Want) -> bool:
-        """Whether ``want`` already serves as asked (promoting or aborting a candidate)."""
-        slot = self._registry.table.slots().get(want.name)
-        if slot is None:
-            return False
-        candidate = slot.candidate
-        if candidate is not None and candidate.version == want.version:
-            if want.percent == 100:
-                await self._registry.promote(want.name, "fleet")
-            return True
-        if slot.current.version != want.version:
-            return False
-        if candidate is not None:  # the document wants the serving version alone
-            await self._registry.abort(want.name, "fleet", "not in the fleet document")
-        return True
 
     async def _remove_unwanted(self, plan: Plan) -> None:
         wanted = {w.name for w in plan.bundles}
@@ -275,6 +206,9 @@ class Reconciler:
             await self._own(name, owned=False)
             self.bundles[name] = BundleOutcome(version or 0, None, "removed")
             self._changed()
+
+    async def _owned(self, name: str) -> None:
+        await self._own(name, owned=True)
 
     async def _own(self, name: str, *, owned: bool) -> None:
         async with self._lock:
@@ -307,7 +241,3 @@ class Reconciler:
                 hook()
             except Exception:
                 log.exception("fleet change hook failed")
-
-
-def _outcome(want: Want, state: BundleState, error: str | None = None) -> BundleOutcome:
-    return BundleOutcome(want.version, want.digest, state, error, want.staged_percent)

@@ -38,7 +38,8 @@ from wasmgate.runtime import errors
 from wasmgate.runtime.dataplane.plane import MAX_KEY_CHARS, DataPlane
 from wasmgate.runtime.dataplane.plane import Route as CallRoute
 from wasmgate.runtime.field.store import StoreError
-from wasmgate.runtime.mqtt.client import ClientState, MqttClient, NotPublished
+from wasmgate.runtime.mqtt.client import MqttClient, NotPublished
+from wasmgate.runtime.mqtt.connection import ClientState
 from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
 from wasmgate.runtime.mqtt.messages import (
     JSON,

@@ -1,6 +1,6 @@
 """Transport-neutral MQTT message shapes and the request/answer conventions of the bridge.
 
-No paho here: `client.py` converts to and from these. Conventions (``mqtt-topics.md``):
+No paho here: `paho_adapt.py` converts to and from these. Conventions (``mqtt-topics.md``):
 
 - MQTT 5: the answer goes to the Response Topic with the request's Correlation Data, a
   Content Type, and user properties ``status`` (HTTP-like code), ``source`` (local|cloud)

@@ -47,7 +47,7 @@ class ModelCalls(Collector):
 
 
 class MqttFigures(Protocol):
-    """What `MqttGauge` reads (`wasmgate.runtime.mqtt.client.ClientState`)."""
+    """What `MqttGauge` reads (`wasmgate.runtime.mqtt.connection.ClientState`)."""
 
     @property
     def connected(self) -> bool: ...

@@ -16,7 +16,7 @@ import pytest
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import open_stack
-from wasmgate.runtime.bundles import registry as registry_module
+from wasmgate.runtime.bundles import installer as installer_module
 from wasmgate.runtime.bundles.loader import BlobSource, LoaderDeps, load_bundle
 from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.runtime.served.loaded import LoadedBundle
@@ -41,7 +41,7 @@ def _rendezvous(monkeypatch: pytest.MonkeyPatch, parties: int) -> list[str]:
         loaded.append(man.name)
         return load_bundle(deps, blobs, man, digest)
 
-    monkeypatch.setattr(registry_module, "load_bundle", load)
+    monkeypatch.setattr(installer_module, "load_bundle", load)
     return loaded
 
 

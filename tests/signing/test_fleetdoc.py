@@ -29,9 +29,9 @@ from wasmgate.signing import (
     sign_trust,
     verify_fleet,
 )
+from wasmgate.signing.checks import authenticate
 from wasmgate.signing.envelope import parse_envelope
 from wasmgate.signing.fleetdoc import MAX_FLEET_BYTES
-from wasmgate.signing.verify import authenticate
 from wasmgate.typed import replace
 
 NOW = datetime.now(UTC)

@@ -49,7 +49,7 @@ from wasmgate.signing import (
     key_id_of,
     sign,
 )
-from wasmgate.signing.verify import MAX_ISSUE_SKEW
+from wasmgate.signing.checks import MAX_ISSUE_SKEW
 
 Refused = Callable[[bytes, type[SigningError]], SigningError]
 

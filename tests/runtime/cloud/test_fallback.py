@@ -14,7 +14,8 @@ from aiohttp import web
 from tests.fixtures.net import free_port
 from tests.fixtures.waits import ManualClock
 from wasmgate.runtime.cloud.breaker import BreakerState, CircuitBreaker
-from wasmgate.runtime.cloud.client import CloudFallback, decode_v2_response, encode_v2_request
+from wasmgate.runtime.cloud.client import CloudFallback
+from wasmgate.runtime.cloud.v2wire import decode_v2_response, encode_v2_request
 from wasmgate.runtime.errors import CloudUnavailable
 from wasmgate.runtime.ops.config import CloudSettings
 from wasmgate.runtime.protocol import codec as v2

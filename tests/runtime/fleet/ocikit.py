@@ -9,8 +9,8 @@ from typing import Any
 
 from tests.fixtures.registry import Registry
 from tests.runtime.bundlekit import BundleKit
-from wasmgate.runtime.oci.client import BUNDLE_NAME, BUNDLE_VERSION, Artifact, OciClient
-from wasmgate.runtime.oci.ocitypes import Reference
+from wasmgate.runtime.oci.client import OciClient
+from wasmgate.runtime.oci.ocitypes import BUNDLE_NAME, BUNDLE_VERSION, Artifact, Reference
 from wasmgate.runtime.ops.config import RegistrySettings
 
 LOOPBACK = RegistrySettings(insecure=True)

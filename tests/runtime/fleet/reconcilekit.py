@@ -19,7 +19,8 @@ from typing import Any
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import Stack
-from wasmgate.runtime.fleet.reconcile import Backoff, PullDeferred, Reconciler
+from wasmgate.runtime.fleet.apply import PullDeferred
+from wasmgate.runtime.fleet.reconcile import Backoff, Reconciler
 from wasmgate.runtime.fleet.state import Plan
 from wasmgate.signing.envelope import parse_envelope
 from wasmgate.signing.errors import FleetExpiredError, FleetReplayError

@@ -14,7 +14,12 @@ from tests.fixtures.registry import Registry
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.fleet.ocikit import flip_byte, put_manifest, raw_manifest
 from wasmgate.runtime.cli import main
-from wasmgate.runtime.oci.client import ARTIFACT_TYPE, BUNDLE_NAME, BUNDLE_VERSION, LAYER_MEDIA_TYPE
+from wasmgate.runtime.oci.ocitypes import (
+    ARTIFACT_TYPE,
+    BUNDLE_NAME,
+    BUNDLE_VERSION,
+    LAYER_MEDIA_TYPE,
+)
 from wasmgate.signing import verify_bundle
 
 

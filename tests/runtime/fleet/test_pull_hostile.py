@@ -17,8 +17,13 @@ from aiohttp import web
 
 from tests.fixtures.net import serving
 from wasmgate.runtime.fleet.pull import BundlePuller
-from wasmgate.runtime.oci.client import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, sha256_digest
-from wasmgate.runtime.oci.ocitypes import ArtifactRefused, RegistryUnavailable
+from wasmgate.runtime.oci.ocitypes import (
+    ARTIFACT_TYPE,
+    LAYER_MEDIA_TYPE,
+    ArtifactRefused,
+    RegistryUnavailable,
+    sha256_digest,
+)
 from wasmgate.runtime.ops.config import RegistrySettings
 from wasmgate.typed import replace
 

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from wasmgate.runtime.oci.client import ARTIFACT_TYPE, LAYER_MEDIA_TYPE, parse_manifest
-from wasmgate.runtime.oci.ocitypes import ArtifactRefused, Reference
+from wasmgate.runtime.oci.ocitypes import (
+    ARTIFACT_TYPE,
+    LAYER_MEDIA_TYPE,
+    ArtifactRefused,
+    Reference,
+    parse_manifest,
+)
 
 LAYER = "sha256:" + "ab" * 32
 
