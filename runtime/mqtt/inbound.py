@@ -1,0 +1,180 @@
+"""What the bridge does with one request message, from receipt to the ack decision.
+
+`Inbound.serve` ignores (and lets the bridge ack) what must never be worked: a message on a
+topic not ours, a retained request, Response Topic or Correlation Data over their byte
+caps, a Response Topic outside ``mqtt.response_topics``. A redelivered request (same reply
+address, correlation and payload within ``mqtt.dedupe_window_s``, see
+`wasmgate.runtime.mqtt.dedupe`) is answered once: a copy waits for the first one's answer
+and is only acked. Every other request is worked (`wasmgate.runtime.mqtt.requests`) and
+its answer published, or kept in the store while the broker is away; one that could be
+neither is left unacked, so the broker redelivers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from wasmgate.runtime.field.store import StoreError
+from wasmgate.runtime.mqtt.client import MqttClient, NotPublished
+from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
+from wasmgate.runtime.mqtt.messages import Incoming, json_object, request_id
+from wasmgate.runtime.mqtt.requests import Reply, Requests
+from wasmgate.runtime.mqtt.spool import Spool
+from wasmgate.runtime.mqtt.state import BridgeState
+from wasmgate.runtime.mqtt.topics import Route, Topics
+from wasmgate.runtime.ops.config import MqttSettings
+
+log = logging.getLogger("wasmgate.mqtt")
+
+
+class Inbound:
+    """Request messages of one connected bridge (made once its client and spool exist)."""
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        topics: Topics,
+        state: BridgeState,
+        work: Requests,
+        *,
+        recent: RecentRequests,
+        client: MqttClient,
+        spool: Spool | None,
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._state = state
+        self._work = work
+        self._recent = recent
+        self._client = client
+        self._spool = spool
+
+    async def serve(self, msg: Incoming) -> bool:
+        """Answer ``msg``; True when it may be acknowledged."""
+        route = self._topics.parse(msg.topic)
+        if route is None:
+            log.warning("ignoring message on unexpected topic %r", msg.topic)
+            return True
+        why = self._refusal(msg)
+        if why is not None:
+            log.warning("ignoring mqtt request on %r: %s", msg.topic[:200], why)
+            return True
+        small = len(msg.payload) <= self._settings.max_payload_bytes
+        obj = json_object(msg.payload) if small else None
+        reply = self._reply_to(msg, route, obj)
+        key = dedupe_key(
+            reply.topic, reply.correlation, reply.rid, msg.payload, request_topic=msg.topic
+        )
+        if key is None:
+            return await self._answer_or_drop(msg, route, obj, reply)
+        if self._spool is not None and self._spool.holds(key):
+            self._state.duplicates += 1  # its answer waits in the store: ack, do not re-work
+            return True
+        seen = self._recent.recall(key)
+        if seen is not None:
+            self._state.duplicates += 1
+            try:
+                await asyncio.shield(seen)
+            except NotAnswered:
+                return False
+            return True
+        return await self._first(msg, route, obj, reply, key)
+
+    async def _first(
+        self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: Reply, key: bytes
+    ) -> bool:
+        """A request not seen within the window: remembered while it is worked, so a copy
+        waits for this answer instead of working it again."""
+        _ = self._recent.remember(key)
+        if msg.dup:
+            self._state.redelivered += 1
+        try:
+            answered = await self._answer_or_drop(msg, route, obj, reply, key)
+        except BaseException as e:
+            self._recent.forget(key, repr(e))
+            raise
+        if answered:
+            self._recent.answered(key)
+        else:
+            self._recent.forget(key, "answer neither published nor stored")
+        return answered
+
+    def _refusal(self, msg: Incoming) -> str | None:
+        """Why ``msg`` is ignored (acked, never worked nor answered), or None."""
+        if msg.retain:
+            # A retained request would run again at every start and reconnect.
+            self._state.retained_ignored += 1
+            return "it is a retained message (publish requests without retain)"
+        why = self._oversize(msg)
+        if why is not None:
+            self._state.oversize_refused += 1
+            return why
+        if msg.response_topic:
+            why = self._topics.reply_refusal(msg.response_topic)
+            if why is not None:
+                self._state.replies_refused += 1
+                return f"Response Topic {msg.response_topic[:200]!r} refused: {why}"
+        return None
+
+    def _oversize(self, msg: Incoming) -> str | None:
+        cap = self._settings.max_response_topic_bytes
+        topic = msg.response_topic
+        if topic and len(topic) * 4 > cap:  # cheap first: at most 4 bytes per character
+            size = len(topic.encode("utf-8", "surrogatepass"))
+            if size > cap:
+                return f"Response Topic of {size} bytes exceeds mqtt.max_response_topic_bytes"
+        data = msg.correlation_data
+        if data is not None and len(data) > self._settings.max_correlation_bytes:
+            return f"Correlation Data of {len(data)} bytes exceeds mqtt.max_correlation_bytes"
+        return None
+
+    def _reply_to(self, msg: Incoming, route: Route, obj: dict[str, Any] | None) -> Reply:
+        rid = request_id(obj)
+        if msg.response_topic:
+            return Reply(msg.response_topic, msg.correlation_data, rid)
+        return Reply(self._topics.paired_reply(route), None, rid)
+
+    async def _answer_or_drop(
+        self,
+        msg: Incoming,
+        route: Route,
+        obj: dict[str, Any] | None,
+        reply: Reply,
+        key: bytes | None = None,
+    ) -> bool:
+        """False when the answer was neither published nor stored: leave the request unacked."""
+        try:
+            await self._work_and_answer(msg, route, obj, reply, key)
+        except (NotPublished, StoreError) as e:
+            log.warning("mqtt answer on %s not delivered: %s", route.name, e)
+            return False
+        return True
+
+    async def _work_and_answer(
+        self,
+        msg: Incoming,
+        route: Route,
+        obj: dict[str, Any] | None,
+        reply: Reply,
+        key: bytes | None,
+    ) -> None:
+        # The adapter's events went to the store in the service (one path for every
+        # transport); only the answer is the bridge's.
+        result = await self._work.result(msg, route, obj, reply)
+        code = str(result.status)
+        self._state.by_status[code] = self._state.by_status.get(code, 0) + 1
+        if result.status >= 400:
+            self._state.errors += 1
+        answer = self._work.message(route, reply, result)
+        if answer is None:
+            return
+        try:
+            await self._client.publish(answer)
+        except NotPublished:
+            if self._spool is None:
+                raise
+            await self._spool.keep_answer(answer, key)
+            self._state.stored += 1
+        self._state.answered += 1
