@@ -118,7 +118,7 @@ class OrtService:
             raise errors.NotFound(f"{req.model!r} is an adapter")
         label = f"model {req.model!r}"
         try:  # a ServiceAPI validates the tensors against the model's contract, once
-            validate(info.inputs, req.inputs, label)
+            validate(info.inputs, req.inputs, label, text=True)
         except InputMismatch as e:
             raise errors.BadRequest(str(e)) from None
         declared = [o.name for o in info.outputs]

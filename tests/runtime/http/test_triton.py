@@ -30,11 +30,12 @@ def client(server: LiveServer) -> Iterator[triton.InferenceServerClient]:
 
 
 def sample(datatype: str, text_only: bool) -> Array:
-    """A [2, 3] array with the datatype's extremes (and non-UTF-8 bytes unless text_only)."""
+    """A [2, 3] array with the datatype's extremes (BYTES: UTF-8, as a model's string tensor
+    holds; with a NUL byte unless text_only)."""
     if datatype == "BOOL":
         return np.array([[True, False, True], [False, False, True]])
     if datatype == "BYTES":
-        last = "grüße".encode() if text_only else b"\xff\x00raw"
+        last = "grüße".encode() if text_only else b"\x00raw \xc2\xb5"
         return np.array([[b"a", b"", b"hello"], [b"x" * 300, "µs".encode(), last]], dtype=object)
     if datatype == "BF16":
         return np.array([[1.5, -2.0, 0.0], [3.25, 1e-3, -7.0]], dtype=ml_dtypes.bfloat16)
