@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
-from wasmgate.runtime.errors import DaemonError, NotFound, NotReady
+from wasmgate.runtime.errors import DaemonError, NotFound, NotReady, unknown_model
 from wasmgate.runtime.serving.api import ModelInfo, Namespace
 from wasmgate.sandbox.models import TensorSpec
 
@@ -37,23 +37,29 @@ class Slot:
     percent: int = 0
     """Share of requests (0-100) the candidate answers while staged."""
 
-    def pick(self, key: str | None = None, version: str | None = None) -> LoadedBundle:
+    def pick(
+        self, key: str | None = None, version: str | None = None, name: str | None = None
+    ) -> LoadedBundle:
         """The version pinned by ``version``, else the split's choice for ``key``."""
         if version is not None:
-            return self.find(version)
+            return self.find(version, name)
         if self.candidate is None:
             return self.current
         return self.candidate if bucket(self.candidate, key) < self.percent else self.current
 
-    def find(self, version: str) -> LoadedBundle:
-        """The serving or staged version ``version``; NotFound names those there are."""
+    def find(self, version: str, name: str | None = None) -> LoadedBundle:
+        """The serving or staged version ``version``; NotFound names those there are (in
+        Triton's words when asked for model or adapter ``name``)."""
         for bundle in self.versions():
             if str(bundle.version) == version:
                 return bundle
         there = f"serving {self.current.version}"
         if self.candidate is not None:
             there += f", staged {self.candidate.version}"
-        raise NotFound(f"bundle {self.current.name!r} has no version {version!r} ({there})")
+        if name is None:
+            raise NotFound(f"bundle {self.current.name!r} has no version {version!r} ({there})")
+        detail = f"bundle {self.current.name!r}: {there}"
+        raise NotFound(unknown_model(name, f"version {version[:40]} is not found", detail))
 
     def versions(self) -> list[LoadedBundle]:
         return [self.current] if self.candidate is None else [self.current, self.candidate]
@@ -165,12 +171,13 @@ class ServingTable:
             raise NotFound(f"no bundle named {name!r} is installed")
         return slot
 
-    def _unknown(self, what: str) -> DaemonError:
+    def _unknown(self, name: str, kind: str) -> DaemonError:
         """NotFound once the start-up loading is done; before, NotReady (503, retried by
         clients and by another gateway's cloud fallback): the name may be loading now."""
         if self.started:
-            return NotFound(what)
-        return NotReady(f"{what} yet: the daemon is still loading bundles")
+            return NotFound(unknown_model(name, "is not found", f"no {kind} of that name"))
+        detail = "the daemon is still loading bundles"
+        return NotReady(unknown_model(name, "is not found yet", detail))
 
     def slots(self) -> dict[str, Slot]:
         return dict(self._slots)
@@ -185,8 +192,8 @@ class ServingTable:
         """Lease the version that answers a request to ``adapter`` (named in ``namespace``)."""
         owner = (self._mqtt if namespace == "mqtt" else self._adapters).get(adapter)
         if owner is None:
-            raise self._unknown(f"no adapter named {adapter!r}")
-        bundle = self._slots[owner].pick(key, version)
+            raise self._unknown(adapter, "adapter")
+        bundle = self._slots[owner].pick(key, version, adapter)
         if bundle.adapter is None:  # a staged version without an adapter
             bundle = self._slots[owner].current
         bundle.acquire()
@@ -197,9 +204,9 @@ class ServingTable:
     ) -> tuple[LoadedBundle, ServedModel]:
         owner = self._models.get(model)
         if owner is None:
-            raise self._unknown(f"no model named {model!r}")
+            raise self._unknown(model, "model")
         slot = self._slots[owner]
-        bundle = slot.pick(key, version)
+        bundle = slot.pick(key, version, model)
         served = bundle.models.get(model)
         if served is None:  # a staged version that dropped the model
             bundle = slot.current
@@ -229,9 +236,9 @@ class ServingTable:
         is_model = name in self._models
         owner = self._models.get(name) if is_model else self._adapters.get(name)
         if owner is None:
-            raise self._unknown(f"no model or adapter named {name!r}")
+            raise self._unknown(name, "model or adapter")
         slot = self._slots[owner]
-        bundle = slot.current if version is None else slot.find(version)
+        bundle = slot.current if version is None else slot.find(version, name)
         served = bundle.models.get(name) if is_model else None
         if served is None:
             return adapter_info(name, bundle)

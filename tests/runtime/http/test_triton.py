@@ -173,9 +173,10 @@ def test_versioned_paths(client: triton.InferenceServerClient) -> None:
     result = client.infer("add", [as_input("INPUT0", x, "FP32", True)], model_version="3")
     assert result.get_response()["model_version"] == "3"
     assert client.is_model_ready("add", model_version="3")
-    with pytest.raises(InferenceServerException, match="no version '9'") as err:
+    with pytest.raises(InferenceServerException) as err:
         client.get_model_metadata("add", model_version="9")
     assert err.value.status() == "404"
+    assert err.value.message().startswith("Request for unknown model: 'add' version 9 is not")
 
 
 def test_wrong_shape_names_input_and_both_shapes(client: triton.InferenceServerClient) -> None:
