@@ -6,6 +6,11 @@ its last request finishes, then the ``closer`` unloads it (off the loop).
 Names are global: an adapter name (``routes.http``), an MQTT name (``routes.mqtt``) or a
 model name belongs to one bundle at a time, in every role.
 
+A model or adapter name may be unloaded (the model repository extension,
+`wasmgate.runtime.dataplane.repository`): its bundle keeps its place and its names, requests
+already leased finish, new ones are refused (NotReady) until it is loaded again. Kept in
+memory only: a restart serves every name again.
+
 A staged candidate answers ``percent`` of the requests, chosen by a stable hash of the
 request's canary key (so one device stays on one version for the whole stage), or by a
 random draw when a request has no key. A request may pin a serving or staged version.
@@ -17,6 +22,8 @@ import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import msgspec
 
 from wasmgate.runtime.bundles.loaded import LoadedBundle, ServedModel
 from wasmgate.runtime.errors import DaemonError, NotFound, NotReady, unknown_model
@@ -86,6 +93,7 @@ class ServingTable:
         # model_info per (name, version): asked on every V2 request, rebuilt only after
         # the table changes (every change goes through _reindex or abort).
         self._infos: dict[tuple[str, str | None], ModelInfo] = {}
+        self._unloaded: set[str] = set()
         self.started = False
 
     # -- changes ----------------------------------------------------------------------
@@ -140,6 +148,7 @@ class ServingTable:
         slot = self._slots.pop(name, None)
         if slot is None:
             raise NotFound(f"no bundle named {name!r} is installed")
+        self._unloaded.difference_update(claims(slot.current))  # a new install serves them
         for version in slot.versions():
             self._retire(version)
         self._reindex()
@@ -171,7 +180,27 @@ class ServingTable:
             raise NotFound(f"no bundle named {name!r} is installed")
         return slot
 
-    def _unknown(self, name: str, kind: str) -> DaemonError:
+    def set_loaded(self, name: str, *, loaded: bool) -> None:
+        """Serve model or adapter ``name`` again (True) or stop serving it (False)."""
+        if name not in self._models and name not in self._adapters:
+            raise self.unknown(name, "model or adapter")
+        if loaded:
+            self._unloaded.discard(name)
+        else:
+            self._unloaded.add(name)
+        self._infos.clear()
+
+    def is_unloaded(self, name: str) -> bool:
+        return name in self._unloaded
+
+    def _refuse_unloaded(self, name: str, version: str | None) -> None:
+        if name in self._unloaded:  # Triton's words for a model with no version loaded
+            what = "has no available versions" if version is None else (
+                f"version {version[:40]} is not at ready state")  # fmt: skip
+            detail = "unloaded through the model repository API: load it to serve it again"
+            raise NotReady(unknown_model(name, what, detail))
+
+    def unknown(self, name: str, kind: str) -> DaemonError:
         """NotFound once the start-up loading is done; before, NotReady (503, retried by
         clients and by another gateway's cloud fallback): the name may be loading now."""
         if self.started:
@@ -192,7 +221,8 @@ class ServingTable:
         """Lease the version that answers a request to ``adapter`` (named in ``namespace``)."""
         owner = (self._mqtt if namespace == "mqtt" else self._adapters).get(adapter)
         if owner is None:
-            raise self._unknown(adapter, "adapter")
+            raise self.unknown(adapter, "adapter")
+        self._refuse_unloaded(self._slots[owner].current.adapter_name or adapter, version)
         bundle = self._slots[owner].pick(key, version, adapter)
         if bundle.adapter is None:  # a staged version without an adapter
             bundle = self._slots[owner].current
@@ -204,7 +234,8 @@ class ServingTable:
     ) -> tuple[LoadedBundle, ServedModel]:
         owner = self._models.get(model)
         if owner is None:
-            raise self._unknown(model, "model")
+            raise self.unknown(model, "model")
+        self._refuse_unloaded(model, version)
         slot = self._slots[owner]
         bundle = slot.pick(key, version, model)
         served = bundle.models.get(model)
@@ -236,13 +267,14 @@ class ServingTable:
         is_model = name in self._models
         owner = self._models.get(name) if is_model else self._adapters.get(name)
         if owner is None:
-            raise self._unknown(name, "model or adapter")
+            raise self.unknown(name, "model or adapter")
         slot = self._slots[owner]
         bundle = slot.current if version is None else slot.find(version, name)
         served = bundle.models.get(name) if is_model else None
-        if served is None:
-            return adapter_info(name, bundle)
-        return served_info(served, bundle)
+        info = adapter_info(name, bundle) if served is None else served_info(served, bundle)
+        if name in self._unloaded:
+            return msgspec.structs.replace(info, ready=False)
+        return info
 
 
 def claims(bundle: LoadedBundle) -> list[str]:
