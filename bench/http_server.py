@@ -65,7 +65,7 @@ class BenchService:
 
     def model_info(self, name: str, version: str | None = None) -> ModelInfo:
         if name not in self.infos or version not in (None, "1"):
-            raise errors.NotFound(f"no model or adapter named {name!r}")
+            raise errors.NotFound(errors.unknown_model(name, "is not found", "no such name"))
         return self.infos[name]
 
     def list_models(self) -> list[ModelInfo]:

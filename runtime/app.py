@@ -62,7 +62,7 @@ from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.samples import StoredSamples
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import StoreError
-from wasmgate.runtime.http import edge, manage, metrics, openapi, status, v2
+from wasmgate.runtime.http import edge, manage, metrics, openapi, repository, status, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
@@ -120,6 +120,7 @@ def build_app(
     metrics.setup(app)
     status.setup(app)
     manage.setup(app)
+    repository.setup(app)
     variable_routes.setup(app)
     openapi.setup(app)
     edge.finish(app)  # the catch-all, after every route

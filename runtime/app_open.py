@@ -20,10 +20,19 @@ from wasmgate.runtime.app_keys import BUNDLE_STORE, CLOUD, DEPS, NOTIFIER, STORE
 from wasmgate.runtime.bundles.expiry import expiry_watch
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import bundle_files
+from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
 from wasmgate.runtime.http import status
-from wasmgate.runtime.http.keys import FLEET, METRICS, REGISTRY, SERVICE, SETTINGS, TRACING
+from wasmgate.runtime.http.keys import (
+    FLEET,
+    LIVE,
+    METRICS,
+    REGISTRY,
+    SERVICE,
+    SETTINGS,
+    TRACING,
+)
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Stage
 from wasmgate.runtime.ops.config import Settings
@@ -90,7 +99,11 @@ def _prune_modules(registry: Registry, engine: SandboxEngine) -> None:
 async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
 
-    listener = GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING])
+    live = app[LIVE]  # the management token in force now (a reload applies at once)
+    repository = Repository(app[REGISTRY].table, lambda: live.settings.http.management_token)
+    listener = GrpcListener(
+        app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING], repository=repository
+    )
     async with listener:
         status.add_provider(app, "grpc", listener.status)
         yield

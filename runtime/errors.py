@@ -1,6 +1,17 @@
 """The runtime's error hierarchy. No HTTP or MQTT codes here: every transport answers with
 the one table in `wasmgate.runtime.protocol.error_table`."""
 
+UNKNOWN_MODEL = "Request for unknown model: "
+"""How Triton starts the message of every request to a model or version it cannot serve;
+Triton's clients (and programs written against them) match on it."""
+
+
+def unknown_model(name: str, what: str, detail: str) -> str:
+    """Triton's text (``Request for unknown model: 'x' is not found``), then ours in
+    parentheses: ``what`` is Triton's own ending (``is not found``, ``version 3 is not
+    found``, ``has no available versions``, ``version 3 is not at ready state``)."""
+    return f"{UNKNOWN_MODEL}'{name}' {what} ({detail})"
+
 
 class DaemonError(Exception):
     """Root of every error the daemon raises on purpose."""

@@ -6,6 +6,10 @@ Defined once, here (the lowest layer that needs it):
 - ``TensorSpec``: one named input or output; ``-1`` in a shape marks a dynamic dimension;
 - ``validate(specs, inputs)``: the one check of request tensors against a model's inputs
   (the service calls it once per request; wasi-nn checks each guest tensor as it is set);
+  with ``text`` (models), a BYTES input leaves it as text (an object array of ``str``): a
+  model's BYTES tensor is a string tensor (ONNX ``tensor(string)``), which ONNX Runtime
+  reads only from ``str`` (handed ``bytes``, its string ops see ``"b'12'"``: ``Cast``
+  fails with ``stoll``);
 - ``ModelHandle.infer(inputs, *, deadline)``: blocking and thread-safe; inputs arrive in
   ``inputs`` order (already validated) and outputs come back in ``outputs`` order. A run
   still going at ``deadline`` (a ``time.monotonic()`` value) is stopped if the backend can
@@ -37,6 +41,7 @@ __all__ = [
     "ModelProvider",
     "NoModels",
     "TensorSpec",
+    "as_text",
     "datatype_of",
     "numpy_dtype",
     "shape_matches",
@@ -157,19 +162,24 @@ class TensorSpec(msgspec.Struct, frozen=True):
 
 
 def validate(
-    specs: Sequence[TensorSpec], inputs: Mapping[str, Array], model: str = "model"
+    specs: Sequence[TensorSpec],
+    inputs: Mapping[str, Array],
+    model: str = "model",
+    *,
+    text: bool = False,
 ) -> list[Array]:
     """The request's tensors in spec order; `InputMismatch` when a name, datatype or shape
-    does not fit (unknown and missing names are listed, the rest names the tensor)."""
+    does not fit (unknown and missing names are listed, the rest names the tensor).
+
+    ``text``: BYTES inputs come back as text (`as_text`), as a model's string tensors need;
+    an adapter's payloads stay bytes."""
     if len(inputs) == len(specs):  # the usual request: every name given, nothing else
         try:
             ordered = [np.asarray(inputs[spec.name]) for spec in specs]
         except KeyError:
             pass  # a name is wrong: the lists below say which
         else:
-            for spec, array in zip(specs, ordered, strict=True):
-                _check(spec, array)
-            return ordered
+            return _checked(specs, ordered, text=text)
     by_name = {spec.name: spec for spec in specs}
     unknown = sorted(set(inputs) - set(by_name))
     if unknown:
@@ -180,10 +190,34 @@ def validate(
     missing = [spec.name for spec in specs if spec.name not in inputs]
     if missing:
         raise InputMismatch(f"{model} needs input {', '.join(map(repr, missing))}")
-    ordered = [np.asarray(inputs[spec.name]) for spec in specs]
-    for spec, array in zip(specs, ordered, strict=True):
+    return _checked(specs, [np.asarray(inputs[spec.name]) for spec in specs], text=text)
+
+
+def _checked(specs: Sequence[TensorSpec], ordered: list[Array], *, text: bool) -> list[Array]:
+    for index, (spec, array) in enumerate(zip(specs, ordered, strict=True)):
         _check(spec, array)
+        if text and spec.datatype == "BYTES":
+            ordered[index] = as_text(array, spec.name)
     return ordered
+
+
+def as_text(array: Array, name: str) -> Array:
+    """A BYTES tensor as an object array of ``str`` (UTF-8); `InputMismatch` naming the
+    input and the element when one is not UTF-8 text."""
+    flat = array.ravel()
+    result = np.empty(flat.shape, dtype=np.object_)
+    for index, item in enumerate(flat):
+        if isinstance(item, str):
+            result[index] = item
+            continue
+        try:
+            result[index] = item.decode()  # bytes (or a subclass, as numpy's bytes_)
+        except (AttributeError, UnicodeDecodeError):
+            raise InputMismatch(
+                f"input {name!r}: BYTES element {index} is not UTF-8 text "
+                "(the model's input is a string tensor)"
+            ) from None
+    return result.reshape(array.shape)
 
 
 def _check(spec: TensorSpec, array: Array) -> None:

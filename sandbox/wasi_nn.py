@@ -47,6 +47,7 @@ from wasmgate.sandbox.spans import span
 from wasmgate.sandbox.wasi_nn_abi import (
     ENCODINGS,
     F32,
+    STRING_TENSOR,
     TARGETS,
     TENSOR,
     UNSUPPORTED_ENCODINGS,
@@ -280,6 +281,8 @@ class NnSession:
     def _copy_out(
         self, mem: GuestMemory, arr: npt.NDArray[Any], buf: int, cap: int, out: int
     ) -> int:
+        if arr.dtype.kind in "OSU":  # an object array's bytes are pointers: never copied
+            raise NnError(_E.INVALID_ARGUMENT, STRING_TENSOR)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         if arr.nbytes > cap & 0xFFFF_FFFF:

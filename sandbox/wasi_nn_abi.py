@@ -45,6 +45,11 @@ TENSOR = struct.Struct("<IIB3xII")
 MAX_RANK = 16
 _DIMS = [struct.Struct(f"<{n}I") for n in range(MAX_RANK + 1)]
 F32 = 1  # wasi-nn tensor type FP32 (both numberings)
+STRING_TENSOR = (
+    "the model's tensor is a string tensor (BYTES): wasi-nn has no string tensor type, "
+    "so an adapter cannot pass or read it; call the model over KServe V2 instead"
+)
+"""Why a guest is refused a model's BYTES input or output (neither ABI numbers one)."""
 _E = NnErrno
 
 
@@ -83,6 +88,8 @@ def encoding_of(enc: int) -> str:
 
 @functools.cache  # only accepted pairs are kept (a refusal raises): a few types x models
 def _check_type(ty: int, datatype: str) -> np.dtype[Any]:
+    if datatype == "BYTES":
+        raise NnError(_E.INVALID_ARGUMENT, STRING_TENSOR)
     accepted = {_CURRENT_TYPES.get(ty), _LEGACY_TYPES.get(ty)}
     if datatype == "INT8" and "UINT8" in accepted:
         accepted.add("INT8")

@@ -6,6 +6,11 @@ its last request finishes, then the ``closer`` unloads it (off the loop).
 Names are global: an adapter name (``routes.http``), an MQTT name (``routes.mqtt``) or a
 model name belongs to one bundle at a time, in every role.
 
+A model or adapter name may be unloaded (the model repository extension,
+`wasmgate.runtime.dataplane.repository`): its bundle keeps its place and its names, requests
+already leased finish, new ones are refused (NotReady) until it is loaded again. Kept in
+memory only: a restart serves every name again.
+
 A staged candidate answers ``percent`` of the requests, chosen by a stable hash of the
 request's canary key (so one device stays on one version for the whole stage), or by a
 random draw when a request has no key. A request may pin a serving or staged version.
@@ -18,14 +23,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wasmgate.runtime.errors import DaemonError, NotFound, NotReady
+import msgspec
+
+from wasmgate.runtime.bundles.infos import adapter_info, claims, served_info
+from wasmgate.runtime.errors import DaemonError, NotFound, NotReady, unknown_model
 from wasmgate.runtime.served.api import ModelInfo, Namespace
 from wasmgate.runtime.served.loaded import LoadedBundle, ServedModel
-from wasmgate.sandbox.models import TensorSpec
-
-ADAPTER_PLATFORM = "wasmgate_adapter"
-ADAPTER_INPUT = TensorSpec("payload", "BYTES", (1,))
-ADAPTER_OUTPUT = TensorSpec("answer", "BYTES", (1,))
 
 
 @dataclass
@@ -37,23 +40,29 @@ class Slot:
     percent: int = 0
     """Share of requests (0-100) the candidate answers while staged."""
 
-    def pick(self, key: str | None = None, version: str | None = None) -> LoadedBundle:
+    def pick(
+        self, key: str | None = None, version: str | None = None, name: str | None = None
+    ) -> LoadedBundle:
         """The version pinned by ``version``, else the split's choice for ``key``."""
         if version is not None:
-            return self.find(version)
+            return self.find(version, name)
         if self.candidate is None:
             return self.current
         return self.candidate if bucket(self.candidate, key) < self.percent else self.current
 
-    def find(self, version: str) -> LoadedBundle:
-        """The serving or staged version ``version``; NotFound names those there are."""
+    def find(self, version: str, name: str | None = None) -> LoadedBundle:
+        """The serving or staged version ``version``; NotFound names those there are (in
+        Triton's words when asked for model or adapter ``name``)."""
         for bundle in self.versions():
             if str(bundle.version) == version:
                 return bundle
         there = f"serving {self.current.version}"
         if self.candidate is not None:
             there += f", staged {self.candidate.version}"
-        raise NotFound(f"bundle {self.current.name!r} has no version {version!r} ({there})")
+        if name is None:
+            raise NotFound(f"bundle {self.current.name!r} has no version {version!r} ({there})")
+        detail = f"bundle {self.current.name!r}: {there}"
+        raise NotFound(unknown_model(name, f"version {version[:40]} is not found", detail))
 
     def versions(self) -> list[LoadedBundle]:
         return [self.current] if self.candidate is None else [self.current, self.candidate]
@@ -80,6 +89,7 @@ class ServingTable:
         # model_info per (name, version): asked on every V2 request, rebuilt only after
         # the table changes (every change goes through _reindex or abort).
         self._infos: dict[tuple[str, str | None], ModelInfo] = {}
+        self._unloaded: set[str] = set()
         self.started = False
 
     # -- changes ----------------------------------------------------------------------
@@ -134,6 +144,7 @@ class ServingTable:
         slot = self._slots.pop(name, None)
         if slot is None:
             raise NotFound(f"no bundle named {name!r} is installed")
+        self._unloaded.difference_update(claims(slot.current))  # a new install serves them
         for version in slot.versions():
             self._retire(version)
         self._reindex()
@@ -165,12 +176,33 @@ class ServingTable:
             raise NotFound(f"no bundle named {name!r} is installed")
         return slot
 
-    def _unknown(self, what: str) -> DaemonError:
+    def set_loaded(self, name: str, *, loaded: bool) -> None:
+        """Serve model or adapter ``name`` again (True) or stop serving it (False)."""
+        if name not in self._models and name not in self._adapters:
+            raise self.unknown(name, "model or adapter")
+        if loaded:
+            self._unloaded.discard(name)
+        else:
+            self._unloaded.add(name)
+        self._infos.clear()
+
+    def is_unloaded(self, name: str) -> bool:
+        return name in self._unloaded
+
+    def _refuse_unloaded(self, name: str, version: str | None) -> None:
+        if name in self._unloaded:  # Triton's words for a model with no version loaded
+            what = "has no available versions" if version is None else (
+                f"version {version[:40]} is not at ready state")  # fmt: skip
+            detail = "unloaded through the model repository API: load it to serve it again"
+            raise NotReady(unknown_model(name, what, detail))
+
+    def unknown(self, name: str, kind: str) -> DaemonError:
         """NotFound once the start-up loading is done; before, NotReady (503, retried by
         clients and by another gateway's cloud fallback): the name may be loading now."""
         if self.started:
-            return NotFound(what)
-        return NotReady(f"{what} yet: the daemon is still loading bundles")
+            return NotFound(unknown_model(name, "is not found", f"no {kind} of that name"))
+        detail = "the daemon is still loading bundles"
+        return NotReady(unknown_model(name, "is not found yet", detail))
 
     def slots(self) -> dict[str, Slot]:
         return dict(self._slots)
@@ -185,8 +217,9 @@ class ServingTable:
         """Lease the version that answers a request to ``adapter`` (named in ``namespace``)."""
         owner = (self._mqtt if namespace == "mqtt" else self._adapters).get(adapter)
         if owner is None:
-            raise self._unknown(f"no adapter named {adapter!r}")
-        bundle = self._slots[owner].pick(key, version)
+            raise self.unknown(adapter, "adapter")
+        self._refuse_unloaded(self._slots[owner].current.adapter_name or adapter, version)
+        bundle = self._slots[owner].pick(key, version, adapter)
         if bundle.adapter is None:  # a staged version without an adapter
             bundle = self._slots[owner].current
         bundle.acquire()
@@ -197,9 +230,10 @@ class ServingTable:
     ) -> tuple[LoadedBundle, ServedModel]:
         owner = self._models.get(model)
         if owner is None:
-            raise self._unknown(f"no model named {model!r}")
+            raise self.unknown(model, "model")
+        self._refuse_unloaded(model, version)
         slot = self._slots[owner]
-        bundle = slot.pick(key, version)
+        bundle = slot.pick(key, version, model)
         served = bundle.models.get(model)
         if served is None:  # a staged version that dropped the model
             bundle = slot.current
@@ -229,47 +263,11 @@ class ServingTable:
         is_model = name in self._models
         owner = self._models.get(name) if is_model else self._adapters.get(name)
         if owner is None:
-            raise self._unknown(f"no model or adapter named {name!r}")
+            raise self.unknown(name, "model or adapter")
         slot = self._slots[owner]
-        bundle = slot.current if version is None else slot.find(version)
+        bundle = slot.current if version is None else slot.find(version, name)
         served = bundle.models.get(name) if is_model else None
-        if served is None:
-            return adapter_info(name, bundle)
-        return served_info(served, bundle)
-
-
-def claims(bundle: LoadedBundle) -> list[str]:
-    """Every name ``bundle`` makes reachable: adapter (HTTP and MQTT) and model names."""
-    names = [n for n in (bundle.adapter_name, bundle.mqtt_name) if n is not None]
-    return [*dict.fromkeys([*names, *bundle.models])]
-
-
-def adapter_info(name: str, bundle: LoadedBundle) -> ModelInfo:
-    return ModelInfo(
-        name=name,
-        version=bundle.version,
-        platform=ADAPTER_PLATFORM,
-        inputs=(ADAPTER_INPUT,),
-        outputs=(ADAPTER_OUTPUT,),
-        kind="adapter",
-        bundle=bundle.name,
-        ready=not bundle.missing_models or bundle.fallback.on_missing_model,
-        details={"models": ",".join(bundle.models), "digest": bundle.digest},
-        mqtt_name=bundle.mqtt_name,
-    )
-
-
-def served_info(served: ServedModel, bundle: LoadedBundle) -> ModelInfo:
-    return ModelInfo(
-        name=served.name,
-        version=bundle.version,
-        platform=served.platform,
-        inputs=tuple(served.inputs),
-        outputs=tuple(served.outputs),
-        max_batch_size=served.max_batch_size,
-        max_queue_delay_us=served.max_queue_delay_us,
-        kind="model",
-        bundle=bundle.name,
-        ready=served.handle is not None,
-        details=dict(served.details),
-    )
+        info = adapter_info(name, bundle) if served is None else served_info(served, bundle)
+        if name in self._unloaded:
+            return msgspec.structs.replace(info, ready=False)
+        return info

@@ -6,9 +6,9 @@ same `tensors.decode_binary`) or all in typed ``contents`` (decoded by the same 
 `tensors.decode_json` as JSON ``data``: no truncation, no wrap-around). Only the wire
 format is checked here; the tensors are checked against the model once, by the service.
 
-Answers mirror the request: typed ``contents`` for a typed request, ``raw_output_contents``
-for a raw one (what Triton always sends) and whenever an output has no typed field (FP16,
-BF16).
+Answers always carry their outputs in ``raw_output_contents``, whatever the request used:
+what Triton does, and what perf_analyzer and clients that index ``raw_output_contents``
+expect (tritonclient's ``as_numpy`` reads either).
 """
 
 from __future__ import annotations
@@ -133,34 +133,21 @@ def typed_size(request: pb.ModelInferRequest) -> int:
     return sum(len(getattr(t.contents, f)) for t in request.inputs for f in fields)
 
 
-def _fill(contents: pb.InferTensorContents, datatype: str, array: Array) -> None:
-    target = getattr(contents, TYPED_FIELDS[datatype])
-    if datatype == "BYTES":
-        target.extend(x.encode() if isinstance(x, str) else bytes(x) for x in array.ravel())
-    else:
-        target.extend(array.ravel().tolist())
-
-
 def encode_response(
     model: str,
     version: str,
     outputs: Mapping[str, Array],
     request: InferRequest,
     *,
-    raw: bool,
     params: Mapping[str, object],
 ) -> pb.ModelInferResponse:
-    """A protobuf answer: raw when ``raw`` or any output has no typed field, else typed."""
+    """A protobuf answer, every output in ``raw_output_contents`` (as Triton always sends:
+    perf_analyzer and hand-written clients read ``raw_output_contents[i]``)."""
     response = pb.ModelInferResponse(model_name=model, model_version=version, id=request.id)
     for key, value in params.items():
         set_parameter(response.parameters[key], value)
-    datatypes = {name: array_datatype(array) for name, array in outputs.items()}
-    typed = not raw and all(d in TYPED_FIELDS for d in datatypes.values())
     for name, array in outputs.items():
-        datatype = datatypes[name]
-        tensor = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        if typed:
-            _fill(tensor.contents, datatype, array)
-        else:
-            response.raw_output_contents.append(encode_binary(array, datatype, f"output '{name}'"))
+        datatype = array_datatype(array)
+        response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        response.raw_output_contents.append(encode_binary(array, datatype, f"output '{name}'"))
     return response

@@ -16,10 +16,15 @@ from typing import Any
 import grpc
 
 from wasmgate._compat import Self
+from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.grpc.kserve_v2_repository_service_pb2_grpc import (
+    add_GRPCInferenceServiceServicer_to_server as add_repository_rpcs,
+)
 from wasmgate.runtime.grpc.kserve_v2_service_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server,
 )
+from wasmgate.runtime.grpc.repository import RepositoryServicer
 from wasmgate.runtime.grpc.servicer import InferenceServicer
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
@@ -53,9 +58,14 @@ class GrpcListener:
         service: ServiceAPI,
         metrics: Metrics | None,
         tracing: Tracing | None = None,
+        *,
+        repository: Repository | None = None,
     ) -> None:
+        """``repository``: serve Triton's model repository RPCs over it (else they answer
+        UNIMPLEMENTED)."""
         self._settings = settings
         self._servicer = InferenceServicer(service, metrics, tracing)
+        self._repository = None if repository is None else RepositoryServicer(repository)
         self._server: Any = None
         self.port = 0
         self.tls = False
@@ -88,6 +98,8 @@ class GrpcListener:
         )
         # The generated registration is untyped (grpcio-tools writes no annotations).
         add_GRPCInferenceServiceServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        if self._repository is not None:  # a second part of the same service (see its proto)
+            add_repository_rpcs(self._repository, server)  # type: ignore[no-untyped-call]
         self.port = self._bind(server)
         await server.start()
         self._server = server

@@ -181,7 +181,7 @@ class InferenceServicer:
                 typed,
                 lambda: convert.encode_response(
                     name, str(result.version), result.outputs, req,
-                    raw=bool(request.raw_input_contents), params={"source": result.source},
+                    params={"source": result.source},
                 ),
             )  # fmt: skip
         headers = answer_headers(

@@ -29,7 +29,6 @@ bodies match the data plane's.
 from __future__ import annotations
 
 import errno
-import hmac
 import json
 import logging
 import secrets
@@ -40,14 +39,13 @@ from aiohttp import web
 
 from wasmgate._compat import timeout
 from wasmgate.runtime.bundles.registry import describe
+from wasmgate.runtime.dataplane.repository import check_bearer
 from wasmgate.runtime.errors import (
     BadRequest,
     BundleRejected,
     Busy,
-    Forbidden,
     InsufficientStorage,
     PayloadTooLarge,
-    Unauthorized,
 )
 from wasmgate.runtime.http import edge
 from wasmgate.runtime.http.keys import FLEET, LIVE, REGISTRY
@@ -63,14 +61,7 @@ _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 def _check_token(request: web.Request) -> None:
     token = request.app[LIVE].settings.http.management_token
-    if not token:
-        raise Forbidden("management API disabled: set http.management_token to enable it")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    ):
-        log.warning("management call refused", extra={"remote": request.remote})
-        raise Unauthorized("missing or wrong bearer token")
+    check_bearer(token, request.headers.get("Authorization"), request.remote)
 
 
 def guarded(handler: Handler) -> Handler:

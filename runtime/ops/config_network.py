@@ -45,7 +45,8 @@ class HttpSettings(Document):
     """Host names (``Host`` header) answered besides loopback names and IP literals, e.g.
     ``["gateway.local"]``; ``["*"]`` answers any. Guards against DNS rebinding."""
     management_token: str | None = None
-    """Bearer token for /v1/bundles. None disables the management API entirely."""
+    """Bearer token for /v1/bundles, /v1/desired and the model repository extension
+    (HTTP /v2/repository/*, gRPC Repository*). None disables them entirely."""
     tls_cert: Path | None = None
     """PEM certificate for HTTPS. Both tls_cert and tls_key enable TLS."""
     tls_key: Path | None = None

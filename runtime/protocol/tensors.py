@@ -56,7 +56,10 @@ def _json_bytes(data: Any, label: str) -> Array:
             continue
         if not isinstance(item, str):
             raise BadRequest(f"{label}: BYTES elements in JSON must be strings, got {item!r}")
-        items.append(item.encode())
+        try:
+            items.append(item.encode())
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"), which a JSON parser may let by
+            raise BadRequest(f"{label}: BYTES element {len(items)} is not valid text") from None
     result = np.empty(len(items), dtype=np.object_)
     result[:] = items
     return result

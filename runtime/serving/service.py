@@ -209,7 +209,7 @@ class InferenceService:
                 return await self._fallback.model(bundle, req, reason, {})
             raise NotReady(f"model {served.name!r} is not loaded on this device")
         try:  # the request's one check of its tensors against the model's contract
-            ordered = validate(served.inputs, req.inputs, f"model {served.name!r}")
+            ordered = validate(served.inputs, req.inputs, f"model {served.name!r}", text=True)
         except InputMismatch as e:
             raise BadRequest(str(e)) from None
         names = _output_names(served, req.outputs)

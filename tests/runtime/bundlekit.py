@@ -44,6 +44,29 @@ def write_double_model(path: Path) -> Path:
     return path
 
 
+def write_text_model(path: Path) -> Path:
+    """Two string inputs, as Triton users' models have them: ``words`` [-1] comes back as
+    ``same`` (Identity), ``digits`` [-1] is parsed into ``number`` (Cast string -> int64,
+    which fails with ``stoll`` when ONNX Runtime is handed ``bytes`` instead of text)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Identity", ["words"], ["same"]),
+            helper.make_node("Cast", ["digits"], ["number"], to=TensorProto.INT64),
+        ],
+        "text",
+        [helper.make_tensor_value_info(n, TensorProto.STRING, ["n"]) for n in ("words", "digits")],
+        [
+            helper.make_tensor_value_info("same", TensorProto.STRING, ["n"]),
+            helper.make_tensor_value_info("number", TensorProto.INT64, ["m"]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
 def slow_model(iterations: int = 2_000) -> bytes:
     """y = x, x and y FP32 [-1, 4], after a Loop of ``iterations`` 256x256 MatMuls (1-3 ms
     each on one core, so seconds in all): slow on purpose, and stoppable (ONNX Runtime checks its
@@ -134,6 +157,7 @@ class BundleKit:
         model_names: tuple[str, ...] = (),
         model_file: Path | None = None,
         batching: dict[str, int] | None = None,
+        io: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
         sections: dict[str, dict[str, Any]] | None = None,
         top: dict[str, Any] | None = None,
         selftest: bytes | None = None,
@@ -146,7 +170,8 @@ class BundleKit:
         """Write ``<name>-<version>.wgb``; ``sections`` adds tables (limits, fallback, ...),
         ``top`` top-level keys (``min_daemon_version``); ``model_names`` declares the model
         file under each of these names (default: ``model_name`` only); ``key`` signs instead
-        of the kit's key, ``now`` is the issue time."""
+        of the kit's key, ``now`` is the issue time; ``io`` the models' inputs and outputs
+        (default: ``x`` and ``y``, FP32 [-1, 4])."""
         src = self.root / f"src-{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
         text = f"name = {_toml(name)}\nversion = {version}\n"
@@ -167,8 +192,8 @@ class BundleKit:
                 "name": model_entry,
                 "format": "onnx",
                 "variants": {"fp32": str(model_file or self.model)},
-                "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-                "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
+                "inputs": io[0] if io else [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+                "outputs": io[1] if io else [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
                 "batching": batching or {"max_batch_size": 8, "max_queue_delay_us": 500},
             }
             text += "[[models]]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in entry.items())

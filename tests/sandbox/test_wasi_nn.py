@@ -534,3 +534,47 @@ def test_fused_inference_of_a_failing_backend_is_runtime_error(proxy: Adapter) -
     r, logs = run(proxy, OneModel(Exploding()), s)
     assert r.errnos == [OK, RUNTIME_ERROR]
     assert any("backend on fire" in line for line in logs)
+
+
+class Labeller:
+    """FP32 in, a string tensor out (object array of str, as ONNX Runtime gives it)."""
+
+    name = "boom"
+    inputs = (TensorSpec("x", "FP32", (-1, 4)),)
+    outputs = (TensorSpec("label", "BYTES", (-1,)),)
+
+    def infer(
+        self, inputs: Sequence[npt.NDArray[Any]], *, deadline: float | None = None
+    ) -> list[npt.NDArray[Any]]:
+        return [np.array(["cat"] * len(inputs[0]), dtype=np.object_)]
+
+
+class Reader:
+    """A string tensor in: wasi-nn has no type a guest could send it as."""
+
+    name = "boom"
+    inputs = (TensorSpec("text", "BYTES", (-1,)),)
+    outputs = (TensorSpec("y", "FP32", (-1,)),)
+
+    def infer(
+        self, inputs: Sequence[npt.NDArray[Any]], *, deadline: float | None = None
+    ) -> list[npt.NDArray[Any]]:
+        raise AssertionError("never run")
+
+
+def test_a_string_output_is_refused_not_copied(proxy: Adapter) -> None:
+    # An object array's bytes are pointers into the host: none may reach the guest.
+    s = one_input("boom", F32, affine_in())
+    buf, written = s.out(64), s.out()
+    s.call("get_output", 0, 0, buf, 64, written)
+    r, logs = run(proxy, OneModel(Labeller()), s)
+    assert r.errnos == [OK, OK, OK, OK, INVALID_ARGUMENT]
+    assert r.raw(buf, 64) == bytes(64)
+    assert any("wasi-nn has no string tensor type" in line for line in logs), logs
+
+
+@pytest.mark.parametrize("ty", [F32, CUR_U8, I64])
+def test_a_string_input_is_refused_whatever_the_type(proxy: Adapter, ty: int) -> None:
+    r, logs = run(proxy, OneModel(Reader()), one_input("boom", ty, U8.ravel()))
+    assert r.errnos[2] == INVALID_ARGUMENT
+    assert any("string tensor (BYTES)" in line for line in logs), logs

@@ -70,7 +70,7 @@ def test_pinning_by_version(staged: Daemon) -> None:
             assert (status, got, body) == (200, version, f"v{version}:x".encode())
     status, _, body = ask(staged, version="3")
     assert status == 404
-    assert b"no version '3' (serving 1, staged 2)" in body
+    assert b"'probe' version 3 is not found (bundle 'probe': serving 1, staged 2)" in body
     status, _, body = ask(staged, version="two")
     assert status == 400
     # the V2 route pins through its URL

@@ -310,3 +310,39 @@ async def test_every_case_answers_and_counts_the_same_on_every_transport(
     )
     assert all(n == 3 for n in lines.values()), lines
     assert any("500 inference_failed: probe: adapter error: probe failed" in k for k in lines)
+
+
+async def test_unknown_model_and_version_texts_are_tritons_on_every_transport(
+    served: tuple[Daemon, int], mosquitto: Broker
+) -> None:
+    """Triton's clients match on the start of the message: the one data plane gives every
+    transport the same text (the detail in parentheses included)."""
+    daemon, grpc_port = served
+    cases = [
+        (Case("unknown", "nope", "FP32", [1, 4], X, 404),
+         "Request for unknown model: 'nope' is not found ("),
+        (Case("unknown version", "double", "FP32", [1, 4], X, 404, pin="7"),
+         "Request for unknown model: 'double' version 7 is not found ("),
+    ]  # fmt: skip
+    with Requester(mosquitto.port).connect("conf/replies") as dev:
+        for i, (case, start) in enumerate(cases):
+            url = f"{daemon.url}/v2/models/{case.model}/infer"
+            headers = {"X-Wasmgate-Version": case.pin} if case.pin else {}
+            req = urllib.request.Request(url, data=body(case), headers=headers, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=30)
+            http_text = json.loads(err.value.read())["error"]
+            await over_mqtt(dev, case, i)
+            mqtt_text = json.loads(dev.snapshot()[i].payload)["error"]
+            assert http_text.startswith(start), http_text
+            assert mqtt_text == http_text
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = tstub.GRPCInferenceServiceStub(channel)
+        request = grpc_request(cases[0][0])
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ModelInfer(request, timeout=30)
+        assert failed.value.details().startswith(cases[0][1])
+        request.model_name, request.model_version = "double", "7"
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ModelInfer(request, timeout=30)
+        assert failed.value.details().startswith(cases[1][1])

@@ -12,7 +12,11 @@ from tritonclient.grpc import service_pb2 as triton_service
 
 from tests.runtime.grpc.stubs import PACKAGE_DIR, generate
 from wasmgate.runtime.grpc import kserve_v2_pb2 as pb
+from wasmgate.runtime.grpc import kserve_v2_repository_pb2 as rpb
+from wasmgate.runtime.grpc import kserve_v2_repository_service_pb2_grpc as rpb_grpc
 from wasmgate.runtime.grpc import kserve_v2_service_pb2_grpc as pb_grpc
+
+MESSAGES = {**pb.DESCRIPTOR.message_types_by_name, **rpb.DESCRIPTOR.message_types_by_name}
 
 
 def test_vendored_stubs_match_a_fresh_generation() -> None:
@@ -46,9 +50,9 @@ def _same_enum(ours: EnumDescriptor, theirs: EnumDescriptor) -> None:
     assert {(v.name, v.number) for v in ours.values} <= {(v.name, v.number) for v in theirs.values}
 
 
-@pytest.mark.parametrize("name", sorted(pb.DESCRIPTOR.message_types_by_name))
+@pytest.mark.parametrize("name", sorted(MESSAGES))
 def test_every_message_matches_tritonclients_field_by_field(name: str) -> None:
-    _same_fields(pb.DESCRIPTOR.message_types_by_name[name], _triton(name))
+    _same_fields(MESSAGES[name], _triton(name))
 
 
 def test_method_paths_are_the_kserve_service() -> None:
@@ -70,3 +74,12 @@ def test_stubs_import_beside_other_kserve_stubs_in_one_process() -> None:
                           ("wasmgate.runtime.grpc.servicer", "tritonclient.grpc")):  # fmt: skip
         code = f"import {first}, {second}"
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_repository_rpcs_are_a_part_of_the_same_service() -> None:
+    ours = {m for m in vars(rpb_grpc.GRPCInferenceServiceServicer) if not m.startswith("_")}
+    assert ours == {"RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"}
+    theirs = triton_service.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    assert ours <= {m.name for m in theirs.methods}
+    source = (PACKAGE_DIR / "kserve_v2_repository_service_pb2_grpc.py").read_text()
+    assert "'/inference.GRPCInferenceService/RepositoryIndex'" in source

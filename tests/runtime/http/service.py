@@ -99,9 +99,10 @@ class OrtService:
     def model_info(self, name: str, version: str | None = None) -> ModelInfo:
         info = self._infos.get(name)
         if info is None:
-            raise errors.NotFound(f"no model or adapter named {name!r}")
+            raise errors.NotFound(errors.unknown_model(name, "is not found", "no such name"))
         if version is not None and version != str(info.version):
-            raise errors.NotFound(f"{name!r} has no version {version!r} (serving {info.version})")
+            what, detail = f"version {version} is not found", f"serving {info.version}"
+            raise errors.NotFound(errors.unknown_model(name, what, detail))
         if name in self.not_ready_models:
             return msgspec.structs.replace(info, ready=False)
         return info
@@ -118,7 +119,7 @@ class OrtService:
             raise errors.NotFound(f"{req.model!r} is an adapter")
         label = f"model {req.model!r}"
         try:  # a ServiceAPI validates the tensors against the model's contract, once
-            validate(info.inputs, req.inputs, label)
+            validate(info.inputs, req.inputs, label, text=True)
         except InputMismatch as e:
             raise errors.BadRequest(str(e)) from None
         declared = [o.name for o in info.outputs]

@@ -33,7 +33,7 @@ def infer(server: LiveServer, model: str, doc: object, **headers: str) -> Reply:
         ("busy", 429, "busy: 4 in flight"),
         ("fail", 500, "fail: guest trapped"),
         ("toolarge", 413, "max_input_bytes"),
-        ("nope", 404, "no model or adapter named 'nope'"),
+        ("nope", 404, "Request for unknown model: 'nope' is not found"),
     ],
 )
 def test_adapter_errors_map_to_status(
