@@ -168,10 +168,12 @@ def in_flight(daemon: Daemon) -> float:
                if line.startswith(prefix) and line[len(prefix)] in " {")  # fmt: skip
 
 
-async def wait_in_flight(daemon: Daemon) -> None:
+async def wait_in_flight(daemon: Daemon, running: int = 1) -> None:
+    """Until ``running`` requests are in the service (0: the last holder's guest stopped:
+    its answer may come first, when the service's timer beats the sandbox's verdict)."""
     end = time.monotonic() + 30
-    while in_flight(daemon) < 1:
-        assert time.monotonic() < end, "the holding request never ran"
+    while (in_flight(daemon) >= 1) != (running >= 1):
+        assert time.monotonic() < end, f"never {running} in flight"
         await asyncio.sleep(0.02)
 
 
@@ -184,10 +186,12 @@ async def overloaded(
     await wait_in_flight(daemon)
     got["http"] = {over_http(daemon, OVERLOAD)}
     assert await holder == HOLD.status
+    await wait_in_flight(daemon, 0)
     holding = asyncio.create_task(asyncio.to_thread(over_grpc, stub, HOLD))
     await wait_in_flight(daemon)
     got["grpc"] = over_grpc(stub, OVERLOAD)
     assert HOLD.status in await holding
+    await wait_in_flight(daemon, 0)
     topic = f"wasmgate/v1/{GW}/models/probe/infer"
     dev.request(topic, body(HOLD), response_topic="conf/replies", correlation=b"hold")
     await wait_in_flight(daemon)
@@ -234,18 +238,22 @@ def served(
     return daemon, port
 
 
-def failure_lines(log: str) -> list[str]:
-    """The daemon's request-failure lines, without time and transport: ``<level>
-    wasmgate.requests: -> <status> <code>: <message>`` (the where part differs by design:
-    a path, an RPC, a topic)."""
-    lines = []
+def failure_lines(log: str) -> dict[str, Counter[tuple[str, str]]]:
+    """The daemon's request-failure lines by transport (its ``transport=`` field): a Counter
+    of (level, ``<status> <code>: <message>``); the where part differs by design (a path,
+    an RPC, a topic). A deadline's message says who saw it pass first (the sandbox, or the
+    service's own timer when the sandbox's verdict is late on a loaded machine), so a 504's
+    message is left out."""
+    found: dict[str, Counter[tuple[str, str]]] = {}
     for line in log.splitlines():
         if " wasmgate.requests: " not in line:
             continue
         level, rest = line.split(None, 2)[1:]
-        said = rest.split(" -> ", 1)[1].split(" transport=", 1)[0]  # the fields name it
-        lines.append(f"{level} {rest.split(' ', 1)[0]} -> {said}")
-    return lines
+        said, fields = rest.split(" -> ", 1)[1].split(" transport=", 1)
+        if said.startswith("504 "):
+            said = said.split(":", 1)[0]
+        found.setdefault(fields.split()[0], Counter())[(level, said)] += 1
+    return found
 
 
 def series(daemon: Daemon) -> dict[str, Counter[tuple[str, ...]]]:
@@ -303,13 +311,12 @@ async def test_every_case_answers_and_counts_the_same_on_every_transport(
     assert "Traceback" not in log
     # Each server error is logged once per transport, in the same line (a client mistake
     # is not logged at all).
-    lines = Counter(failure_lines(log))
+    lines = failure_lines(log)
+    assert set(lines) == {"http", "grpc", "mqtt"}, log
+    assert lines["http"] == lines["grpc"] == lines["mqtt"], lines
     server_errors = [c for c in [*CASES, HOLD] if c.status >= 500]
-    assert sum(lines.values()) == sum(3 if expressible(c, "grpc") else 2 for c in server_errors), (
-        log
-    )
-    assert all(n == 3 for n in lines.values()), lines
-    assert any("500 inference_failed: probe: adapter error: probe failed" in k for k in lines)
+    assert sum(lines["http"].values()) == len(server_errors), lines
+    assert ("WARNING", "500 inference_failed: probe: adapter error: probe failed") in lines["http"]
 
 
 async def test_unknown_model_and_version_texts_are_tritons_on_every_transport(
