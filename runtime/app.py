@@ -73,6 +73,7 @@ from wasmgate.runtime.http.keys import (
     SETTINGS,
     TRACING,
 )
+from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.config import Settings
@@ -84,6 +85,7 @@ from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.dispatch import BatchDispatcher
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.shm.registry import Regions
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
 from wasmgate.signing.errors import SigningError
@@ -130,6 +132,7 @@ def build_app(
         app.cleanup_ctx.append(_samples_oci_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
+    app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(_service_ctx)
     # Stage two (`wasmgate.runtime.app_open`): after the start-up bundles are loaded.
     app[OPENING] = opening = Opening(
@@ -296,6 +299,17 @@ def trust_status(store: BundleStore) -> dict[str, object]:
         "root_signed": store.trust.signed,
         "clock_floor": floor.isoformat() if floor is not None else None,
     }
+
+
+async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The shared-memory regions clients register: none at start, all unmapped at the end
+    (after the service drained, so no request still reads one)."""
+    regions = Regions(app[SETTINGS].shared_memory)
+    app[REGIONS] = regions
+    try:
+        yield
+    finally:
+        regions.close()
 
 
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -24,6 +24,7 @@ from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
 from wasmgate.runtime.http import status
 from wasmgate.runtime.http.keys import FLEET, METRICS, REGISTRY, SERVICE, SETTINGS, TRACING
+from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Stage
 from wasmgate.runtime.ops.config import Settings
@@ -90,7 +91,9 @@ def _prune_modules(registry: Registry, engine: SandboxEngine) -> None:
 async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     from wasmgate.runtime.grpc.server import GrpcListener  # noqa: PLC0415 - grpc only when used
 
-    listener = GrpcListener(app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING])
+    listener = GrpcListener(
+        app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING], app.get(REGIONS)
+    )
     async with listener:
         status.add_provider(app, "grpc", listener.status)
         yield

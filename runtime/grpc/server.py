@@ -17,6 +17,7 @@ import grpc
 
 from wasmgate._compat import Self
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.grpc import shm
 from wasmgate.runtime.grpc.kserve_v2_service_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server,
 )
@@ -25,6 +26,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.api import ServiceAPI
+from wasmgate.runtime.shm.registry import Regions
 
 log = logging.getLogger("wasmgate.grpc")
 
@@ -53,9 +55,11 @@ class GrpcListener:
         service: ServiceAPI,
         metrics: Metrics | None,
         tracing: Tracing | None = None,
+        regions: Regions | None = None,
     ) -> None:
         self._settings = settings
-        self._servicer = InferenceServicer(service, metrics, tracing)
+        self._servicer = InferenceServicer(service, metrics, tracing, regions)
+        self._regions = regions
         self._server: Any = None
         self.port = 0
         self.tls = False
@@ -88,6 +92,7 @@ class GrpcListener:
         )
         # The generated registration is untyped (grpcio-tools writes no annotations).
         add_GRPCInferenceServiceServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((shm.handler(self._regions),))
         self.port = self._bind(server)
         await server.start()
         self._server = server

@@ -15,8 +15,11 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[3] / "runtime" / "grpc"
 PROTO_PATH = "wasmgate/runtime/grpc"
-PROTOS = ("kserve_v2.proto", "kserve_v2_service.proto")
-VENDORED = ("kserve_v2_pb2.py", "kserve_v2_pb2.pyi", "kserve_v2_service_pb2_grpc.py")
+PROTOS = ("kserve_v2.proto", "kserve_v2_service.proto", "kserve_v2_shm.proto")
+VENDORED = (
+    "kserve_v2_pb2.py", "kserve_v2_pb2.pyi", "kserve_v2_service_pb2_grpc.py",
+    "kserve_v2_shm_pb2.py", "kserve_v2_shm_pb2.pyi",
+)  # fmt: skip
 """The service's own ``_pb2`` is left out on purpose (see kserve_v2_service.proto)."""
 
 
