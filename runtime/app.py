@@ -12,8 +12,9 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    locked file stops the start with one line naming it, nothing is deleted; the samples'
    OCI sink, when ``samples.oci_repository`` is set;
    the cloud fallback client, when ``cloud.url`` is set;
-3. bundle store + registry + `InferenceService`, empty; on close the service drains, then
-   unloads;
+3. the shared-memory regions clients register (`wasmgate.runtime.shm`), none at start,
+   all unmapped after the service drained; bundle store + registry + `InferenceService`,
+   empty; on close the service drains, then unloads;
 4. stage two (`wasmgate.runtime.opening`; the daemon listens before it, so the status page
    shows its progress): the start-up bundles loaded, then the bundle-directory watcher and
    expiry checks, the gRPC listener when ``grpc.port`` is set (grpc is imported only then),

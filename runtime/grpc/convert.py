@@ -13,7 +13,7 @@ BF16).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from wasmgate.runtime.errors import BadRequest
@@ -178,12 +178,12 @@ def encode_response(
     *,
     raw: bool,
     params: Mapping[str, object],
-    placed: Mapping[str, Mapping[str, object]] | None = None,
+    placed: Collection[str] = (),
 ) -> pb.ModelInferResponse:
     """A protobuf answer: raw when ``raw`` or any output has no typed field, else typed.
 
-    ``placed``: outputs written into shared memory, answered with these parameters and no
-    data (an empty raw entry, as Triton sends, so the others keep their index)."""
+    ``placed``: outputs written into shared memory, answered without data (an empty raw
+    entry, as Triton sends, so the others keep their index)."""
     response = pb.ModelInferResponse(model_name=model, model_version=version, id=request.id)
     for key, value in params.items():
         set_parameter(response.parameters[key], value)
@@ -192,9 +192,7 @@ def encode_response(
     for name, array in outputs.items():
         datatype = datatypes[name]
         tensor = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        if placed is not None and name in placed:
-            for key, value in placed[name].items():
-                set_parameter(tensor.parameters[key], value)
+        if name in placed:
             if not typed:
                 response.raw_output_contents.append(b"")
         elif typed:

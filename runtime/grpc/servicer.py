@@ -190,7 +190,7 @@ class InferenceServicer:
                 req = await off_loop(typed, lambda: convert.parse_request(request, regions))
                 regions.want_outputs({o.name: o.parameters for o in req.outputs or ()})
                 result = await call.infer(req, _route(context))
-                placed = regions.write(result.outputs) if regions.targets else {}
+                placed = regions.write(result.outputs) if regions.targets else set()
             raw = bool(request.raw_input_contents) or regions.used  # Triton's clients read raw
             answer = await off_loop(
                 typed,

@@ -80,9 +80,7 @@ def _header_length(request: web.Request) -> int | None:
         raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
-def _encode(
-    name: str, result: InferOutcome, req: v2.InferRequest, placed: dict[str, dict[str, object]]
-) -> v2.Encoded:
+def _encode(name: str, result: InferOutcome, req: v2.InferRequest, placed: set[str]) -> v2.Encoded:
     return v2.encode_response(
         name, str(result.version), result.outputs, req, parameters={"source": result.source},
         placed=placed,
@@ -100,7 +98,7 @@ async def infer(request: web.Request) -> web.Response:
             req = await off_loop(len(body), lambda: v2.parse_request(body, length, regions))
             regions.want_outputs({o.name: o.parameters for o in req.outputs or ()})
             result = await call.infer(req, route_of(request))
-            placed = regions.write(result.outputs) if regions.targets else {}
+            placed = regions.write(result.outputs) if regions.targets else set()
         size = 0
         for array in result.outputs.values():  # a loop, not sum() over a generator
             size += array.nbytes

@@ -17,7 +17,7 @@ classification extension is refused rather than silently ignored.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -278,12 +278,11 @@ def encode_response(
     *,
     parameters: Mapping[str, Any] | None = None,
     allow_binary: bool = True,
-    placed: Mapping[str, Mapping[str, Any]] | None = None,
+    placed: Collection[str] = (),
 ) -> Encoded:
     """Encode outputs as a V2 response; binary per the request unless ``allow_binary`` is off.
 
-    ``placed``: outputs already written into shared memory, answered with these parameters
-    and no data."""
+    ``placed``: outputs already written into shared memory, answered without data."""
     doc: dict[str, Any] = {"model_name": model_name}
     if model_version is not None:
         doc["model_version"] = model_version
@@ -295,8 +294,8 @@ def encode_response(
     for name, array in outputs.items():
         datatype = array_datatype(array)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if placed is not None and name in placed:
-            entry["parameters"] = dict(placed[name])
+        if name in placed:
+            pass  # name, datatype and shape only: the data is in the client's region
         elif allow_binary and _wants_binary(name, request):
             raw = encode_binary(array, datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}

@@ -10,7 +10,8 @@ an unregister meanwhile unmaps it only afterwards.
 An input is a read-only numpy view of the mapping (`tensors.decode_binary` on it: no copy,
 the same checks of size and BOOL bytes as a binary body). An output asked into a region is
 written there after the run (raw little-endian bytes, BYTES length-prefixed, as binary
-data) and answered without data, its parameters naming where it went.
+data) and answered with its name, datatype and shape only, as Triton does (Triton's C++
+HTTP client reads any ``parameters`` of an output as binary data).
 """
 
 from __future__ import annotations
@@ -43,13 +44,6 @@ class Placement:
 
     def __init__(self, region: Region, offset: int, byte_size: int) -> None:
         self.region, self.offset, self.byte_size = region, offset, byte_size
-
-    def answer(self, written: int) -> dict[str, object]:
-        """The output's parameters in the answer (Triton's names)."""
-        params: dict[str, object] = {REGION: self.region.name, BYTE_SIZE: written}
-        if self.offset:
-            params[OFFSET] = self.offset
-        return params
 
 
 class Attachment:
@@ -115,9 +109,9 @@ class Attachment:
                     raise BadRequest(f"{label}: binary_data and {REGION} both given")
                 self.targets[name] = self._place(params, label)
 
-    def write(self, outputs: Mapping[str, Array]) -> dict[str, dict[str, object]]:
-        """Write the outputs asked into regions; their answer parameters, by name."""
-        placed: dict[str, dict[str, object]] = {}
+    def write(self, outputs: Mapping[str, Array]) -> set[str]:
+        """Write the outputs asked into regions; the names of those written."""
+        placed: set[str] = set()
         for name, at in self.targets.items():
             array = outputs.get(name)
             if array is None:
@@ -136,7 +130,7 @@ class Attachment:
                 view[:] = raw
             else:
                 _copy_into(view, array)
-            placed[name] = at.answer(need)
+            placed.add(name)
         return placed
 
 

@@ -26,7 +26,7 @@ import threading
 from wasmgate.runtime.errors import BadRequest
 
 SHM_DIR = "/dev/shm"  # noqa: S108 - where Linux keeps POSIX shared memory (glibc's shm_open)
-_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,255}\Z")
+_NAME = re.compile(r"[A-Za-z0-9_.:@+-]{1,255}\Z")
 """Safe characters for a POSIX shm name (no ``/``: one object, never a path)."""
 
 
@@ -36,7 +36,7 @@ def object_name(key: str) -> str:
     if not _NAME.match(bare) or bare in {".", ".."}:
         raise BadRequest(
             f"shared memory key {key[:80]!r} is not a POSIX shared memory name "
-            "('/name': letters, digits, '._:@+-', at most 255, no other '/')"
+            "('/name': letters, digits, '_.:@+-', at most 255, no other '/')"
         )
     return bare
 

@@ -25,7 +25,7 @@ from wasmgate.runtime.ops.config_shm import SharedMemorySettings
 from wasmgate.runtime.shm.region import Region
 
 log = logging.getLogger("wasmgate.shm")
-_REGION_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,256}\Z")
+_REGION_NAME = re.compile(r"[A-Za-z0-9_.:@+-]{1,256}\Z")
 
 
 def is_loopback(peer: str | None) -> bool:
@@ -71,7 +71,7 @@ class Regions:
         if not _REGION_NAME.match(name):
             raise BadRequest(
                 f"shared memory region name {str(name)[:80]!r}: letters, digits and "
-                "'._:@+-', 1 to 256 of them"
+                "'_.:@+-', 1 to 256 of them"
             )
         if not isinstance(key, str):
             raise BadRequest("shared memory register: 'key' must be a string")

@@ -105,7 +105,7 @@ def regions() -> Iterator[Callable[[str, int], Any]]:
 
 
 def key(name: str) -> str:
-    return f"/wg-test-{os.getpid()}-{name}"
+    return f"/wg_test-{os.getpid()}-{name}"
 
 
 def module(kind: str) -> Any:
@@ -212,7 +212,7 @@ def test_keys_outside_the_namespace_are_refused(
 
 
 def test_a_symbolic_link_in_dev_shm_is_refused(client: Client, kind: str) -> None:
-    link = Path("/dev/shm") / f"wg-test-{os.getpid()}-link"
+    link = Path("/dev/shm") / f"wg_test-{os.getpid()}-link"
     link.symlink_to("/etc/hostname")
     try:
         message = failure(lambda: client.register_system_shared_memory("r", f"/{link.name}", 4))

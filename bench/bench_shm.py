@@ -1,0 +1,144 @@
+"""System shared memory against binary HTTP and in-process ``infer``: same model, same run.
+
+``python -m bench.bench_shm [--quick] [--json OUT]``
+
+A real ``wasmgate serve`` (``shared_memory.enabled``) serves the MobileNet-class CNN
+(FP32 [1, 3, 128, 128], 192 KiB per request; batching off). A local client puts the image
+in a POSIX shared memory region registered once, and each request is a small JSON body
+naming it (``shared_memory_region``), its output asked into a second region: what a camera
+process on the gateway does instead of sending the tensor through the socket. ``wrk``
+(`bench.wrk`) sends that body, and in the same rounds the same tensor as a binary-extension
+body (``bench_http.v2_body``): p50 at 1 connection and req/s at 8, rounds alternating,
+medians. The in-process baseline is the daemon's own ONNX Runtime backend's ``infer`` on
+the same file in this process (`bench_ladder.backend_limit`), measured in each round too.
+Goals (issue 43): p50 at 1 client within 1.15x of in-process; req/s at 8 clients at least
+1.3x binary HTTP.
+
+Triton's ``perf_analyzer`` (`bench.peers`) then drives the daemon with ``--shared-memory
+system`` and, back to back, without (binary HTTP): p50 at 1 client. Skipped with the reason
+printed when it is not installed (``--quick``) or a system library is missing.
+
+The machine running the suite may be shared: only same-run ratios mean anything.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import urllib.request
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import bench_http, wrk
+from bench.bench_grpc import skip_reason
+from bench.bench_ladder import backend_limit, inputs
+from bench.common import Figure, median, script_main
+from bench.peers import perf_analyzer
+from tests.fixtures.benchkit import BenchKit
+from tests.fixtures.daemon import Daemon
+
+SCENARIO = "mobilenet system shared memory"
+OUT_BYTES = 64 * 1024
+
+
+def _post(url: str, doc: dict[str, Any]) -> None:
+    request = urllib.request.Request(url, data=json.dumps(doc).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
+
+
+def shm_body(daemon: Daemon, x: np.ndarray[Any, Any], names: tuple[str, str]) -> bytes:
+    """Register the two regions (input holding ``x``, output) and return the request body."""
+    output = daemon.get_json("/v2/models/mobilenet")["outputs"][0]["name"]
+    base = f"{daemon.url}/v2/systemsharedmemory/region"
+    _post(f"{base}/in/register", {"key": f"/{names[0]}", "offset": 0, "byte_size": x.nbytes})
+    _post(f"{base}/out/register", {"key": f"/{names[1]}", "offset": 0, "byte_size": OUT_BYTES})
+    doc = {
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "parameters": {
+            "shared_memory_region": "in", "shared_memory_byte_size": x.nbytes}}],
+        "outputs": [{"name": output, "parameters": {
+            "shared_memory_region": "out", "shared_memory_byte_size": OUT_BYTES}}],
+    }  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+def over_http(daemon: Daemon, x: np.ndarray[Any, Any], seconds: float, rounds: int) -> list[Figure]:
+    """wrk: shared memory and binary HTTP alternating; p50 at 1 connection, req/s at 8."""
+    made = [shared_memory.SharedMemory(create=True, size=size) for size in (x.nbytes, OUT_BYTES)]
+    try:
+        np.ndarray(x.shape, np.float32, made[0].buf)[:] = x
+        url = f"{daemon.url}/v2/models/mobilenet/infer"
+        bodies = {"shm": (shm_body(daemon, x, (made[0].name, made[1].name)), {}),
+                  "binary": bench_http.v2_body(x, "input")}  # fmt: skip
+        for body, headers in bodies.values():  # warm up both paths (first runs, page faults)
+            wrk.run(url, body, headers, 8, 1.0)
+        p50: dict[str, list[float]] = {k: [] for k in (*bodies, "raw")}
+        rps: dict[str, list[float]] = {k: [] for k in bodies}
+        for _ in range(rounds):  # interleaved: a loaded machine's swings hit all alike
+            p50["raw"].append(median(backend_limit(get_path(), x, 1, seconds)))
+            for kind, (body, headers) in bodies.items():
+                p50[kind].append(wrk.run(url, body, headers, 1, seconds).p50)
+                rps[kind].append(wrk.run(url, body, headers, 8, seconds).rps)
+        _post(f"{daemon.url}/v2/systemsharedmemory/unregister", {})
+    finally:
+        for region in made:
+            region.close()
+            region.unlink()
+    raw = median(p50["raw"])
+    shm50, bin50 = median(p50["shm"]) * 1e3, median(p50["binary"]) * 1e3
+    return [
+        Figure(SCENARIO, "p50, 1 client (goal <= 1.15x)", shm50, "ms", "in-process infer",
+               raw * 1e3),
+        Figure(SCENARIO, "binary HTTP p50, 1 client", bin50, "ms", "in-process infer", raw * 1e3),
+        Figure(SCENARIO, "req/s, 8 clients (goal >= 1.3x)", median(rps["shm"]), "/s",
+               "binary HTTP", median(rps["binary"]), lower_is_better=False),
+    ]  # fmt: skip
+
+
+def get_path() -> Path:
+    return inputs()["mobilenet"][0]
+
+
+def with_perf_analyzer(daemon: Daemon, requests: int, tmp: Path, quick: bool) -> list[Figure]:
+    url = daemon.url.split("//")[1]
+    stability = 1000 if quick else 50
+    shm = perf_analyzer(url, "mobilenet", requests, tmp / "pa-shm.csv", stability=stability,
+                        extra=("--shared-memory", "system",
+                               "--output-shared-memory-size", str(OUT_BYTES)))  # fmt: skip
+    binary = perf_analyzer(url, "mobilenet", requests, tmp / "pa-bin.csv", stability=stability)
+    return [
+        Figure(SCENARIO, "perf_analyzer --shared-memory system p50", shm["p50"] * 1e3, "ms",
+               "perf_analyzer binary HTTP", binary["p50"] * 1e3),
+    ]  # fmt: skip
+
+
+def run(quick: bool) -> list[Figure]:
+    seconds, rounds = (1.0, 1) if quick else (3.0, 5)
+    path, x = inputs()["mobilenet"]
+    why = skip_reason(quick)
+    with tempfile.TemporaryDirectory(prefix="wasmgate-bench-") as tmp:
+        root = Path(tmp)
+        kit = BenchKit(root / "kit")
+        kit.build("mobilenet", path)
+        daemon = kit.daemon(root / "daemon", config={"shared_memory": {"enabled": True}})
+        daemon.start(timeout=120)
+        try:
+            figures = over_http(daemon, x, seconds, rounds)
+            if why is None:
+                figures += with_perf_analyzer(daemon, 20 if quick else 200, root, quick)
+            else:
+                print(f"bench_shm: skipping perf_analyzer: {why}", flush=True)
+        finally:
+            daemon.stop()
+    return figures
+
+
+def main() -> None:
+    script_main(__doc__, run, "short windows")
+
+
+if __name__ == "__main__":
+    main()
