@@ -15,7 +15,8 @@ Goals (issue 43): p50 at 1 client within 1.15x of in-process; req/s at 8 clients
 1.3x binary HTTP.
 
 Triton's ``perf_analyzer`` (`bench.peers`) then drives the daemon with ``--shared-memory
-system`` and, back to back, without (binary HTTP): p50 at 1 client. Skipped with the reason
+system`` and, back to back, without (binary tensors), over HTTP and over gRPC: p50 at 1
+client. Skipped with the reason
 printed when it is not installed (``--quick``) or a system library is missing.
 
 The machine running the suite may be shared: only same-run ratios mean anything.
@@ -39,6 +40,7 @@ from bench.common import Figure, median, script_main
 from bench.peers import perf_analyzer
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.net import free_port
 
 SCENARIO = "mobilenet system shared memory"
 OUT_BYTES = 64 * 1024
@@ -103,16 +105,25 @@ def get_path() -> Path:
 
 
 def with_perf_analyzer(daemon: Daemon, requests: int, tmp: Path, quick: bool) -> list[Figure]:
-    url = daemon.url.split("//")[1]
+    """perf_analyzer over HTTP and gRPC, with and without ``--shared-memory system``."""
+    urls = {"http": daemon.url.split("//")[1], "grpc": f"127.0.0.1:{grpc_port(daemon)}"}
     stability = 1000 if quick else 50
-    shm = perf_analyzer(url, "mobilenet", requests, tmp / "pa-shm.csv", stability=stability,
-                        extra=("--shared-memory", "system",
-                               "--output-shared-memory-size", str(OUT_BYTES)))  # fmt: skip
-    binary = perf_analyzer(url, "mobilenet", requests, tmp / "pa-bin.csv", stability=stability)
-    return [
-        Figure(SCENARIO, "perf_analyzer --shared-memory system p50", shm["p50"] * 1e3, "ms",
-               "perf_analyzer binary HTTP", binary["p50"] * 1e3),
-    ]  # fmt: skip
+    shm_args = ("--shared-memory", "system", "--output-shared-memory-size", str(OUT_BYTES))
+    figures = []
+    for protocol, url in urls.items():
+        got = {
+            kind: perf_analyzer(url, "mobilenet", requests, tmp / f"pa-{protocol}-{kind}.csv",
+                                protocol=protocol, stability=stability, extra=extra)
+            for kind, extra in (("shm", shm_args), ("plain", ()))
+        }  # fmt: skip
+        figures.append(Figure(SCENARIO, f"perf_analyzer -i {protocol} --shared-memory p50",
+                              got["shm"]["p50"] * 1e3, "ms", f"perf_analyzer binary {protocol}",
+                              got["plain"]["p50"] * 1e3))  # fmt: skip
+    return figures
+
+
+def grpc_port(daemon: Daemon) -> int:
+    return int(daemon.get_json("/v1/status")["components"]["grpc"]["port"])
 
 
 def run(quick: bool) -> list[Figure]:
@@ -123,7 +134,8 @@ def run(quick: bool) -> list[Figure]:
         root = Path(tmp)
         kit = BenchKit(root / "kit")
         kit.build("mobilenet", path)
-        daemon = kit.daemon(root / "daemon", config={"shared_memory": {"enabled": True}})
+        config = {"shared_memory": {"enabled": True}, "grpc": {"port": free_port()}}
+        daemon = kit.daemon(root / "daemon", config=config)
         daemon.start(timeout=120)
         try:
             figures = over_http(daemon, x, seconds, rounds)

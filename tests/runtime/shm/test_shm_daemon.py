@@ -9,8 +9,11 @@ one the daemon must answer a plain request as before.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
@@ -352,3 +355,51 @@ def test_off_by_default_and_the_token_when_set(tmp_path: Path, regions: Any) -> 
             client.close()
     finally:
         guarded.stop()
+
+
+REGION_16 = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+
+
+def infer_body(params: Mapping[str, object], data: list[int] | None = None) -> bytes:
+    tensor: dict[str, object] = {"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                 "parameters": dict(params)}  # fmt: skip
+    if data is not None:
+        tensor["data"] = data
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def _post(daemon: Daemon, path: str, body: bytes) -> tuple[int, str]:
+    request = urllib.request.Request(f"{daemon.url}{path}", data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "expected"),
+    [
+        ("/v2/systemsharedmemory/region/r/register", b"{nope", "register body is not valid JSON"),
+        ("/v2/systemsharedmemory/region/r/register", b"[]", "must be a JSON object"),
+        ("/v2/systemsharedmemory/region/r/register", b"{}", "'key' must be a string"),
+        ("/v2/systemsharedmemory/region/r/register", b" " * 5000, "at most 4096 bytes"),
+        ("/v2/systemsharedmemory/region/r/register",
+         b'{"key": "/x", "byte_size": 1e3}', "'byte_size' must be a non-negative integer"),
+        ("/v2/systemsharedmemory/region/a%2Fb/register",
+         b'{"key": "/x", "byte_size": 8}', "shared memory region name"),
+        ("/v2/models/double/infer", infer_body(REGION_16, data=[1, 2, 3, 4]),
+         "'data' and shared_memory_region both given"),
+        ("/v2/models/double/infer", infer_body({"shared_memory_byte_size": 16}),
+         "shared_memory_region and shared_memory_byte_size go together"),
+        ("/v2/models/double/infer", infer_body({**REGION_16, "shared_memory_offset": -1}),
+         "shared_memory_offset must be a non-negative integer, got -1"),
+    ],
+)  # fmt: skip
+def test_bad_bodies_get_one_line_errors(daemon: Daemon, path: str, body: bytes, expected: str
+                                        ) -> None:  # fmt: skip
+    status, message = _post(daemon, path, body)
+    assert status == 400
+    assert expected in message
+    assert "\n" not in message
+    assert daemon.get_json("/v2/systemsharedmemory/status") == []
