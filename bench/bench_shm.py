@@ -8,9 +8,10 @@ in a POSIX shared memory region registered once, and each request is a small JSO
 naming it (``shared_memory_region``), its output asked into a second region: what a camera
 process on the gateway does instead of sending the tensor through the socket. ``wrk``
 (`bench.wrk`) sends that body, and in the same rounds the same tensor as a binary-extension
-body (``bench_http.v2_body``): p50 at 1 connection and req/s at 8, rounds alternating,
-medians. The in-process baseline is the daemon's own ONNX Runtime backend's ``infer`` on
-the same file in this process (`bench_ladder.backend_limit`), measured in each round too.
+body (``bench_http.v2_body``): p50 at 1 connection, req/s and the daemon's CPU time per
+request (``/proc``) at 8, rounds alternating, medians. The in-process baseline is the
+daemon's own ONNX Runtime backend's ``infer`` on the same file in this process
+(`bench_ladder.backend_limit`), measured in each round too.
 Goals (issue 43): p50 at 1 client within 1.15x of in-process; req/s at 8 clients at least
 1.3x binary HTTP.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import tempfile
 import urllib.request
+from collections import defaultdict
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -36,9 +38,9 @@ import numpy as np
 from bench import bench_http, wrk
 from bench.bench_grpc import skip_reason
 from bench.bench_ladder import backend_limit, inputs
-from bench.common import Figure, median, script_main
+from bench.common import Figure, cpu_seconds, median, script_main
 from bench.peers import perf_analyzer
-from tests.fixtures.benchkit import BenchKit
+from tests.fixtures.benchkit import BenchKit, daemon_pid
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 
@@ -68,36 +70,53 @@ def shm_body(daemon: Daemon, x: np.ndarray[Any, Any], names: tuple[str, str]) ->
 
 
 def over_http(daemon: Daemon, x: np.ndarray[Any, Any], seconds: float, rounds: int) -> list[Figure]:
-    """wrk: shared memory and binary HTTP alternating; p50 at 1 connection, req/s at 8."""
+    """wrk: shared memory and binary HTTP alternating; p50 at 1 connection, req/s and the
+    daemon's CPU per request at 8."""
     made = [shared_memory.SharedMemory(create=True, size=size) for size in (x.nbytes, OUT_BYTES)]
     try:
         np.ndarray(x.shape, np.float32, made[0].buf)[:] = x
-        url = f"{daemon.url}/v2/models/mobilenet/infer"
         bodies = {"shm": (shm_body(daemon, x, (made[0].name, made[1].name)), {}),
                   "binary": bench_http.v2_body(x, "input")}  # fmt: skip
-        for body, headers in bodies.values():  # warm up both paths (first runs, page faults)
-            wrk.run(url, body, headers, 8, 1.0)
-        p50: dict[str, list[float]] = {k: [] for k in (*bodies, "raw")}
-        rps: dict[str, list[float]] = {k: [] for k in bodies}
-        for _ in range(rounds):  # interleaved: a loaded machine's swings hit all alike
-            p50["raw"].append(median(backend_limit(get_path(), x, 1, seconds)))
-            for kind, (body, headers) in bodies.items():
-                p50[kind].append(wrk.run(url, body, headers, 1, seconds).p50)
-                rps[kind].append(wrk.run(url, body, headers, 8, seconds).rps)
+        got = measure(daemon, bodies, x, seconds, rounds)
         _post(f"{daemon.url}/v2/systemsharedmemory/unregister", {})
     finally:
         for region in made:
             region.close()
             region.unlink()
-    raw = median(p50["raw"])
-    shm50, bin50 = median(p50["shm"]) * 1e3, median(p50["binary"]) * 1e3
+    raw = got["raw p50"] * 1e3
     return [
-        Figure(SCENARIO, "p50, 1 client (goal <= 1.15x)", shm50, "ms", "in-process infer",
-               raw * 1e3),
-        Figure(SCENARIO, "binary HTTP p50, 1 client", bin50, "ms", "in-process infer", raw * 1e3),
-        Figure(SCENARIO, "req/s, 8 clients (goal >= 1.3x)", median(rps["shm"]), "/s",
-               "binary HTTP", median(rps["binary"]), lower_is_better=False),
+        Figure(SCENARIO, "p50, 1 client (goal <= 1.15x)", got["shm p50"] * 1e3, "ms",
+               "in-process infer", raw),
+        Figure(SCENARIO, "binary HTTP p50, 1 client", got["binary p50"] * 1e3, "ms",
+               "in-process infer", raw),
+        Figure(SCENARIO, "req/s, 8 clients (goal >= 1.3x)", got["shm rps"], "/s",
+               "binary HTTP", got["binary rps"], lower_is_better=False),
+        Figure(SCENARIO, "daemon CPU per request, 8 clients", got["shm cpu"] * 1e3, "ms",
+               "binary HTTP", got["binary cpu"] * 1e3),
     ]  # fmt: skip
+
+
+def measure(
+    daemon: Daemon,
+    bodies: dict[str, tuple[bytes, dict[str, str]]],
+    x: np.ndarray[Any, Any],
+    seconds: float,
+    rounds: int,
+) -> dict[str, float]:
+    """Medians over ``rounds`` interleaved rounds (a loaded machine's swings hit all alike)."""
+    url, pid = f"{daemon.url}/v2/models/mobilenet/infer", daemon_pid(daemon)
+    for body, headers in bodies.values():  # warm up both paths (first runs, page faults)
+        wrk.run(url, body, headers, 8, 1.0)
+    samples: dict[str, list[float]] = defaultdict(list)
+    for _ in range(rounds):
+        samples["raw p50"].append(median(backend_limit(get_path(), x, 1, seconds)))
+        for kind, (body, headers) in bodies.items():
+            samples[f"{kind} p50"].append(wrk.run(url, body, headers, 1, seconds).p50)
+            before = cpu_seconds(pid)
+            loaded = wrk.run(url, body, headers, 8, seconds)
+            samples[f"{kind} rps"].append(loaded.rps)
+            samples[f"{kind} cpu"].append((cpu_seconds(pid) - before) / loaded.requests)
+    return {name: median(values) for name, values in samples.items()}
 
 
 def get_path() -> Path:
