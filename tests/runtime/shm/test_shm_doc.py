@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from tests.runtime.shm.test_shm_daemon import start_daemon
+from tests.runtime.shm.kit import start_daemon
 from wasmgate._compat import tomllib
 from wasmgate.runtime.ops.config import settings_from
 from wasmgate.runtime.ops.config_shm import SharedMemorySettings
