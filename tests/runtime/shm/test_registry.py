@@ -112,3 +112,21 @@ def test_unregister_waits_for_the_requests_using_the_region(shm_key: str) -> Non
         np.testing.assert_array_equal(x, [0.0, 0.0])  # still mapped for this one
         assert not x.flags.writeable  # inputs are read-only views
     assert regions.unregister("r") == 0  # unknown names are no error, as in Triton
+
+
+def test_an_input_is_a_view_of_the_mapping_not_a_copy(shm_key: str) -> None:
+    """Mapped once at register: the array a model gets shows the object's bytes as they are
+    (the client writes, the same array sees it), and it cannot write them."""
+    regions = Regions(ON)
+    regions.register("r", shm_key, 4096, 4096)
+    params = {"shared_memory_region": "r", "shared_memory_byte_size": 16,
+              "shared_memory_offset": 8}  # fmt: skip
+    with Attachment(regions, "::1", None) as use:
+        x = use.input("FP32", [4], params, "x")
+        with Path(f"/dev/shm/{shm_key[1:]}").open("r+b") as f:
+            f.seek(4096 + 8)
+            f.write(np.array([1.5, np.nan, -np.inf, 7], dtype="<f4").tobytes())
+        np.testing.assert_array_equal(x, [1.5, np.nan, -np.inf, 7])
+        with pytest.raises(ValueError, match="read-only"):
+            x[0] = 0
+    regions.close()
