@@ -30,7 +30,9 @@ CAPS: Mapping[str, object] = {
 }  # fmt: skip
 
 
-def start_daemon(root: Path, shared_memory: Mapping[str, object] | None) -> Daemon:
+def start_daemon(
+    root: Path, shared_memory: Mapping[str, object] | None, env: Mapping[str, str] | None = None
+) -> Daemon:
     kit = BundleKit(root / "kit")
     bundles = root / "d" / "data" / "bundles"
     bundles.mkdir(parents=True, exist_ok=True)
@@ -42,7 +44,7 @@ def start_daemon(root: Path, shared_memory: Mapping[str, object] | None) -> Daem
     }
     if shared_memory is not None:
         config["shared_memory"] = dict(shared_memory)
-    daemon = Daemon(root / "d", config)
+    daemon = Daemon(root / "d", config, env=env)
     daemon.start()
     return daemon
 

@@ -8,23 +8,31 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tritonclient.grpc as tgrpc
+import tritonclient.http as thttp
 import tritonclient.utils.shared_memory as shm
 
 from tests.fixtures.daemon import Daemon
 from tests.runtime.shm.kit import (
+    CAPS,
     Client,
     X,
+    connect,
     failure,
+    grpc_url,
     key,
     module,
     shm_input,
+    start_daemon,
     still_serving,
 )  # fmt: skip
 
@@ -189,3 +197,45 @@ def test_bad_bodies_get_one_line_errors(daemon: Daemon, path: str, body: bytes, 
     assert expected in message
     assert "\n" not in message
     assert daemon.get_json("/v2/systemsharedmemory/status") == []
+
+
+def own_address() -> str | None:
+    """This machine's address on its default route, when it has one besides loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent for a UDP connect
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+def test_a_remote_peer_is_refused_even_on_an_exposed_listener(tmp_path: Path, regions: Any) -> None:
+    """``http.host = 0.0.0.0``: the network reaches the API, never the shared memory."""
+    address = own_address()
+    if address is None:
+        pytest.skip("this machine has no address besides loopback to call from")
+    exposed = start_daemon(tmp_path, CAPS, env={"WASMGATE_HTTP__HOST": "0.0.0.0"})
+    try:
+        handle = regions("net", X.nbytes)
+        shm.set_shared_memory_region(handle, [X])
+        grpc_port = grpc_url(exposed).rsplit(":", 1)[1]
+        urls = {"http": f"{address}:{exposed.port}", "grpc": f"{address}:{grpc_port}"}
+        local = connect(exposed, "http")
+        local.register_system_shared_memory("net", key("net"), X.nbytes)
+        for kind, url in urls.items():
+            client = (thttp if kind == "http" else tgrpc).InferenceServerClient(url)
+            want = f"system shared memory is for local clients only; {address} is not a loop"
+            for call in (
+                partial(client.register_system_shared_memory, "r", key("net"), 16),
+                partial(client.get_system_shared_memory_status),
+                partial(client.unregister_system_shared_memory),
+                partial(client.infer, "double", [shm_input(kind, "net", X.nbytes)]),
+            ):
+                assert failure(call).startswith(want)
+            still_serving(client, kind)  # the network is served as before
+            client.close()
+        assert [r["name"] for r in local.get_system_shared_memory_status()] == ["net"]
+        local.close()
+    finally:
+        exposed.stop()
