@@ -307,6 +307,8 @@ async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:
     (after the service drained, so no request still reads one)."""
     regions = Regions(app[SETTINGS].shared_memory)
     app[REGIONS] = regions
+    if regions.settings.enabled:
+        status.add_provider(app, "shared_memory", regions.summary)
     try:
         yield
     finally:

@@ -132,6 +132,14 @@ class Regions:
             raise NotFound(f"no shared memory region named {name!r}")
         return [region.status()]
 
+    def summary(self) -> dict[str, object]:
+        """The ``shared_memory`` section of ``/v1/status``: counts against their caps."""
+        with self._lock:
+            count, used = len(self._regions), sum(r.byte_size for r in self._regions.values())
+        caps = self.settings
+        return {"regions": count, "max_regions": caps.max_regions, "bytes": used,
+                "max_total_bytes": caps.max_total_bytes}  # fmt: skip
+
     def leased(self, name: str) -> Region:
         """Region ``name``, leased to the caller (who calls ``release``)."""
         with self._lock:

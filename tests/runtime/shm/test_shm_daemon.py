@@ -26,12 +26,17 @@ from tests.runtime.shm.kit import (
 )  # fmt: skip
 
 
-def test_inputs_and_outputs_through_regions(client: Client, kind: str, regions: Any) -> None:
+def test_inputs_and_outputs_through_regions(
+    daemon: Daemon, client: Client, kind: str, regions: Any
+) -> None:
     """Triton's example flow: register, write input, infer into an output region, read."""
     source, sink = regions("in", X.nbytes), regions("out", X.nbytes + 64)
     shm.set_shared_memory_region(source, [X])
     client.register_system_shared_memory("in", key("in"), X.nbytes)
     client.register_system_shared_memory("out", key("out"), X.nbytes + 64)
+    summary = daemon.get_json("/v1/status")["components"]["shared_memory"]
+    assert summary == {"regions": 2, "max_regions": 4, "bytes": 2 * X.nbytes + 64,
+                       "max_total_bytes": 2 << 20}  # fmt: skip
     status = client.get_system_shared_memory_status()
     listed = status if kind == "http" else [
         {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
