@@ -25,8 +25,9 @@ class SharedMemorySettings(Document):
     """Bearer token every shared-memory call must carry (HTTP ``Authorization: Bearer``,
     gRPC metadata ``authorization``), inference requests naming a region included. None:
     any loopback client may use the extension; remote clients never may."""
-    max_regions: Annotated[int, Meta(ge=1, le=4096)] = 16
-    """Regions registered at once at most; one more is refused (400)."""
+    max_regions: Annotated[int, Meta(ge=1, le=1024)] = 16
+    """Regions registered at once at most; one more is refused (400). Each keeps a file
+    descriptor open, hence the bound of 1024 (the unit's LimitNOFILE is 4096)."""
     max_region_bytes: Annotated[int, Meta(gt=0)] = 64 * MIB
     """Largest ``byte_size`` of one region."""
     max_total_bytes: Annotated[int, Meta(gt=0)] = 256 * MIB

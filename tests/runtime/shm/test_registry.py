@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wasmgate.runtime.errors import BadRequest, Forbidden, Unauthorized
+from wasmgate.runtime.errors import BadRequest, ConfigError, Forbidden, Unauthorized
 from wasmgate.runtime.grpc.peer import peer_address
+from wasmgate.runtime.ops.config import settings_from
 from wasmgate.runtime.ops.config_shm import SharedMemorySettings
 from wasmgate.runtime.shm.attach import Attachment
 from wasmgate.runtime.shm.region import object_name
@@ -130,3 +131,19 @@ def test_an_input_is_a_view_of_the_mapping_not_a_copy(shm_key: str) -> None:
         with pytest.raises(ValueError, match="read-only"):
             x[0] = 0
     regions.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"max_regions": 0}, "shared_memory.max_regions: Expected `int` >= 1"),
+        ({"max_regions": 5000}, "shared_memory.max_regions: Expected `int` <= 1024"),
+        ({"max_region_bytes": 0}, "shared_memory.max_region_bytes: Expected `int` >= 1"),
+        ({"enabled": "yes"}, "shared_memory.enabled: Expected `bool`"),
+        ({"tokens": "x"}, "shared_memory.tokens: unknown key"),
+    ],
+)
+def test_config_keys_are_checked_like_every_other(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        settings_from({"shared_memory": table}, "config.toml")
+    assert str(err.value).startswith(f"config.toml: {message}")
