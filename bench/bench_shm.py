@@ -114,11 +114,13 @@ def measure(
         wrk.run(url, body, headers, 8, 1.0)
     samples: dict[str, list[float]] = defaultdict(list)
     with in_process(get_path(), x) as in_process_p50:
-        for _ in range(rounds):
+        for round_ in range(rounds):
             samples["raw p50"].append(in_process_p50(seconds))
-            for kind, (body, headers) in bodies.items():
+            # Each round swaps which goes first: no path always follows the in-process run.
+            order = list(bodies.items())[:: 1 if round_ % 2 == 0 else -1]
+            for kind, (body, headers) in order:
                 samples[f"{kind} p50"].append(wrk.run(url, body, headers, 1, seconds).p50)
-            for kind, (body, headers) in bodies.items():
+            for kind, (body, headers) in order:
                 before = cpu_seconds(pid)
                 loaded = wrk.run(url, body, headers, 8, seconds)
                 samples[f"{kind} rps"].append(loaded.rps)
