@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,14 +112,16 @@ def perf_analyzer(
     protocol: str = "http",
     concurrency: int = 1,
     stability: int = 50,
+    extra: Sequence[str] = (),
 ) -> dict[str, float]:
     """p50 (seconds) and req/s of perf_analyzer's count windows (``requests`` each, until the
-    last three are within ``stability`` percent of each other) against ``url`` (host:port)."""
+    last three are within ``stability`` percent of each other) against ``url`` (host:port);
+    ``extra``: more of its options (e.g. ``--shared-memory system``)."""
     venv = PERF_ANALYZER.ensure()
     cmd = [str(venv / "bin" / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
            "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
            "--measurement-request-count", str(requests), "-s", str(stability),
-           "-f", str(out)]  # fmt: skip
+           "-f", str(out), *extra]  # fmt: skip
     done = subprocess.run(cmd, env=perf_analyzer_env(venv), capture_output=True, text=True,
                           timeout=300, check=False)  # fmt: skip
     if done.returncode != 0:

@@ -51,6 +51,7 @@ SCENARIOS = (
     Scenario("ladder", "bench.bench_ladder", "raw ORT -> sandbox -> HTTP V2 -> MQTT, daemon"),
     Scenario("http", "bench.bench_http", "HTTP layer alone at 1/8/32 clients vs ORT"),
     Scenario("grpc", "bench.bench_grpc", "KServe V2 gRPC vs HTTP binary, daemon (perf_analyzer)"),
+    Scenario("shm", "bench.bench_shm", "system shared memory vs binary HTTP and in-process"),
     Scenario("mqtt", "bench.bench_mqtt", "MQTT stock vs NODELAY broker, requester styles"),
     Scenario("batching", "bench.bench_batching", "dynamic batching on vs off"),
     Scenario("precision", "bench.bench_precision", "INT8 vs FP32, LiteRT vs ORT"),

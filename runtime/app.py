@@ -12,8 +12,9 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    locked file stops the start with one line naming it, nothing is deleted; the samples'
    OCI sink, when ``samples.oci_repository`` is set;
    the cloud fallback client, when ``cloud.url`` is set;
-3. bundle store + registry + `InferenceService`, empty; on close the service drains, then
-   unloads;
+3. the shared-memory regions clients register (`wasmgate.runtime.shm`), none at start,
+   all unmapped after the service drained; bundle store + registry + `InferenceService`,
+   empty; on close the service drains, then unloads;
 4. stage two (`wasmgate.runtime.opening`; the daemon listens before it, so the status page
    shows its progress): the start-up bundles loaded, then the bundle-directory watcher and
    expiry checks, the gRPC listener when ``grpc.port`` is set (grpc is imported only then),
@@ -74,6 +75,7 @@ from wasmgate.runtime.http.keys import (
     SETTINGS,
     TRACING,
 )
+from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.config import Settings
@@ -84,6 +86,7 @@ from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.shm.registry import Regions
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
 from wasmgate.signing.errors import SigningError
@@ -131,6 +134,7 @@ def build_app(
         app.cleanup_ctx.append(_samples_oci_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
+    app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(_service_ctx)
     # Stage two (`wasmgate.runtime.app_open`): after the start-up bundles are loaded.
     app[OPENING] = opening = Opening(
@@ -297,6 +301,19 @@ def trust_status(store: BundleStore) -> dict[str, object]:
         "root_signed": store.trust.signed,
         "clock_floor": floor.isoformat() if floor is not None else None,
     }
+
+
+async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The shared-memory regions clients register: none at start, all unmapped at the end
+    (after the service drained, so no request still reads one)."""
+    regions = Regions(app[SETTINGS].shared_memory)
+    app[REGIONS] = regions
+    if regions.settings.enabled:
+        status.add_provider(app, "shared_memory", regions.summary)
+    try:
+        yield
+    finally:
+        regions.close()
 
 
 async def _service_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -33,6 +33,7 @@ from wasmgate.runtime.http.keys import (
     SETTINGS,
     TRACING,
 )
+from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Stage
 from wasmgate.runtime.ops.config import Settings
@@ -102,7 +103,12 @@ async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     live = app[LIVE]  # the management token in force now (a reload applies at once)
     repository = Repository(app[REGISTRY].table, lambda: live.settings.http.management_token)
     listener = GrpcListener(
-        app[SETTINGS], app[SERVICE], app[METRICS], app[TRACING], repository=repository
+        app[SETTINGS],
+        app[SERVICE],
+        app[METRICS],
+        app[TRACING],
+        app.get(REGIONS),
+        repository=repository,
     )
     async with listener:
         status.add_provider(app, "grpc", listener.status)

@@ -25,6 +25,7 @@ STANDALONE = [REPO / "README.md", REPO / "guest_adapters" / "README.md"] + [
         "http.md",
         "fleet.md",
         "grpc.md",
+        "shared-memory.md",
         "benchmarks.md",
     )
 ]

@@ -13,14 +13,16 @@ expect (tritonclient's ``as_numpy`` reads either).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.grpc import kserve_v2_pb2 as pb
 from wasmgate.runtime.protocol.codec import (
+    SHM_PARAMETERS,
     Array,
     InferRequest,
+    RegionInputs,
     RequestedOutput,
     array_datatype,
     checked_datatype,
@@ -82,19 +84,42 @@ def _typed(tensor: pb.ModelInferRequest.InferInputTensor, datatype: str, label: 
     )
 
 
-def _inputs(request: pb.ModelInferRequest) -> dict[str, Array]:
+def _in_shm(tensor: pb.ModelInferRequest.InferInputTensor) -> bool:
+    return any(k in tensor.parameters for k in SHM_PARAMETERS)
+
+
+def _shared(
+    tensor: pb.ModelInferRequest.InferInputTensor, datatype: str, shm: RegionInputs | None
+) -> Array:
+    """An input held in a shared memory region (Triton's extension)."""
+    label = f"input '{tensor.name}'"
+    if shm is None:
+        raise BadRequest(f"{label}: shared memory is not served here")
+    if tensor.contents.ListFields():
+        raise BadRequest(f"{label}: contents and shared_memory_region both given")
+    shape = checked_shape(list(tensor.shape), label)
+    return shm.input(datatype, shape, parameters(tensor.parameters), label)
+
+
+def _inputs(request: pb.ModelInferRequest, shm: RegionInputs | None) -> dict[str, Array]:
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
+    shared = [_in_shm(t) for t in request.inputs]
+    direct = len(shared) - sum(shared)
+    if raw and len(raw) != direct:
         raise BadRequest(
-            f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs "
-            "(when used, every input is raw, in order)"
+            f"raw_input_contents has {len(raw)} entries for {direct} inputs not in shared "
+            "memory (when used, every such input is raw, in order)"
         )
     arrays: dict[str, Array] = {}
-    for index, tensor in enumerate(request.inputs):
+    index = 0
+    for tensor, in_shm in zip(request.inputs, shared, strict=True):
         label = f"input '{tensor.name}'"
         if tensor.name in arrays:
             raise BadRequest(f"{label} appears twice")
         datatype = checked_datatype(tensor.datatype, label)
+        if in_shm:
+            arrays[tensor.name] = _shared(tensor, datatype, shm)
+            continue
         if not raw:
             arrays[tensor.name] = _typed(tensor, datatype, label)
             continue
@@ -102,6 +127,7 @@ def _inputs(request: pb.ModelInferRequest) -> dict[str, Array]:
             raise BadRequest(f"{label}: typed contents and raw_input_contents both given")
         shape = checked_shape(list(tensor.shape), label)
         arrays[tensor.name] = decode_binary(raw[index], datatype, DATATYPES[datatype], shape, label)
+        index += 1
     return arrays
 
 
@@ -113,13 +139,16 @@ def _outputs(request: pb.ModelInferRequest) -> tuple[RequestedOutput, ...] | Non
             raise BadRequest(
                 f"output '{output.name}': the classification extension is not supported"
             )
-    return tuple(RequestedOutput(o.name) for o in request.outputs)
+    return tuple(
+        RequestedOutput(o.name, parameters=parameters(o.parameters)) for o in request.outputs
+    )
 
 
-def parse_request(request: pb.ModelInferRequest) -> InferRequest:
-    """The codec's `InferRequest` for a protobuf one (BadRequest naming the tensor)."""
+def parse_request(request: pb.ModelInferRequest, shm: RegionInputs | None = None) -> InferRequest:
+    """The codec's `InferRequest` for a protobuf one (BadRequest naming the tensor); inputs
+    in shared memory come from ``shm``."""
     return InferRequest(
-        inputs=_inputs(request),
+        inputs=_inputs(request, shm),
         outputs=_outputs(request),
         id=request.id or None,
         parameters=parameters(request.parameters),
@@ -140,14 +169,21 @@ def encode_response(
     request: InferRequest,
     *,
     params: Mapping[str, object],
+    placed: Collection[str] = (),
 ) -> pb.ModelInferResponse:
     """A protobuf answer, every output in ``raw_output_contents`` (as Triton always sends:
-    perf_analyzer and hand-written clients read ``raw_output_contents[i]``)."""
+    perf_analyzer and hand-written clients read ``raw_output_contents[i]``).
+
+    ``placed``: outputs written into shared memory, answered without data (an empty raw
+    entry, as Triton sends, so the others keep their index)."""
     response = pb.ModelInferResponse(model_name=model, model_version=version, id=request.id)
     for key, value in params.items():
         set_parameter(response.parameters[key], value)
     for name, array in outputs.items():
         datatype = array_datatype(array)
         response.outputs.add(name=name, datatype=datatype, shape=array.shape)
-        response.raw_output_contents.append(encode_binary(array, datatype, f"output '{name}'"))
+        if name in placed:
+            response.raw_output_contents.append(b"")
+        else:
+            response.raw_output_contents.append(encode_binary(array, datatype, f"output '{name}'"))
     return response

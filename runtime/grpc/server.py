@@ -18,6 +18,7 @@ import grpc
 from wasmgate._compat import Self
 from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.errors import ConfigError
+from wasmgate.runtime.grpc import shm
 from wasmgate.runtime.grpc.kserve_v2_repository_service_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server as add_repository_rpcs,
 )
@@ -30,6 +31,7 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.served.api import ServiceAPI
+from wasmgate.runtime.shm.registry import Regions
 
 log = logging.getLogger("wasmgate.grpc")
 
@@ -58,13 +60,15 @@ class GrpcListener:
         service: ServiceAPI,
         metrics: Metrics | None,
         tracing: Tracing | None = None,
+        regions: Regions | None = None,
         *,
         repository: Repository | None = None,
     ) -> None:
         """``repository``: serve Triton's model repository RPCs over it (else they answer
         UNIMPLEMENTED)."""
         self._settings = settings
-        self._servicer = InferenceServicer(service, metrics, tracing)
+        self._servicer = InferenceServicer(service, metrics, tracing, regions)
+        self._regions = regions
         self._repository = None if repository is None else RepositoryServicer(repository)
         self._server: Any = None
         self.port = 0
@@ -98,6 +102,7 @@ class GrpcListener:
         )
         # The generated registration is untyped (grpcio-tools writes no annotations).
         add_GRPCInferenceServiceServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((shm.handler(self._regions),))
         if self._repository is not None:  # a second part of the same service (see its proto)
             add_repository_rpcs(self._repository, server)  # type: ignore[no-untyped-call]
         self.port = self._bind(server)

@@ -26,12 +26,14 @@ from wasmgate.runtime.dataplane.stats import statistics
 from wasmgate.runtime.errors import NotFound
 from wasmgate.runtime.grpc import convert
 from wasmgate.runtime.grpc import kserve_v2_pb2 as pb
+from wasmgate.runtime.grpc.peer import attachment
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing, mark_status, metadata_carrier
 from wasmgate.runtime.protocol import metadata
 from wasmgate.runtime.protocol.error_table import log_failure, public_message, status_of
 from wasmgate.runtime.served import timeouts
 from wasmgate.runtime.served.api import ServiceAPI
+from wasmgate.runtime.shm.registry import Regions
 
 R = TypeVar("R")
 M = TypeVar("M")
@@ -85,8 +87,14 @@ class InferenceServicer:
     """The RPC handlers; ``add_GRPCInferenceServiceServicer_to_server`` registers them."""
 
     def __init__(
-        self, service: ServiceAPI, metrics: Metrics | None, tracing: Tracing | None = None
+        self,
+        service: ServiceAPI,
+        metrics: Metrics | None,
+        tracing: Tracing | None = None,
+        regions: Regions | None = None,
     ) -> None:
+        self._regions = regions
+        """Shared-memory regions inputs and outputs may name (`wasmgate.runtime.grpc.shm`)."""
         self._service = service
         self._metrics = metrics
         self._plane = DataPlane(service, metrics)
@@ -175,13 +183,16 @@ class InferenceServicer:
         async with self._plane.v2("grpc", name, request.model_version or None) as call:
             # Typed contents cost Python work per element: big ones are decoded off the loop.
             typed = convert.typed_size(request) * TYPED_ELEMENT_BYTES
-            req = await off_loop(typed, lambda: convert.parse_request(request))
-            result = await call.infer(req, _route(context))
+            with attachment(self._regions, context) as regions:  # inputs/outputs in shm
+                req = await off_loop(typed, lambda: convert.parse_request(request, regions))
+                regions.want_outputs({o.name: o.parameters for o in req.outputs or ()})
+                result = await call.infer(req, _route(context))
+                placed = regions.write(result.outputs) if regions.targets else set()
             answer = await off_loop(
                 typed,
                 lambda: convert.encode_response(
                     name, str(result.version), result.outputs, req,
-                    params={"source": result.source},
+                    params={"source": result.source}, placed=placed,
                 ),
             )  # fmt: skip
         headers = answer_headers(

@@ -17,7 +17,7 @@ from wasmgate.runtime.dataplane.adapters import InferOutcome
 from wasmgate.runtime.dataplane.answer import answer_headers
 from wasmgate.runtime.dataplane.plane import off_loop
 from wasmgate.runtime.errors import BadRequest, NotReady
-from wasmgate.runtime.http import adapters, edge, stats
+from wasmgate.runtime.http import adapters, edge, shm, stats
 from wasmgate.runtime.http.common import (
     check_json_size,
     plane,
@@ -80,10 +80,11 @@ def _header_length(request: web.Request) -> int | None:
         raise BadRequest(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
-def _encode(name: str, result: InferOutcome, req: v2.InferRequest) -> v2.Encoded:
+def _encode(name: str, result: InferOutcome, req: v2.InferRequest, placed: set[str]) -> v2.Encoded:
     return v2.encode_response(
-        name, str(result.version), result.outputs, req, parameters={"source": result.source}
-    )
+        name, str(result.version), result.outputs, req, parameters={"source": result.source},
+        placed=placed,
+    )  # fmt: skip
 
 
 async def infer(request: web.Request) -> web.Response:
@@ -93,12 +94,15 @@ async def infer(request: web.Request) -> web.Response:
         check_json_size(request.content_length if length is None else length, request)
         body = await read_body(request)
         check_json_size(len(body) if length is None else None, request)
-        req = await off_loop(len(body), lambda: v2.parse_request(body, length))
-        result = await call.infer(req, route_of(request))
+        with shm.attachment(request) as regions:  # inputs and outputs in shared memory
+            req = await off_loop(len(body), lambda: v2.parse_request(body, length, regions))
+            regions.want_outputs({o.name: o.parameters for o in req.outputs or ()})
+            result = await call.infer(req, route_of(request))
+            placed = regions.write(result.outputs) if regions.targets else set()
         size = 0
         for array in result.outputs.values():  # a loop, not sum() over a generator
             size += array.nbytes
-        encoded = await off_loop(size, lambda: _encode(name, result, req))
+        encoded = await off_loop(size, lambda: _encode(name, result, req, placed))
     headers = answer_headers(
         result.source, result.version, result.timings, call.observation.elapsed(),
         result.fallback_reason,
@@ -125,6 +129,7 @@ def setup(app: web.Application) -> None:
     router.add_get("/v2/health/live", live)
     router.add_get("/v2/health/ready", ready)
     stats.setup(app)
+    shm.setup(app)
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         router.add_get(base, model_metadata)
         router.add_get(f"{base}/ready", model_ready)

@@ -41,6 +41,7 @@ from wasmgate.runtime.ops.config_network import (
     RegistrySettings,
     TelemetrySettings,
 )
+from wasmgate.runtime.ops.config_shm import SharedMemorySettings
 from wasmgate.signing.variables import Value as VariableValue
 from wasmgate.typed import Document, Invalid, convert
 
@@ -57,6 +58,7 @@ __all__ = [
     "RegistrySettings",
     "SamplesSettings",
     "Settings",
+    "SharedMemorySettings",
     "StoreSettings",
     "StreamSettings",
     "TelemetrySettings",
@@ -99,6 +101,8 @@ class Settings(Document):
     """Fleet membership (groups, the air-gapped desired-state file, retries)."""
     telemetry: TelemetrySettings = TelemetrySettings()
     """Traces (OpenTelemetry, OTLP/HTTP export); off unless ``telemetry.otlp_endpoint`` is set."""
+    shared_memory: SharedMemorySettings = SharedMemorySettings()
+    """System shared memory for local clients (Triton's extension); off by default."""
     profile: str | None = None
     """Device profile name or path to a profile TOML; None = detect the hardware."""
     drain_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0

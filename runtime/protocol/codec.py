@@ -17,8 +17,8 @@ classification extension is refused rather than silently ignored.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -45,6 +45,20 @@ class RequestedOutput(msgspec.Struct, frozen=True):
     name: str
     binary: bool | None = None
     """Per-output ``binary_data``; None = the request-level default."""
+    parameters: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    """The output's own parameters (``shared_memory_region`` and its kin)."""
+
+
+class RegionInputs(Protocol):
+    """Inputs held in shared memory (`wasmgate.runtime.shm.attach.Attachment`)."""
+
+    def input(
+        self, datatype: str, shape: Sequence[int], params: Mapping[str, Any], label: str
+    ) -> Array: ...
+
+
+SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size")
+"""Parameters that put a tensor in shared memory (Triton's extension)."""
 
 
 class InferRequest(msgspec.Struct, frozen=True):
@@ -157,12 +171,20 @@ def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[st
 
 
 def _decode_one(
-    entry: Mapping[str, Any], blob: bytes, offset: int, label: str
+    entry: Mapping[str, Any], blob: bytes, offset: int, label: str, shm: RegionInputs | None
 ) -> tuple[Array, int]:
-    """One tensor from its JSON entry (``data``) or the binary part at ``offset``."""
+    """One tensor from its JSON entry (``data``), the binary part at ``offset`` or a shared
+    memory region."""
     datatype = checked_datatype(entry.get("datatype"), label)
     shape = checked_shape(entry.get("shape"), label)
-    size = _params(entry, label).get("binary_data_size")
+    params = _params(entry, label)
+    if any(k in params for k in SHM_PARAMETERS):
+        if shm is None:
+            raise BadRequest(f"{label}: shared memory is not served over this transport")
+        if "data" in entry:
+            raise BadRequest(f"{label}: 'data' and shared_memory_region both given")
+        return shm.input(datatype, shape, params, label), offset
+    size = params.get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(blob):
             raise BadRequest(
@@ -177,7 +199,7 @@ def _decode_one(
 
 
 def _decode_tensors(
-    entries: list[dict[str, Any]], blob: bytes, what: str
+    entries: list[dict[str, Any]], blob: bytes, what: str, shm: RegionInputs | None = None
 ) -> tuple[dict[str, Array], dict[str, Mapping[str, Any]]]:
     tensors: dict[str, Array] = {}
     params_by_name: dict[str, Mapping[str, Any]] = {}
@@ -187,7 +209,7 @@ def _decode_tensors(
         label = f"{what} '{name}'"
         if name in tensors:
             raise BadRequest(f"{label} appears twice")
-        tensors[name], offset = _decode_one(entry, blob, offset, label)
+        tensors[name], offset = _decode_one(entry, blob, offset, label, shm)
         params_by_name[name] = _params(entry, label)
     if offset != len(blob):
         raise BadRequest(
@@ -209,12 +231,15 @@ def _requested_outputs(doc: Mapping[str, Any]) -> tuple[RequestedOutput, ...] | 
         binary = params.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
             raise BadRequest(f"{label}: binary_data must be true or false")
-        result.append(RequestedOutput(entry["name"], binary))
+        result.append(RequestedOutput(entry["name"], binary, params))
     return tuple(result)
 
 
-def parse_request(body: bytes, header_length: int | None = None) -> InferRequest:
-    """Decode a V2 inference request (JSON, or binary with the JSON header length)."""
+def parse_request(
+    body: bytes, header_length: int | None = None, shm: RegionInputs | None = None
+) -> InferRequest:
+    """Decode a V2 inference request (JSON, or binary with the JSON header length); inputs
+    in shared memory come from ``shm`` (None: the parameters are not looked at)."""
     head, blob = _split(body, header_length)
     doc = _load_json(head, "inference request")
     request_id = doc.get("id")
@@ -224,7 +249,8 @@ def parse_request(body: bytes, header_length: int | None = None) -> InferRequest
     binary_output = params.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequest("binary_data_output must be true or false")
-    inputs, input_params = _decode_tensors(_tensor_entries(doc, "inputs", "request"), blob, "input")
+    entries = _tensor_entries(doc, "inputs", "request")
+    inputs, input_params = _decode_tensors(entries, blob, "input", shm)
     return InferRequest(
         inputs=inputs,
         outputs=_requested_outputs(doc),
@@ -252,8 +278,11 @@ def encode_response(
     *,
     parameters: Mapping[str, Any] | None = None,
     allow_binary: bool = True,
+    placed: Collection[str] = (),
 ) -> Encoded:
-    """Encode outputs as a V2 response; binary per the request unless ``allow_binary`` is off."""
+    """Encode outputs as a V2 response; binary per the request unless ``allow_binary`` is off.
+
+    ``placed``: outputs already written into shared memory, answered without data."""
     doc: dict[str, Any] = {"model_name": model_name}
     if model_version is not None:
         doc["model_version"] = model_version
@@ -265,7 +294,9 @@ def encode_response(
     for name, array in outputs.items():
         datatype = array_datatype(array)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if allow_binary and _wants_binary(name, request):
+        if name in placed:
+            pass  # name, datatype and shape only: the data is in the client's region
+        elif allow_binary and _wants_binary(name, request):
             raw = encode_binary(array, datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
@@ -290,6 +321,7 @@ __all__ = [
     "JSON_CONTENT_TYPE",
     "Encoded",
     "InferRequest",
+    "RegionInputs",
     "RequestedOutput",
     "array_datatype",
     "checked_datatype",

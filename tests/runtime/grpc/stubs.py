@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parents[3] / "runtime" / "grpc"
 PROTO_PATH = "wasmgate/runtime/grpc"
 PROTOS = (
-    ("kserve_v2.proto", "kserve_v2_service.proto"),
+    ("kserve_v2.proto", "kserve_v2_service.proto", "kserve_v2_shm.proto"),
     ("kserve_v2_repository.proto", "kserve_v2_repository_service.proto"),
 )
 """One protoc run per group: both service files define ``inference.GRPCInferenceService``
@@ -25,6 +25,8 @@ VENDORED = (
     "kserve_v2_pb2.py",
     "kserve_v2_pb2.pyi",
     "kserve_v2_service_pb2_grpc.py",
+    "kserve_v2_shm_pb2.py",
+    "kserve_v2_shm_pb2.pyi",
     "kserve_v2_repository_pb2.py",
     "kserve_v2_repository_pb2.pyi",
     "kserve_v2_repository_service_pb2_grpc.py",
