@@ -21,8 +21,6 @@ without the ``before`` daemon (it checks that the scenario runs).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -31,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from bench import bench_mqtt, wrk
-from bench.bench_tracing import REPO, package_tree
 from bench.common import Figure, median, script_main
+from bench.trees import package_tree, rev_before
 from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
@@ -40,22 +38,6 @@ from tests.fixtures.mosquitto import Broker
 
 Sample = Callable[[Daemon, str], float]
 """One measurement on a daemon (its MQTT gateway id given): a p50 in s, or req/s."""
-
-
-def before_rev() -> str | None:
-    """``WASMGATE_BENCH_BEFORE_REV``, else the parent of the commit that added the data
-    plane; None without git history (a shallow clone)."""
-    wanted = os.environ.get("WASMGATE_BENCH_BEFORE_REV")
-    if wanted:
-        return wanted
-    try:
-        added = subprocess.run(
-            ["git", "log", "--diff-filter=A", "--format=%H", "--", "runtime/dataplane/plane.py"],
-            cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
-        ).stdout.split()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{added[-1]}^" if added else None
 
 
 def v2_json(x: np.ndarray) -> bytes:
@@ -99,7 +81,7 @@ def daemons(root: Path, broker: Broker, before: bool) -> Iterator[dict[str, Daem
     kit = BenchKit(root / "kit")
     kit.build("digits", get_models().digits_fp32)
     envs: dict[str, dict[str, str]] = {"now": {}}
-    rev = before_rev() if before else None
+    rev = rev_before("runtime/dataplane/plane.py") if before else None
     if rev is not None:
         envs["before"] = {"PYTHONPATH": str(package_tree(rev, root / "tree"))}
     with ExitStack() as stack:

@@ -21,10 +21,7 @@ each figure is the median of the rounds' p50s.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 import urllib.request
@@ -36,54 +33,21 @@ import numpy as np
 
 from bench import bench_http, wrk
 from bench.common import Figure, median, script_main
+from bench.trees import package_tree, rev_before
 from tests.fixtures.benchkit import BenchKit, payload
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 from tests.fixtures.net import serving
 from tests.fixtures.otlp import OtlpReceiver
 
-REPO = Path(__file__).resolve().parents[1]
 EXPORT_DRAIN_S = 3.0
 """More than the default ``telemetry.export_delay_ms`` (1 s) plus an export."""
 TRACEPARENT = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-# Where each package of the wheel lives in the source tree (pyproject's package-dir).
-LAYOUT = {
-    "wasmgate": "runtime/_root",
-    "wasmgate/runtime": "runtime",
-    "wasmgate/sandbox": "sandbox",
-    "wasmgate/signing": "signing",
-    "wasmgate/device_profiles": "device_profiles",
-    "wasmgate/guest_adapters": "guest_adapters",
-}
 
 
 def before_rev() -> str | None:
     """The commit before tracing (or ``WASMGATE_BENCH_BEFORE_REV``); None without git."""
-    wanted = os.environ.get("WASMGATE_BENCH_BEFORE_REV")
-    if wanted:
-        return wanted
-    try:
-        added = subprocess.run(
-            ["git", "log", "--diff-filter=A", "--format=%H", "--", "runtime/ops/tracing.py"],
-            cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
-        ).stdout.split()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{added[-1]}^" if added else None
-
-
-def package_tree(rev: str, out: Path) -> Path:
-    """The package of ``rev`` as an importable tree under ``out`` (for ``PYTHONPATH``)."""
-    src, site = out / "src", out / "site"
-    src.mkdir(parents=True)
-    archive = out / "src.tar"
-    with archive.open("wb") as fh:
-        subprocess.run(["git", "archive", rev], cwd=REPO, stdout=fh, check=True, timeout=120)
-    with tarfile.open(archive) as tar:
-        tar.extractall(src, filter="data")
-    for package, folder in LAYOUT.items():
-        shutil.copytree(src / folder, site / package, dirs_exist_ok=True)
-    return site
+    return rev_before("runtime/ops/tracing.py")
 
 
 def before_site(root: Path) -> Path | None:

@@ -156,16 +156,8 @@ class Registry:
         origin: Path | None = None,
         downgrades: Sequence[Downgrade] | None = None,
     ) -> LoadedBundle:
-        """Stage, load, selftest, commit and switch; `BundleRejected` says why not.
-
-        ``downgrades``: a fleet install passes its signed document's permissions (maybe
-        none): only a matching one lets a version below the floor in (`BundleStore.stage`).
-
-        ``percent`` < 100 stages it next to the serving version (a first version always
-        serves fully), under the manifest's ``[release]`` gates tightened by ``gates``.
-        ``origin`` is the bundle-dir file it came from: `remove` deletes it, so it does
-        not come back at the next start.
-        """
+        """`Installer.install` (stage, load, selftest, commit, switch; its doc says what
+        each argument does); `BundleRejected` says why not."""
         return await self._installer.install(
             data, source=source, percent=percent, gates=gates, origin=origin, downgrades=downgrades
         )
