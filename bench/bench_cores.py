@@ -1,0 +1,299 @@
+"""The adapter path against cores, concurrency and transports (issue 42's two tables).
+
+``python -m bench.bench_cores [--quick] [--json OUT]``
+
+One demo daemon (``wasmgate serve --demo``: the digits adapter, a fresh instance per
+request, and its model ``digits-mlp``) behind a stock mosquitto.
+
+- HTTP: ``wrk`` pinned to CPU 0 drives the raw adapter (``/v1/adapters/digits``, sandboxed)
+  and the V2 JSON model path (``/v2/models/digits-mlp/infer``) at 1 and 16 connections,
+  with the daemon pinned to CPU 1 (``taskset -a -p -c 1``: every thread) and then given both
+  CPUs, the two settings alternating within each round on the same process.
+- MQTT 5: 1, 16 and 64 closed-loop requesters (`bench.mqtt_fanin`, a child pinned to CPU
+  0; NODELAY, QoS 0) on the adapter, the model (V2 JSON) and a bare paho echo responder
+  through the same broker (the transport's ceiling), the daemon on both CPUs.
+
+The machine is shared, so every figure is a median over rounds and its baseline is measured
+in the same round. Beside throughput and latency, two figures noise hardly moves: the
+daemon's CPU time per request (``/proc/PID/stat``) and its context switches per request
+(every thread's ``voluntary_ctxt_switches`` + ``nonvoluntary_ctxt_switches``): a GIL
+hand-off between the event loop and a worker thread is a futex wait, hence a switch.
+MQTT fan-in also measures order: for each request, how many requests published after it
+were answered before it (0 for a FIFO path).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import wrk
+from bench.bench_mqtt import GATEWAY, start_echo
+from bench.common import Figure, cpu_seconds, median, percentile, script_main
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.mosquitto import Broker
+from wasmgate.runtime.mqtt._paho_private import close_threaded
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json"
+LOAD_CPU, ONE_CPU, BOTH_CPUS = "0", "1", "0,1"
+CONNECTIONS = (1, 16)
+CLIENTS = (1, 16, 64)
+ADAPTER, MODEL = "digits", "digits-mlp"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: req/s, latency percentiles (s), daemon cost per request."""
+
+    rps: float
+    p50: float
+    p99: float
+    cpu_us: float
+    switches: float
+    overtaken_p99: float = 0.0
+
+
+def switches(pid: int) -> int:
+    """Context switches of every thread of ``pid`` so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that just ended
+        total += sum(int(ln.split()[1]) for ln in text.splitlines() if "ctxt_switches" in ln)
+    return total
+
+
+def pin(pid: int, cpus: str) -> None:
+    """Pin every thread of ``pid`` (threads started later inherit their creator's set)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def measured(pid: int, run: Callable[[], tuple[int, float, float, float, float]]) -> Cell:
+    """``run()`` -> (requests, seconds, p50, p99, overtaken p99), with the daemon's cost."""
+    cpu0, sw0 = cpu_seconds(pid), switches(pid)
+    n, seconds, p50, p99, overtaken = run()
+    cpu, sw = cpu_seconds(pid) - cpu0, switches(pid) - sw0
+    return Cell(n / seconds, p50, p99, cpu / n * 1e6, sw / n, overtaken)
+
+
+def v2_json() -> bytes:
+    data = json.loads(SAMPLE.read_text())
+    doc = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": data}]}
+    return json.dumps(doc).encode()
+
+
+def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -> Cell:
+    if path == "adapter":
+        url, body = f"{daemon.url}/v1/adapters/{ADAPTER}", SAMPLE.read_bytes()
+    else:
+        url, body = f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
+
+    def run() -> tuple[int, float, float, float, float]:
+        r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
+        return r.requests, r.requests / r.rps, r.p50, r.p99, 0.0
+
+    return measured(pid, run)
+
+
+Key = tuple[str, str, int]  # (path, cpus, connections or clients)
+
+
+def http_rounds(daemon: Daemon, pid: int, seconds: float, rounds: int) -> dict[Key, list[Cell]]:
+    """Every HTTP cell ``rounds`` times; the two CPU settings side by side in each round."""
+    cells: dict[Key, list[Cell]] = {}
+    for _ in range(rounds):
+        for conns in CONNECTIONS:
+            for path in ("adapter", "model"):
+                for cpus in (ONE_CPU, BOTH_CPUS):
+                    pin(pid, cpus)
+                    cell = http_cell(daemon, pid, path, conns, seconds)
+                    cells.setdefault((path, cpus, conns), []).append(cell)
+    pin(pid, BOTH_CPUS)
+    return cells
+
+
+def overtaken(samples: Sequence[tuple[float, float]]) -> list[int]:
+    """Per request: how many requests published after it were answered before it."""
+    ordered = sorted(samples)
+    out = []
+    for i, (_, answered) in enumerate(ordered):
+        count, j = 0, i + 1
+        while j < len(ordered) and ordered[j][0] < answered:
+            count += ordered[j][1] < answered
+            j += 1
+        out.append(count)
+    return out
+
+
+def fan_in(port: int, topic: str, clients: int, seconds: float, body: Path) -> tuple[
+    int, float, float, float, float
+]:  # fmt: skip
+    """`bench.mqtt_fanin` in a child pinned to the load generator's CPU."""
+    cmd = ["taskset", "-c", LOAD_CPU, sys.executable, "-m", "bench.mqtt_fanin", str(port),
+           topic, str(clients), str(seconds), str(body)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=seconds + 120,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"mqtt_fanin failed: {done.stderr[-2000:]}")
+    doc = json.loads(done.stdout.splitlines()[-1])
+    samples = [(a, b) for a, b in doc["samples"]]
+    lat = [b - a for a, b in samples]
+    late = overtaken(samples)
+    return (len(samples), float(doc["seconds"]), median(lat), percentile(lat, 99),
+            percentile(late, 99))  # fmt: skip
+
+
+def mqtt_rounds(
+    pid: int, broker: Broker, seconds: float, rounds: int, tmp: Path
+) -> dict[Key, list[Cell]]:
+    """Adapter, model and echo at every client count, ``rounds`` times, daemon on both CPUs."""
+    adapter_body, model_body = tmp / "adapter.json", tmp / "model.json"
+    adapter_body.write_bytes(SAMPLE.read_bytes())
+    model_body.write_bytes(v2_json())
+    base = f"wasmgate/v1/{GATEWAY}"
+    paths = {
+        "adapter": (f"{base}/adapters/{ADAPTER}/req", adapter_body),
+        "model": (f"{base}/models/{MODEL}/infer", model_body),
+        "echo": ("bench/echo", adapter_body),
+    }
+    echo = start_echo(broker.port, qos=0)  # as the requesters: QoS 0 both ways
+    cells: dict[Key, list[Cell]] = {}
+    try:
+        for _ in range(rounds):
+            for clients in CLIENTS:
+                for path, (topic, body) in paths.items():
+                    load = functools.partial(fan_in, broker.port, topic, clients, seconds, body)
+                    cell = measured(pid, load)
+                    cells.setdefault((path, "mqtt", clients), []).append(cell)
+    finally:
+        close_threaded(echo)
+    return cells
+
+
+def med(cells: Sequence[Cell]) -> Cell:
+    """The median of every field over the rounds."""
+    return Cell(*(median([getattr(c, f) for c in cells]) for f in Cell.__dataclass_fields__))
+
+
+@contextmanager
+def demo_daemon(root: Path) -> Iterator[tuple[Daemon, Broker]]:
+    """A stock mosquitto and ``wasmgate serve --demo`` connected to it (both stopped after)."""
+    broker = Broker(root / "mosquitto")
+    broker.start()
+    try:
+        mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": GATEWAY}
+        (root / "daemon").mkdir()
+        daemon = Daemon(root / "daemon", {"mqtt": mqtt, "log": {"level": "WARNING"}},
+                        ("--demo",))  # fmt: skip
+        daemon.start(timeout=180)
+        try:
+            yield daemon, broker
+        finally:
+            daemon.stop()
+    finally:
+        broker.stop()
+
+
+def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
+    """The issue's goals as same-run ratios (the goal is in each figure's name)."""
+
+    def f(name: str, value: Cell, base: Cell, base_name: str) -> Figure:
+        return Figure("cores", name, value.rps, "/s", base_name, base.rps, lower_is_better=False)
+
+    a2, a1 = m["adapter", BOTH_CPUS, 16], m["adapter", ONE_CPU, 16]
+    v2, v1 = m["model", BOTH_CPUS, 16], m["model", ONE_CPU, 16]
+    q16, e16 = m["adapter", "mqtt", 16], m["echo", "mqtt", 16]
+    q64 = m["adapter", "mqtt", 64]
+    return [
+        f("HTTP adapter c16 req/s, 2 CPUs (goal ratio >= 1.6)", a2, a1, "CPU 1 only"),
+        f("HTTP V2 JSON c16 req/s, 2 CPUs (goal >= 1.3)", v2, v1, "CPU 1 only"),
+        f("HTTP adapter c16 req/s (goal >= 0.5)", a2, v2, "V2 JSON model c16"),
+        f("HTTP adapter c16 req/s (goal >= 1.0)", a2, m["adapter", BOTH_CPUS, 1], "adapter c1"),
+        f("MQTT adapter 16 clients answered/s (goal >= 0.8)", q16, a2, "HTTP adapter c16"),
+        f("MQTT adapter 16 clients answered/s (goal >= 0.5)", q16, e16, "paho echo 16"),
+        f("MQTT model 16 clients answered/s (goal >= 0.9)", m["model", "mqtt", 16], e16,
+          "paho echo 16"),
+        Figure("cores", "MQTT adapter 64 clients p99 (goal ratio <= 5)", q64.p99 * 1e3, "ms",
+               "its own p50", q64.p50 * 1e3),
+    ]  # fmt: skip
+
+
+def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
+    """Per cell: req/s, p50, and the daemon's CPU µs and context switches per request."""
+    out = []
+    for (path, where, n), c in sorted(m.items()):
+        label = f"{path} {'mqtt' if where == 'mqtt' else 'cpu ' + where} x{n}"
+        out += [
+            Figure(label, "req/s", c.rps, "/s", "-", c.rps, lower_is_better=False),
+            Figure(label, "p50", c.p50 * 1e3, "ms", "-", c.p50 * 1e3),
+            Figure(label, "p99", c.p99 * 1e3, "ms", "-", c.p99 * 1e3),
+            Figure(label, "daemon CPU per request", c.cpu_us, "us", "-", c.cpu_us),
+            Figure(label, "daemon switches per request", c.switches, "", "-", c.switches),
+        ]
+        if where == "mqtt":
+            out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", "-",
+                              c.overtaken_p99))  # fmt: skip
+    return out
+
+
+def tables(m: dict[Key, Cell]) -> str:
+    """Both tables in the issue's shape (markdown), medians over the rounds."""
+    names = {"adapter": "HTTP raw adapter, sandboxed", "model": "HTTP V2 JSON, the model"}
+    head = ("| daemon on | path | 1 connection: req/s, p50 | 16 connections: req/s, p50 "
+            "| CPU µs / switches per req at 16 |")  # fmt: skip
+    lines = [head, "| --- | --- | --- | --- | --- |"]
+    for cpus, label in ((ONE_CPU, "CPU 1 only"), (BOTH_CPUS, "both CPUs")):
+        for path in ("adapter", "model"):
+            c1, c16 = m[path, cpus, 1], m[path, cpus, 16]
+            lines.append(f"| {label} | {names[path]} | {c1.rps:,.0f}, {c1.p50 * 1e6:,.0f} µs "
+                         f"| {c16.rps:,.0f}, {c16.p50 * 1e3:.1f} ms "
+                         f"| {c16.cpu_us:.0f} / {c16.switches:.1f} |")  # fmt: skip
+    head = (
+        "| MQTT path | clients | answered/s | p50 | p99 | overtaken by (p99) "
+        "| CPU µs / switches per req |"
+    )
+    lines += ["", head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in ("adapter", "model", "echo"):
+        for n in CLIENTS:
+            c = m[path, "mqtt", n]
+            lines.append(f"| {path} | {n} | {c.rps:,.0f} | {c.p50 * 1e3:.2f} ms "
+                         f"| {c.p99 * 1e3:.1f} ms | {c.overtaken_p99:.0f} "
+                         f"| {c.cpu_us:.0f} / {c.switches:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def measure(quick: bool) -> dict[Key, Cell]:
+    seconds, rounds = (1.0, 1) if quick else (3.0, 3)
+    with (
+        tempfile.TemporaryDirectory(prefix="wasmgate-cores-") as tmp,
+        demo_daemon(Path(tmp)) as (daemon, broker),
+    ):
+        pid = daemon.proc.pid if daemon.proc is not None else 0
+        raw = http_rounds(daemon, pid, seconds, rounds)
+        raw |= mqtt_rounds(pid, broker, seconds, rounds, Path(tmp))
+    return {k: med(v) for k, v in raw.items()}
+
+
+def run(quick: bool) -> list[Figure]:
+    m = measure(quick)
+    print(tables(m), file=sys.stderr)
+    return goal_figures(m) + detail_figures(m)
+
+
+def main() -> None:
+    script_main(__doc__, run, "1 s cells, one round")
+
+
+if __name__ == "__main__":
+    main()
