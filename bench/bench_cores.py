@@ -186,17 +186,23 @@ def med(cells: Sequence[Cell]) -> Cell:
     return Cell(*(median([getattr(c, f) for c in cells]) for f in Cell.__dataclass_fields__))
 
 
+def start_demo(root: Path, port: int, gateway: str, env: dict[str, str] | None = None) -> Daemon:
+    """``wasmgate serve --demo`` on a free port, its MQTT bridge on broker ``port`` as
+    ``gateway`` (``env``: e.g. a PYTHONPATH with another version of the package)."""
+    mqtt = {"host": "127.0.0.1", "port": port, "gateway_id": gateway}
+    root.mkdir(parents=True)
+    daemon = Daemon(root, {"mqtt": mqtt, "log": {"level": "WARNING"}}, ("--demo",), env)
+    daemon.start(timeout=180)
+    return daemon
+
+
 @contextmanager
 def demo_daemon(root: Path) -> Iterator[tuple[Daemon, Broker]]:
     """A stock mosquitto and ``wasmgate serve --demo`` connected to it (both stopped after)."""
     broker = Broker(root / "mosquitto")
     broker.start()
     try:
-        mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": GATEWAY}
-        (root / "daemon").mkdir()
-        daemon = Daemon(root / "daemon", {"mqtt": mqtt, "log": {"level": "WARNING"}},
-                        ("--demo",))  # fmt: skip
-        daemon.start(timeout=180)
+        daemon = start_demo(root / "daemon", broker.port, GATEWAY)
         try:
             yield daemon, broker
         finally:
