@@ -29,36 +29,32 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
+from bench import cores_report as report
 from bench import wrk
 from bench.bench_mqtt import GATEWAY, start_echo
 from bench.common import Figure, cpu_seconds, median, percentile, script_main
+from bench.cores_report import (
+    BOTH_CPUS,
+    CLIENTS,
+    CONNECTIONS,
+    LOAD_CPU,
+    ONE_CPU,
+    TWO_DAEMONS,
+    Cell,
+    Key,
+)
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json"
-LOAD_CPU, ONE_CPU, BOTH_CPUS = "0", "1", "0,1"
-CONNECTIONS = (1, 16)
-CLIENTS = (1, 16, 64)
 ADAPTER, MODEL = "digits", "digits-mlp"
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One measurement: req/s, latency percentiles (s), daemon cost per request."""
-
-    rps: float
-    p50: float
-    p99: float
-    cpu_us: float
-    switches: float
-    overtaken_p99: float = 0.0
 
 
 def switches(pid: int) -> int:
@@ -106,11 +102,12 @@ def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -
     return measured(pid, run)
 
 
-Key = tuple[str, str, int]  # (path, cpus, connections or clients)
-
-
-def http_rounds(daemon: Daemon, pid: int, seconds: float, rounds: int) -> dict[Key, list[Cell]]:
-    """Every HTTP cell ``rounds`` times; the two CPU settings side by side in each round."""
+def http_rounds(
+    daemon: Daemon, second: Daemon, seconds: float, rounds: int
+) -> dict[Key, list[Cell]]:
+    """Every HTTP cell ``rounds`` times; the two CPU settings side by side in each round,
+    and the adapter at 16 connections on two daemons, one per CPU (`two_daemons`)."""
+    pid = daemon.proc.pid if daemon.proc is not None else 0
     cells: dict[Key, list[Cell]] = {}
     for _ in range(rounds):
         for conns in CONNECTIONS:
@@ -119,8 +116,40 @@ def http_rounds(daemon: Daemon, pid: int, seconds: float, rounds: int) -> dict[K
                     pin(pid, cpus)
                     cell = http_cell(daemon, pid, path, conns, seconds)
                     cells.setdefault((path, cpus, conns), []).append(cell)
-    pin(pid, BOTH_CPUS)
+        pin(pid, BOTH_CPUS)
+        cells.setdefault(("adapter", TWO_DAEMONS, 16), []).append(
+            two_daemons(daemon, second, 16, seconds)
+        )
     return cells
+
+
+def two_daemons(first: Daemon, second: Daemon, conns: int, seconds: float) -> Cell:
+    """The adapter on two daemon processes, one pinned to each CPU, half the connections
+    each (two wrk, both on CPU 0): what worker processes with a GIL each could reach."""
+    pids = [d.proc.pid if d.proc is not None else 0 for d in (first, second)]
+    pin(pids[0], LOAD_CPU)
+    pin(pids[1], ONE_CPU)
+    cpu0, sw0 = sum(map(cpu_seconds, pids)), sum(map(switches, pids))
+    results: list[wrk.WrkResult] = []
+    url = f"/v1/adapters/{ADAPTER}"
+
+    def load(d: Daemon) -> None:
+        results.append(wrk.run(d.url + url, SAMPLE.read_bytes(), {}, conns // 2, seconds,
+                               cpus=LOAD_CPU))  # fmt: skip
+
+    threads = [threading.Thread(target=load, args=(d,)) for d in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for pid in pids:
+        pin(pid, BOTH_CPUS)
+    if len(results) != len(threads):
+        raise RuntimeError("a wrk run of the two-daemon cell failed")
+    n = sum(r.requests for r in results)
+    cpu, sw = sum(map(cpu_seconds, pids)) - cpu0, sum(map(switches, pids)) - sw0
+    return Cell(sum(r.rps for r in results), median([r.p50 for r in results]),
+                max(r.p99 for r in results), cpu / n * 1e6, sw / n)  # fmt: skip
 
 
 def overtaken(samples: Sequence[tuple[float, float]]) -> list[int]:
@@ -211,90 +240,26 @@ def demo_daemon(root: Path) -> Iterator[tuple[Daemon, Broker]]:
         broker.stop()
 
 
-def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
-    """The issue's goals as same-run ratios (the goal is in each figure's name)."""
-
-    def f(name: str, value: Cell, base: Cell, base_name: str) -> Figure:
-        return Figure("cores", name, value.rps, "/s", base_name, base.rps, lower_is_better=False)
-
-    a2, a1 = m["adapter", BOTH_CPUS, 16], m["adapter", ONE_CPU, 16]
-    v2, v1 = m["model", BOTH_CPUS, 16], m["model", ONE_CPU, 16]
-    q16, e16 = m["adapter", "mqtt", 16], m["echo", "mqtt", 16]
-    q64 = m["adapter", "mqtt", 64]
-    return [
-        f("HTTP adapter c16 req/s, 2 CPUs (goal ratio >= 1.6)", a2, a1, "CPU 1 only"),
-        f("HTTP V2 JSON c16 req/s, 2 CPUs (goal >= 1.3)", v2, v1, "CPU 1 only"),
-        f("HTTP adapter c16 req/s (goal >= 0.5)", a2, v2, "V2 JSON model c16"),
-        f("HTTP adapter c16 req/s (goal >= 1.0)", a2, m["adapter", BOTH_CPUS, 1], "adapter c1"),
-        f("MQTT adapter 16 clients answered/s (goal >= 0.8)", q16, a2, "HTTP adapter c16"),
-        f("MQTT adapter 16 clients answered/s (goal >= 0.5)", q16, e16, "paho echo 16"),
-        f("MQTT model 16 clients answered/s (goal >= 0.9)", m["model", "mqtt", 16], e16,
-          "paho echo 16"),
-        Figure("cores", "MQTT adapter 64 clients p99 (goal ratio <= 5)", q64.p99 * 1e3, "ms",
-               "its own p50", q64.p50 * 1e3),
-    ]  # fmt: skip
-
-
-def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
-    """Per cell: req/s, p50, and the daemon's CPU µs and context switches per request."""
-    out = []
-    for (path, where, n), c in sorted(m.items()):
-        label = f"{path} {'mqtt' if where == 'mqtt' else 'cpu ' + where} x{n}"
-        out += [
-            Figure(label, "req/s", c.rps, "/s", "-", c.rps, lower_is_better=False),
-            Figure(label, "p50", c.p50 * 1e3, "ms", "-", c.p50 * 1e3),
-            Figure(label, "p99", c.p99 * 1e3, "ms", "-", c.p99 * 1e3),
-            Figure(label, "daemon CPU per request", c.cpu_us, "us", "-", c.cpu_us),
-            Figure(label, "daemon switches per request", c.switches, "", "-", c.switches),
-        ]
-        if where == "mqtt":
-            out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", "-",
-                              c.overtaken_p99))  # fmt: skip
-    return out
-
-
-def tables(m: dict[Key, Cell]) -> str:
-    """Both tables in the issue's shape (markdown), medians over the rounds."""
-    names = {"adapter": "HTTP raw adapter, sandboxed", "model": "HTTP V2 JSON, the model"}
-    head = ("| daemon on | path | 1 connection: req/s, p50 | 16 connections: req/s, p50 "
-            "| CPU µs / switches per req at 16 |")  # fmt: skip
-    lines = [head, "| --- | --- | --- | --- | --- |"]
-    for cpus, label in ((ONE_CPU, "CPU 1 only"), (BOTH_CPUS, "both CPUs")):
-        for path in ("adapter", "model"):
-            c1, c16 = m[path, cpus, 1], m[path, cpus, 16]
-            lines.append(f"| {label} | {names[path]} | {c1.rps:,.0f}, {c1.p50 * 1e6:,.0f} µs "
-                         f"| {c16.rps:,.0f}, {c16.p50 * 1e3:.1f} ms "
-                         f"| {c16.cpu_us:.0f} / {c16.switches:.1f} |")  # fmt: skip
-    head = (
-        "| MQTT path | clients | answered/s | p50 | p99 | overtaken by (p99) "
-        "| CPU µs / switches per req |"
-    )
-    lines += ["", head, "| --- | --- | --- | --- | --- | --- | --- |"]
-    for path in ("adapter", "model", "echo"):
-        for n in CLIENTS:
-            c = m[path, "mqtt", n]
-            lines.append(f"| {path} | {n} | {c.rps:,.0f} | {c.p50 * 1e3:.2f} ms "
-                         f"| {c.p99 * 1e3:.1f} ms | {c.overtaken_p99:.0f} "
-                         f"| {c.cpu_us:.0f} / {c.switches:.1f} |")  # fmt: skip
-    return "\n".join(lines)
-
-
 def measure(quick: bool) -> dict[Key, Cell]:
     seconds, rounds = (1.0, 1) if quick else (3.0, 3)
     with (
         tempfile.TemporaryDirectory(prefix="wasmgate-cores-") as tmp,
         demo_daemon(Path(tmp)) as (daemon, broker),
     ):
+        second = start_demo(Path(tmp) / "second", broker.port, "second")
+        try:
+            raw = http_rounds(daemon, second, seconds, rounds)
+        finally:
+            second.stop()
         pid = daemon.proc.pid if daemon.proc is not None else 0
-        raw = http_rounds(daemon, pid, seconds, rounds)
         raw |= mqtt_rounds(pid, broker, seconds, rounds, Path(tmp))
     return {k: med(v) for k, v in raw.items()}
 
 
 def run(quick: bool) -> list[Figure]:
     m = measure(quick)
-    print(tables(m), file=sys.stderr)
-    return goal_figures(m) + detail_figures(m)
+    print(report.tables(m), file=sys.stderr)
+    return report.goal_figures(m) + report.detail_figures(m)
 
 
 def main() -> None:

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import wasmgate
 from bench import bench_cores as bc
+from bench import cores_report as cr
 from bench.bench_mqtt import start_echo
+from bench.cores_report import Cell
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 Label = str
-Cell = bc.Cell
 
 
 def package_of(rev: str, root: Path) -> Path:
@@ -62,18 +63,18 @@ def cells_of(
         try:
             return bc.http_cell(daemon, pid, path, conns, seconds)
         finally:
-            bc.pin(pid, bc.BOTH_CPUS)
+            bc.pin(pid, cr.BOTH_CPUS)
 
-    for conns in bc.CONNECTIONS:
+    for conns in cr.CONNECTIONS:
         for path in ("adapter", "model"):
-            for cpus in (bc.ONE_CPU, bc.BOTH_CPUS):
+            for cpus in (cr.ONE_CPU, cr.BOTH_CPUS):
                 out[path, cpus, conns] = functools.partial(http, path, cpus, conns)
     base = f"wasmgate/v1/{gateway}"
     topics = {
         "adapter": (f"{base}/adapters/{bc.ADAPTER}/req", adapter_body),
         "model": (f"{base}/models/{bc.MODEL}/infer", model_body),
     }
-    for clients in bc.CLIENTS:
+    for clients in cr.CLIENTS:
         for path, (topic, body) in topics.items():
             load = functools.partial(bc.fan_in, port, topic, clients, seconds, body)
             out[path, "mqtt", clients] = functools.partial(bc.measured, pid, load)
