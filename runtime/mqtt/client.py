@@ -38,7 +38,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from wasmgate._compat import timeout
-from wasmgate.runtime.mqtt._paho_private import check_paho, sock_close
+from wasmgate.runtime.mqtt._paho_private import BufferedClient, check_paho, sock_close
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.ops.config import MqttSettings
 
@@ -186,9 +186,9 @@ class MqttClient:
         self._loop_thread = threading.get_ident()
         self._client = self._build(client_id, will)
 
-    def _build(self, client_id: str, will: Outgoing) -> paho.Client:
+    def _build(self, client_id: str, will: Outgoing) -> BufferedClient:
         s = self._settings
-        client = paho.Client(
+        client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=paho.MQTTv5 if self._v5 else paho.MQTTv311,
@@ -372,7 +372,11 @@ class MqttClient:
             self._loop.add_reader(self._fd, self._read, sock)
 
     def _read(self, sock: socket.socket) -> None:
-        self._client.loop_read()
+        # Packets already in the client's read buffer wake no selector: read them all now.
+        client = self._client
+        client.loop_read()
+        while client.buffered() and client.socket() is sock:
+            client.loop_read()
         _quickack(sock)
 
     def _on_socket_close(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:
