@@ -140,8 +140,8 @@ def latencies(
         requester.close()
 
 
-def start_echo(port: int) -> paho.Client:
-    """A bare paho responder: republish each request to its Response Topic (QoS 1)."""
+def start_echo(port: int, qos: int = 1) -> paho.Client:
+    """A bare paho responder: republish each request to its Response Topic (at ``qos``)."""
     client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
     client.on_socket_open = _nodelay
 
@@ -149,14 +149,14 @@ def start_echo(port: int) -> paho.Client:
         request: Any = msg.properties
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         props.CorrelationData = request.CorrelationData
-        c.publish(request.ResponseTopic, msg.payload, qos=1, properties=props)
+        c.publish(request.ResponseTopic, msg.payload, qos=qos, properties=props)
 
     subscribed = threading.Event()
     client.on_subscribe = lambda *_: subscribed.set()
     client.on_message = on_message
     client.connect("127.0.0.1", port)
     client.loop_start()
-    client.subscribe("bench/echo", qos=1)
+    client.subscribe("bench/echo", qos=qos)
     if not subscribed.wait(10):
         raise TimeoutError("echo subscribe not acknowledged")
     return client

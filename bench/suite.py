@@ -49,6 +49,7 @@ SCENARIOS = (
     Scenario("oci", "bench.bench_oci", "bundle push/pull via a registry vs bare blob API"),
     Scenario("sandbox", "bench.bench_sandbox", "sandboxed adapter in-process vs raw ORT"),
     Scenario("ladder", "bench.bench_ladder", "raw ORT -> sandbox -> HTTP V2 -> MQTT, daemon"),
+    Scenario("cores", "bench.bench_cores", "demo adapter vs model: 1 vs 2 CPUs, MQTT fan-in"),
     Scenario("http", "bench.bench_http", "HTTP layer alone at 1/8/32 clients vs ORT"),
     Scenario("grpc", "bench.bench_grpc", "KServe V2 gRPC vs HTTP binary, daemon (perf_analyzer)"),
     Scenario("shm", "bench.bench_shm", "system shared memory vs binary HTTP and in-process"),

@@ -69,16 +69,24 @@ def script(body: bytes, headers: dict[str, str], workdir: Path) -> Path:
 
 
 def run(
-    url: str, body: bytes, headers: dict[str, str], connections: int, seconds: float
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    connections: int,
+    seconds: float,
+    *,
+    cpus: str | None = None,
 ) -> WrkResult:
     """POST ``body`` to ``url`` from ``connections`` connections for ``seconds`` (whole
-    seconds, at least 1: wrk takes no fractions).
+    seconds, at least 1: wrk takes no fractions); ``cpus`` pins wrk (``taskset -c``), so a
+    server given other CPUs does not share them with its load generator.
 
     Raises when any answer is not 2xx or a socket failed: a figure built on errors would
     measure the error path."""
     with tempfile.TemporaryDirectory(prefix="wasmgate-wrk-") as tmp:
         lua = script(body, headers, Path(tmp))
-        cmd = [WRK, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
+        pin = ["taskset", "-c", cpus] if cpus is not None else []
+        cmd = [*pin, WRK, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
                "--timeout", "10s", "-s", str(lua), url]  # fmt: skip
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=seconds + 60, check=False

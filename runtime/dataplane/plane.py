@@ -24,6 +24,7 @@ import msgspec
 
 from wasmgate._compat import Self
 from wasmgate.runtime.dataplane.adapters import InferOutcome, infer_adapter
+from wasmgate.runtime.dataplane.line import Lines
 from wasmgate.runtime.dataplane.observe import Observation, Transport
 from wasmgate.runtime.errors import BadRequest, Busy, NotFound
 from wasmgate.runtime.ops.metrics import Metrics
@@ -39,6 +40,7 @@ from wasmgate.runtime.served.api import (
 )
 
 T = TypeVar("T")
+_Line = tuple["Lines | None", str]
 MAX_KEY_CHARS = 256
 """Longest canary key a request may send, on every transport."""
 OFFLOAD_BYTES = 256 * 1024
@@ -103,6 +105,8 @@ class Call:
     """The V2 model or adapter the request names (None for a raw adapter request)."""
     url_version: str | None = None
     outcome: InferOutcome | AdapterAnswer | None = None
+    lines: _Line = (None, "")
+    """The plane's lines of patient requests, and this request's line in them."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -129,10 +133,13 @@ class Call:
                 ),
                 route,
                 deadline,
+                self.lines,
             )
         else:
             req = ModelRequest(info.name, request.inputs, request.output_names, pin, deadline, key)
-            answer = await _patiently(lambda: self.service.infer_model(req), route, deadline)
+            answer = await _patiently(
+                lambda: self.service.infer_model(req), route, deadline, self.lines
+            )
             outcome = InferOutcome(
                 dict(answer.outputs), answer.source, answer.version, answer.timings, None
             )
@@ -148,32 +155,36 @@ class Call:
             name, payload, content_type, route.meta, route.deadline,
             checked_key(route), checked_pin(route), namespace,
         )  # fmt: skip
-        answer = await _patiently(lambda: self.service.run_adapter(req), route, route.deadline)
+        answer = await _patiently(
+            lambda: self.service.run_adapter(req), route, route.deadline, self.lines
+        )
         self.outcome = answer
         return answer
 
 
-async def _patiently(call: Callable[[], Awaitable[T]], route: Route, deadline: float | None) -> T:
-    """``call()``, a `Busy` refusal retried for up to ``route.patience_s`` (or the deadline).
+async def _patiently(
+    call: Callable[[], Awaitable[T]], route: Route, deadline: float | None, line: _Line
+) -> T:
+    """``call()``; a `Busy` refusal waits in the name's line (`wasmgate.runtime.dataplane.line`)
+    for up to ``route.patience_s`` (or the deadline) and tries again in turn.
 
     An MQTT backlog arrives all at once (a restart, a burst); the broker holds what is beyond
     Receive Maximum, so a short wait here beats answering 429 to a device."""
-    if route.patience_s <= 0:
+    lines, key = line
+    if route.patience_s <= 0 or lines is None:
         return await call()
     give_up = time.monotonic() + route.patience_s
     if deadline is not None:
         give_up = min(give_up, deadline)
-    delay = 0.01
-    while True:
-        try:
-            return await call()
-        except Busy:
-            if time.monotonic() + delay > give_up:
-                raise
-            if route.on_retry is not None:
-                route.on_retry()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.2)
+    freed = True
+    try:
+        return await lines.patiently(key, call, give_up, route.on_retry)
+    except Busy:
+        freed = False  # refused for good: it never held a slot
+        raise
+    finally:
+        if freed:  # it ran (or was cancelled): the head of the line may try now
+            lines.freed(key)
 
 
 class DataPlane:
@@ -182,6 +193,7 @@ class DataPlane:
     def __init__(self, service: ServiceAPI, metrics: Metrics | None) -> None:
         self.service = service
         self._metrics = metrics
+        self._lines = Lines()
 
     def v2(self, transport: Transport, name: str, version: str | None) -> Call:
         """A V2 call on model or adapter ``name`` (``version``: named by its address).
@@ -193,8 +205,9 @@ class DataPlane:
             Observation(self._metrics, transport, "model", name).failed(e)
             raise
         observation = Observation(self._metrics, transport, info.kind, info.name)
-        return Call(self.service, observation, info, version)
+        return Call(self.service, observation, info, version, lines=(self._lines, f"v2:{name}"))
 
     def adapter(self, transport: Transport, name: str) -> Call:
         """A raw adapter call (a device payload, not tensors)."""
-        return Call(self.service, Observation(self._metrics, transport, "adapter", name), None)
+        observation = Observation(self._metrics, transport, "adapter", name)
+        return Call(self.service, observation, None, lines=(self._lines, f"adapter:{name}"))

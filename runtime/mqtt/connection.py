@@ -27,7 +27,7 @@ from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from wasmgate.runtime.mqtt._paho_private import sock_close
+from wasmgate.runtime.mqtt._paho_private import BufferedClient, sock_close
 from wasmgate.runtime.ops.config import MqttSettings
 
 
@@ -85,7 +85,7 @@ def _quickack(sock: Any) -> None:
 class LoopSockets:
     """Watches ``client``'s socket from ``loop``: reads and writes run on the loop thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: paho.Client) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: BufferedClient) -> None:
         """Take over ``client``'s socket callbacks (call on the loop thread)."""
         self._loop = loop
         self._client = client
@@ -121,7 +121,11 @@ class LoopSockets:
             self._loop.add_reader(self._fd, self._read, sock)
 
     def _read(self, sock: socket.socket) -> None:
-        self._client.loop_read()
+        # Packets already in the client's read buffer wake no selector: read them all now.
+        client = self._client
+        client.loop_read()
+        while client.buffered() and client.socket() is sock:
+            client.loop_read()
         _quickack(sock)
 
     def _on_socket_close(self, _client: paho.Client, _userdata: Any, sock: Any) -> None:

@@ -16,6 +16,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from wasmgate.runtime.mqtt._paho_private import BufferedClient
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.ops.config import MqttSettings
 
@@ -38,10 +39,10 @@ class _ClosingSSLSocket(ssl.SSLSocket):
             raise
 
 
-def build_client(settings: MqttSettings, client_id: str, will: Outgoing) -> paho.Client:
+def build_client(settings: MqttSettings, client_id: str, will: Outgoing) -> BufferedClient:
     """A persistent-session paho client (manual acks, no reconnect of its own), not connected."""
     s = settings
-    client = paho.Client(
+    client = BufferedClient(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=paho.MQTTv5 if s.protocol == "5" else paho.MQTTv311,

@@ -126,6 +126,13 @@ class InlinePolicy:
         m.average_s = max(m.average_s, seconds)
         m.inline_n = 0  # measured again from the next inline run (inline_s kept till then)
 
+    def back_off(self, key: str) -> None:
+        """A run of ``key`` on the loop was thrown away for a reason other than its time (a
+        batched model call that would have waited): the pool for a plain warm-up, no strike."""
+        m = self._models.get(key)
+        if m is not None:
+            m.calls = min(m.calls, 0)
+
     def figures(self) -> dict[str, tuple[int, int]]:
         """Per key: (calls run inline, strikes) so far, for metrics and tests."""
         return {k: (m.inline_runs, m.strikes) for k, m in self._models.items()}

@@ -124,12 +124,21 @@ class FairPool(Executor):
             self._cv.notify()
         return future
 
-    def has_queued(self) -> bool:
-        """Whether any job waits for a worker (an inline run must not overtake it).
+    def has_queued(self, besides: str | None = None) -> bool:
+        """Whether any job waits for a worker (an inline run must not overtake it); with
+        ``besides``, any job of another tenant than that one.
 
         Read without the lock (asked once per request on the event loop): a count changing
-        at this very moment is a race the caller's decision tolerates either way."""
-        return self._queued > 0
+        at this very moment is a race the caller's decision tolerates either way. Why
+        ``besides``: a tenant's own queued jobs must not keep its next requests off the
+        loop, or one run on the pool under load (a strike's warm-up) queued the next ones
+        behind it, and each found the queue busy again: the adapter stayed on the pool, at
+        a GIL hand-off per host call, for as long as the load lasted."""
+        queued = self._queued
+        if besides is None or queued == 0:
+            return queued > 0
+        own = self._tenants.get(besides)
+        return queued > (len(own.jobs) if own is not None else 0)
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per busy tenant: jobs running and queued, weight."""

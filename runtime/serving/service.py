@@ -168,7 +168,7 @@ class InferenceService:
                 record("admission", queued, tenant.attributes)
                 answer = await execute_adapter(
                     tenant.executor, bundle, req, deadline, timings, hold=gate.hold,
-                    policy=self._inline_adapters, pool_busy=self._pool.has_queued(),
+                    policy=self._inline_adapters, pool_busy=self._pool.has_queued(tenant.key),
                     crowded=self._flight.active > 1, calls=self._model_calls,
                 )  # fmt: skip
         except (Busy, DeadlineExceeded, InferenceFailed) as e:

@@ -30,6 +30,15 @@ def test_other_versions_are_refused_naming_the_range(version: str) -> None:
         check_paho(version)
 
 
+@pytest.mark.parametrize("name", ["_sock_close", "_sock_recv"])
+def test_a_paho_without_an_internal_we_use_is_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.delattr(paho.Client, name)
+    with pytest.raises(ConfigError, match=re.escape(SUPPORTED)):
+        check_paho()
+
+
 async def test_bridge_start_refuses_an_unsupported_paho(
     monkeypatch: pytest.MonkeyPatch, mosquitto: Broker, service: FakeService
 ) -> None:

@@ -17,7 +17,7 @@ KEY = "adapter:probe"
 
 
 def _bundle() -> Any:
-    return SimpleNamespace(guest_limits=lambda budget: budget)
+    return SimpleNamespace(guest_limits=lambda budget: budget, calls_batched=False)
 
 
 def _trap_at_once(*_: object, **__: object) -> NoReturn:

@@ -139,3 +139,19 @@ def test_bad_weight_and_closed_pool_are_refused() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError, match="closed"):
         pool.submit(int)
+
+
+def test_queued_jobs_of_other_tenants_only(gate: threading.Event) -> None:
+    # An inline run must not overtake another tenant's queued job, but its own tenant's
+    # queue must not keep it off the loop (see FairPool.has_queued).
+    with FairPool(1) as pool:
+        running = pool.submit_as("a", 1.0, gate.wait, WAIT_S)
+        queued = pool.submit_as("a", 1.0, gate.wait, WAIT_S)
+        assert pool.has_queued()
+        assert not pool.has_queued("a")
+        assert pool.has_queued("b")
+        other = pool.submit_as("b", 1.0, gate.wait, WAIT_S)
+        assert pool.has_queued("a")
+        gate.set()
+        wait([running, queued, other], WAIT_S)
+        assert not pool.has_queued("a")

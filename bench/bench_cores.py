@@ -1,0 +1,270 @@
+"""The adapter path against cores, concurrency and transports (issue 42's two tables).
+
+``python -m bench.bench_cores [--quick] [--json OUT]``
+
+One demo daemon (``wasmgate serve --demo``: the digits adapter, a fresh instance per
+request, and its model ``digits-mlp``) behind a stock mosquitto.
+
+- HTTP: ``wrk`` pinned to CPU 0 drives the raw adapter (``/v1/adapters/digits``, sandboxed)
+  and the V2 JSON model path (``/v2/models/digits-mlp/infer``) at 1 and 16 connections,
+  with the daemon pinned to CPU 1 (``taskset -a -p -c 1``: every thread) and then given both
+  CPUs, the two settings alternating within each round on the same process.
+- MQTT 5: 1, 16 and 64 closed-loop requesters (`bench.mqtt_fanin`, a child pinned to CPU
+  0; NODELAY, QoS 0) on the adapter, the model (V2 JSON) and a bare paho echo responder
+  through the same broker (the transport's ceiling), the daemon on both CPUs.
+
+The machine is shared, so every figure is a median over rounds and its baseline is measured
+in the same round. Beside throughput and latency, two figures noise hardly moves: the
+daemon's CPU time per request (``/proc/PID/stat``) and its context switches per request
+(every thread's ``voluntary_ctxt_switches`` + ``nonvoluntary_ctxt_switches``): a GIL
+hand-off between the event loop and a worker thread is a futex wait, hence a switch.
+MQTT fan-in also measures order: for each request, how many requests published after it
+were answered before it (0 for a FIFO path).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench import cores_report as report
+from bench import wrk
+from bench.bench_mqtt import GATEWAY, start_echo
+from bench.common import Figure, cpu_seconds, median, percentile, script_main
+from bench.cores_report import (
+    BOTH_CPUS,
+    CLIENTS,
+    CONNECTIONS,
+    LOAD_CPU,
+    ONE_CPU,
+    TWO_DAEMONS,
+    Cell,
+    Key,
+)
+from tests.fixtures.daemon import Daemon
+from tests.fixtures.mosquitto import Broker
+from wasmgate.runtime.mqtt._paho_private import close_threaded
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json"
+ADAPTER, MODEL = "digits", "digits-mlp"
+
+
+def switches(pid: int) -> int:
+    """Context switches of every thread of ``pid`` so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that just ended
+        total += sum(int(ln.split()[1]) for ln in text.splitlines() if "ctxt_switches" in ln)
+    return total
+
+
+def pin(pid: int, cpus: str) -> None:
+    """Pin every thread of ``pid`` (threads started later inherit their creator's set)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def measured(pid: int, run: Callable[[], tuple[int, float, float, float, float]]) -> Cell:
+    """``run()`` -> (requests, seconds, p50, p99, overtaken p99), with the daemon's cost."""
+    cpu0, sw0 = cpu_seconds(pid), switches(pid)
+    n, seconds, p50, p99, overtaken = run()
+    cpu, sw = cpu_seconds(pid) - cpu0, switches(pid) - sw0
+    return Cell(n / seconds, p50, p99, cpu / n * 1e6, sw / n, overtaken)
+
+
+def v2_json() -> bytes:
+    data = json.loads(SAMPLE.read_text())
+    doc = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": data}]}
+    return json.dumps(doc).encode()
+
+
+def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -> Cell:
+    if path == "adapter":
+        url, body = f"{daemon.url}/v1/adapters/{ADAPTER}", SAMPLE.read_bytes()
+    else:
+        url, body = f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
+
+    def run() -> tuple[int, float, float, float, float]:
+        r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
+        return r.requests, r.requests / r.rps, r.p50, r.p99, 0.0
+
+    return measured(pid, run)
+
+
+def http_rounds(
+    daemon: Daemon, second: Daemon, seconds: float, rounds: int
+) -> dict[Key, list[Cell]]:
+    """Every HTTP cell ``rounds`` times; the two CPU settings side by side in each round,
+    and the adapter at 16 connections on two daemons, one per CPU (`two_daemons`)."""
+    pid = daemon.proc.pid if daemon.proc is not None else 0
+    cells: dict[Key, list[Cell]] = {}
+    for _ in range(rounds):
+        for conns in CONNECTIONS:
+            for path in ("adapter", "model"):
+                for cpus in (ONE_CPU, BOTH_CPUS):
+                    pin(pid, cpus)
+                    cell = http_cell(daemon, pid, path, conns, seconds)
+                    cells.setdefault((path, cpus, conns), []).append(cell)
+        pin(pid, BOTH_CPUS)
+        cells.setdefault(("adapter", TWO_DAEMONS, 16), []).append(
+            two_daemons(daemon, second, 16, seconds)
+        )
+    return cells
+
+
+def two_daemons(first: Daemon, second: Daemon, conns: int, seconds: float) -> Cell:
+    """The adapter on two daemon processes, one pinned to each CPU, half the connections
+    each (two wrk, both on CPU 0): what worker processes with a GIL each could reach."""
+    pids = [d.proc.pid if d.proc is not None else 0 for d in (first, second)]
+    pin(pids[0], LOAD_CPU)
+    pin(pids[1], ONE_CPU)
+    cpu0, sw0 = sum(map(cpu_seconds, pids)), sum(map(switches, pids))
+    results: list[wrk.WrkResult] = []
+    url = f"/v1/adapters/{ADAPTER}"
+
+    def load(d: Daemon) -> None:
+        results.append(wrk.run(d.url + url, SAMPLE.read_bytes(), {}, conns // 2, seconds,
+                               cpus=LOAD_CPU))  # fmt: skip
+
+    threads = [threading.Thread(target=load, args=(d,)) for d in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for pid in pids:
+        pin(pid, BOTH_CPUS)
+    if len(results) != len(threads):
+        raise RuntimeError("a wrk run of the two-daemon cell failed")
+    n = sum(r.requests for r in results)
+    cpu, sw = sum(map(cpu_seconds, pids)) - cpu0, sum(map(switches, pids)) - sw0
+    return Cell(sum(r.rps for r in results), median([r.p50 for r in results]),
+                max(r.p99 for r in results), cpu / n * 1e6, sw / n)  # fmt: skip
+
+
+def overtaken(samples: Sequence[tuple[float, float]]) -> list[int]:
+    """Per request: how many requests published after it were answered before it."""
+    ordered = sorted(samples)
+    out = []
+    for i, (_, answered) in enumerate(ordered):
+        count, j = 0, i + 1
+        while j < len(ordered) and ordered[j][0] < answered:
+            count += ordered[j][1] < answered
+            j += 1
+        out.append(count)
+    return out
+
+
+def fan_in(port: int, topic: str, clients: int, seconds: float, body: Path) -> tuple[
+    int, float, float, float, float
+]:  # fmt: skip
+    """`bench.mqtt_fanin` in a child pinned to the load generator's CPU."""
+    cmd = ["taskset", "-c", LOAD_CPU, sys.executable, "-m", "bench.mqtt_fanin", str(port),
+           topic, str(clients), str(seconds), str(body)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=seconds + 120,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"mqtt_fanin failed: {done.stderr[-2000:]}")
+    doc = json.loads(done.stdout.splitlines()[-1])
+    samples = [(a, b) for a, b in doc["samples"]]
+    lat = [b - a for a, b in samples]
+    late = overtaken(samples)
+    return (len(samples), float(doc["seconds"]), median(lat), percentile(lat, 99),
+            percentile(late, 99))  # fmt: skip
+
+
+def mqtt_rounds(
+    pid: int, broker: Broker, seconds: float, rounds: int, tmp: Path
+) -> dict[Key, list[Cell]]:
+    """Adapter, model and echo at every client count, ``rounds`` times, daemon on both CPUs."""
+    adapter_body, model_body = tmp / "adapter.json", tmp / "model.json"
+    adapter_body.write_bytes(SAMPLE.read_bytes())
+    model_body.write_bytes(v2_json())
+    base = f"wasmgate/v1/{GATEWAY}"
+    paths = {
+        "adapter": (f"{base}/adapters/{ADAPTER}/req", adapter_body),
+        "model": (f"{base}/models/{MODEL}/infer", model_body),
+        "echo": ("bench/echo", adapter_body),
+    }
+    echo = start_echo(broker.port, qos=0)  # as the requesters: QoS 0 both ways
+    cells: dict[Key, list[Cell]] = {}
+    try:
+        for _ in range(rounds):
+            for clients in CLIENTS:
+                for path, (topic, body) in paths.items():
+                    load = functools.partial(fan_in, broker.port, topic, clients, seconds, body)
+                    cell = measured(pid, load)
+                    cells.setdefault((path, "mqtt", clients), []).append(cell)
+    finally:
+        close_threaded(echo)
+    return cells
+
+
+def med(cells: Sequence[Cell]) -> Cell:
+    """The median of every field over the rounds."""
+    return Cell(*(median([getattr(c, f) for c in cells]) for f in Cell.__dataclass_fields__))
+
+
+def start_demo(root: Path, port: int, gateway: str, env: dict[str, str] | None = None) -> Daemon:
+    """``wasmgate serve --demo`` on a free port, its MQTT bridge on broker ``port`` as
+    ``gateway`` (``env``: e.g. a PYTHONPATH with another version of the package)."""
+    mqtt = {"host": "127.0.0.1", "port": port, "gateway_id": gateway}
+    root.mkdir(parents=True)
+    daemon = Daemon(root, {"mqtt": mqtt, "log": {"level": "WARNING"}}, ("--demo",), env)
+    daemon.start(timeout=180)
+    return daemon
+
+
+@contextmanager
+def demo_daemon(root: Path) -> Iterator[tuple[Daemon, Broker]]:
+    """A stock mosquitto and ``wasmgate serve --demo`` connected to it (both stopped after)."""
+    broker = Broker(root / "mosquitto")
+    broker.start()
+    try:
+        daemon = start_demo(root / "daemon", broker.port, GATEWAY)
+        try:
+            yield daemon, broker
+        finally:
+            daemon.stop()
+    finally:
+        broker.stop()
+
+
+def measure(quick: bool) -> dict[Key, Cell]:
+    seconds, rounds = (1.0, 1) if quick else (3.0, 3)
+    with (
+        tempfile.TemporaryDirectory(prefix="wasmgate-cores-") as tmp,
+        demo_daemon(Path(tmp)) as (daemon, broker),
+    ):
+        second = start_demo(Path(tmp) / "second", broker.port, "second")
+        try:
+            raw = http_rounds(daemon, second, seconds, rounds)
+        finally:
+            second.stop()
+        pid = daemon.proc.pid if daemon.proc is not None else 0
+        raw |= mqtt_rounds(pid, broker, seconds, rounds, Path(tmp))
+    return {k: med(v) for k, v in raw.items()}
+
+
+def run(quick: bool) -> list[Figure]:
+    m = measure(quick)
+    print(report.tables(m), file=sys.stderr)
+    return report.goal_figures(m) + report.detail_figures(m)
+
+
+def main() -> None:
+    script_main(__doc__, run, "1 s cells, one round")
+
+
+if __name__ == "__main__":
+    main()

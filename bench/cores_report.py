@@ -1,0 +1,102 @@
+"""The figures and tables of `bench.bench_cores` (its cells' medians, the issue's goals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.common import Figure
+
+LOAD_CPU, ONE_CPU, BOTH_CPUS = "0", "1", "0,1"
+TWO_DAEMONS = "two daemons"
+CONNECTIONS = (1, 16)
+CLIENTS = (1, 16, 64)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: req/s, latency percentiles (s), daemon cost per request."""
+
+    rps: float
+    p50: float
+    p99: float
+    cpu_us: float
+    switches: float
+    overtaken_p99: float = 0.0
+
+
+Key = tuple[str, str, int]
+"""(path, CPUs or ``mqtt``, connections or clients)"""
+
+
+def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
+    """The issue's goals as same-run ratios (the goal is in each figure's name)."""
+
+    def f(name: str, value: Cell, base: Cell, base_name: str) -> Figure:
+        return Figure("cores", name, value.rps, "/s", base_name, base.rps, lower_is_better=False)
+
+    a2, a1 = m["adapter", BOTH_CPUS, 16], m["adapter", ONE_CPU, 16]
+    v2, v1 = m["model", BOTH_CPUS, 16], m["model", ONE_CPU, 16]
+    q16, e16 = m["adapter", "mqtt", 16], m["echo", "mqtt", 16]
+    q64 = m["adapter", "mqtt", 64]
+    return [
+        f("HTTP adapter c16 req/s, 2 CPUs (goal ratio >= 1.6)", a2, a1, "CPU 1 only"),
+        f("HTTP V2 JSON c16 req/s, 2 CPUs (goal >= 1.3)", v2, v1, "CPU 1 only"),
+        f("HTTP adapter c16 req/s (goal >= 0.5)", a2, v2, "V2 JSON model c16"),
+        f("HTTP adapter c16 req/s (goal >= 1.0)", a2, m["adapter", BOTH_CPUS, 1], "adapter c1"),
+        f("MQTT adapter 16 clients answered/s (goal >= 0.8)", q16, a2, "HTTP adapter c16"),
+        f("MQTT adapter 16 clients answered/s (goal >= 0.5)", q16, e16, "paho echo 16"),
+        f("MQTT model 16 clients answered/s (goal >= 0.9)", m["model", "mqtt", 16], e16,
+          "paho echo 16"),
+        f("HTTP adapter c16 req/s, 2 daemon processes, 1 CPU each (worker-process ceiling)",
+          m["adapter", TWO_DAEMONS, 16], a1, "one daemon, CPU 1 only"),
+        Figure("cores", "MQTT adapter 64 clients p99 (goal ratio <= 5)", q64.p99 * 1e3, "ms",
+               "its own p50", q64.p50 * 1e3),
+    ]  # fmt: skip
+
+
+def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
+    """Per cell: req/s, p50, and the daemon's CPU µs and context switches per request."""
+    out = []
+    for (path, where, n), c in sorted(m.items()):
+        label = f"{path} {where if where in ('mqtt', TWO_DAEMONS) else 'cpu ' + where} x{n}"
+        out += [
+            Figure(label, "req/s", c.rps, "/s", "-", c.rps, lower_is_better=False),
+            Figure(label, "p50", c.p50 * 1e3, "ms", "-", c.p50 * 1e3),
+            Figure(label, "p99", c.p99 * 1e3, "ms", "-", c.p99 * 1e3),
+            Figure(label, "daemon CPU per request", c.cpu_us, "us", "-", c.cpu_us),
+            Figure(label, "daemon switches per request", c.switches, "", "-", c.switches),
+        ]
+        if where == "mqtt":
+            out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", "-",
+                              c.overtaken_p99))  # fmt: skip
+    return out
+
+
+def tables(m: dict[Key, Cell]) -> str:
+    """Both tables in the issue's shape (markdown), medians over the rounds."""
+    names = {"adapter": "HTTP raw adapter, sandboxed", "model": "HTTP V2 JSON, the model"}
+    head = ("| daemon on | path | 1 connection: req/s, p50 | 16 connections: req/s, p50 "
+            "| CPU µs / switches per req at 16 |")  # fmt: skip
+    lines = [head, "| --- | --- | --- | --- | --- |"]
+    for cpus, label in ((ONE_CPU, "CPU 1 only"), (BOTH_CPUS, "both CPUs")):
+        for path in ("adapter", "model"):
+            c1, c16 = m[path, cpus, 1], m[path, cpus, 16]
+            lines.append(f"| {label} | {names[path]} | {c1.rps:,.0f}, {c1.p50 * 1e6:,.0f} µs "
+                         f"| {c16.rps:,.0f}, {c16.p50 * 1e3:.1f} ms "
+                         f"| {c16.cpu_us:.0f} / {c16.switches:.1f} |")  # fmt: skip
+    two = m["adapter", TWO_DAEMONS, 16]
+    lines.append(f"| two daemons, one per CPU | HTTP raw adapter, sandboxed | - "
+                 f"| {two.rps:,.0f}, {two.p50 * 1e3:.1f} ms "
+                 f"| {two.cpu_us:.0f} / {two.switches:.1f} |")  # fmt: skip
+    head = (
+        "| MQTT path | clients | answered/s | p50 | p99 | overtaken by (p99) "
+        "| CPU µs / switches per req |"
+    )
+    lines += ["", head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in ("adapter", "model", "echo"):
+        for n in CLIENTS:
+            c = m[path, "mqtt", n]
+            lines.append(f"| {path} | {n} | {c.rps:,.0f} | {c.p50 * 1e3:.2f} ms "
+                         f"| {c.p99 * 1e3:.1f} ms | {c.overtaken_p99:.0f} "
+                         f"| {c.cpu_us:.0f} / {c.switches:.1f} |")  # fmt: skip
+    return "\n".join(lines)
