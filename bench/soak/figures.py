@@ -152,8 +152,10 @@ def verdict(r: Result) -> list[tuple[str, bool, str]]:
         ("no event lost", r.events_lost() == 0, f"{r.events_lost()}"),
         ("no event duplicate beyond QoS 1", r.mqtt.event_duplicates == 0,
          f"{r.mqtt.event_duplicates}"),
+        # >=: a refused request is acknowledged, but one in flight when the broker restarts
+        # is delivered again (QoS 1) and refused again
         ("oversize MQTT requests refused, none answered",
-         refused == sent_big and r.mqtt.big_answers == 0,
+         refused >= sent_big and r.mqtt.big_answers == 0,
          f"{refused} refused of {sent_big}, {r.mqtt.big_answers} answered"),
         ("every fault done", not r.fault_failures(), "; ".join(r.fault_failures()) or "all"),
     ]  # fmt: skip

@@ -73,7 +73,8 @@ def test_soak_two_minutes(tmp_path: Path) -> None:
     assert events["value"] == 0
     assert events["baseline"] > 0  # events were emitted (and all came in)
     refused = doc_row(doc, "mqtt5-oversize: refused by the daemon")
-    assert refused["value"] == refused["baseline"] > 0  # the daemon counted each one
+    # The daemon counted each one (a copy the broker delivered again counts again).
+    assert refused["value"] >= refused["baseline"] > 0
     # Every fault of the cycle was done once and worked.
     faults = {name for _, name, _ in doc["meta"]["faults"]}
     assert len(faults) == 8, faults
