@@ -1,10 +1,15 @@
-"""``python -m bench``: run the benchmark suite (see `bench.suite`)."""
+"""``python -m bench``: run the benchmark suite (see `bench.suite`); ``python -m bench soak``
+runs the soak (see `bench.soak`)."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.suite import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["soak"]:
+        from bench.soak.run import main as soak
+
+        sys.exit(soak(sys.argv[2:]))
+    from bench.suite import main
+
     sys.exit(main())

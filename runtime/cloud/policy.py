@@ -39,6 +39,7 @@ from wasmgate.runtime.errors import (
 )
 from wasmgate.runtime.field.deferral import Deferral
 from wasmgate.runtime.field.store import StoreError
+from wasmgate.runtime.ops.logs import Throttled
 from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
 from wasmgate.runtime.served.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.sandbox.spans import Attributes, span
@@ -82,6 +83,8 @@ class FallbackRunner:
         self._cloud = cloud
         self._observe = observe
         self._deferrer = deferrer
+        # Per adapter, once a minute: while the cloud is away every request fails the same way.
+        self._cloud_failed = Throttled(log)
 
     def _note(self, name: str, error: DaemonError | None, asked: bool, ok: bool) -> None:
         if self._observe is not None:
@@ -129,7 +132,9 @@ class FallbackRunner:
             timings["fallback"] = time.monotonic() - start
             self._note(req.adapter, local_error, local_answer is not None, ok=False)
             if local_answer is not None:
-                log.warning("cloud fallback failed, serving the local answer", extra={"e": str(e)})
+                self._cloud_failed.warning(
+                    req.adapter, "cloud fallback failed, serving the local answer", {"e": str(e)}
+                )
                 return local_answer
             deferred = await self._defer(bundle, req, reason, e)
             if deferred is not None:

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 _ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)}
@@ -77,6 +78,34 @@ class PlainFormatter(logging.Formatter):
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line
+
+
+class Throttled:
+    """At most one warning per ``every_s`` for each key; the next one carries
+    ``suppressed=N``, how many were left out meanwhile.
+
+    For a condition that repeats on every request while it lasts (the cloud away, its
+    circuit breaker open): logged per request, an hour-long outage at a few hundred requests
+    per second writes a million identical journal lines. Keys are few (adapter names)."""
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log, self._every_s, self._clock = log, every_s, clock
+        self._next: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def warning(self, key: str, msg: str, extra: Mapping[str, Any]) -> None:
+        now = self._clock()
+        if now < self._next.get(key, now):
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        self._next[key] = now + self._every_s
+        suppressed = self._suppressed.pop(key, 0)
+        self._log.warning(msg, extra={**extra, "suppressed": suppressed} if suppressed else extra)
 
 
 def setup_logging(fmt: Literal["plain", "json"], level: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -255,6 +256,21 @@ async def test_fallback_failure_names_both_causes(tmp_path: Path, kit: BundleKit
             await st.service.run_adapter(req(b"E"))
         weak = await st.service.run_adapter(req(b"F"))  # the local answer stands
         assert (weak.body, weak.source) == (b"v1:local", "local")
+
+
+async def test_a_cloud_that_stays_away_is_logged_once_not_per_request(
+    tmp_path: Path, kit: BundleKit, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The soak's cloud outage wrote ~1,600 identical warnings a minute (one per request).
+    bundle = kit.build("probe", 1, sections=FALLBACK)
+    async with open_stack(tmp_path, kit, cloud=Cloud(fail=True), start=(bundle,)) as st:
+        with caplog.at_level(logging.WARNING, logger="wasmgate.fallback"):
+            for _ in range(50):
+                weak = await st.service.run_adapter(req(b"F"))
+                assert weak.source == "local"
+    failed = [r for r in caplog.records if "cloud fallback failed" in r.getMessage()]
+    assert len(failed) == 1
+    assert "cloud unreachable" in failed[0].__dict__["e"]
 
 
 async def test_no_fallback_unless_the_manifest_allows(tmp_path: Path, kit: BundleKit) -> None:
