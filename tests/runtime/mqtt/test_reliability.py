@@ -83,7 +83,7 @@ async def test_broker_restart_mid_stream_every_request_answered(
                     await asyncio.to_thread(mosquitto.restart)
                 await asyncio.sleep(0.005)
             await dev.wait_for(total, timeout=60)
-            await asyncio.sleep(1.0)  # room for a late or repeated answer to show up
+            await asyncio.sleep(1.0)  # quiet window: a late or repeated answer after the restart
             replies = dev.snapshot()
         finally:
             dev.close()
