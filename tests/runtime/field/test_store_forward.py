@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.waits import until_async
 from wasmgate.runtime.field.forward import Forwarder, Pace
 from wasmgate.runtime.field.store import Record, Store, StreamLimits
 
@@ -37,10 +38,8 @@ class Link:
                 fut.set_exception(error) if error else fut.set_result(None)
 
 
-async def _until(check: object) -> None:
-    async with asyncio.timeout(10):
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.005)
+async def _until(check: Callable[..., object]) -> None:
+    await until_async(check, "the condition", 10, every_s=0.005)
 
 
 def _parked(task: asyncio.Task[None]) -> bool:
