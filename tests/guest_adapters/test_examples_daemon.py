@@ -21,6 +21,7 @@ import pytest
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import ModelFiles
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until
 from tests.runtime.mqtt.requester import Reply, Requester
 from tests.runtime.stack import host_profile_name
 from wasmgate.guest_adapters.examples import example_dir
@@ -86,6 +87,12 @@ def wait_replies(req: Requester, count: int, timeout: float = 15.0) -> list[Repl
             return got
         time.sleep(0.02)
     raise TimeoutError(f"{len(req.snapshot())} of {count} MQTT replies after {timeout}s")
+
+
+def _streams(daemon: Daemon) -> dict[str, dict[str, Any]]:
+    """The store's streams on the status page (none when the store is off)."""
+    store: dict[str, Any] = daemon.get_json("/v1/status")["components"].get("store", {})
+    return store.get("streams", {})  # type: ignore[no-any-return]
 
 
 def demo_config(setup: DemoSetup) -> dict[str, Any]:
@@ -190,8 +197,13 @@ def test_examples_over_http_mqtt_and_fallback(  # noqa: PLR0915 - one demo daemo
             response_topic="test/res/d",
             correlation=b"c-three",
         )
-        replies = wait_replies(req, 4)
-        time.sleep(0.3)  # an unexpected second event would arrive by now
+        wait_replies(req, 4)
+        # A fence instead of a quiet window: once the store holds nothing unsent (if it is
+        # on) an event any run emitted has gone out on the daemon's one connection, so it
+        # reaches us before the answer to a request sent now.
+        until(lambda: all(s["depth"] == 0 for s in _streams(daemon).values()), "store drained")
+        req.request(topic, normal, response_topic="test/res/f", correlation=b"c-fence")
+        until(lambda: any(r.correlation == b"c-fence" for r in req.snapshot()), "the fence")
         replies = req.snapshot()
     answers = {r.correlation: json.loads(r.payload) for r in replies if r.topic.startswith("test/")}
     assert answers[b"c-spike"]["anomaly"] is True

@@ -80,7 +80,7 @@ async def test_qos1_stream_survives(
             dev.request(TOPIC, body, response_topic=REPLIES, correlation=f"r{i}".encode())
             time.sleep(0.01)
         await dev.wait_for(total + 1, timeout=60)
-        time.sleep(1.0)  # room for a late redelivered answer to show up
+        time.sleep(1.0)  # quiet window: a late redelivered answer after the fault
         answers = _by_correlation(dev.snapshot())
     finally:
         dev.close()

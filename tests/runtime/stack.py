@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +66,18 @@ async def open_stack(
     watchdog: bool = True,
     adapter_state: bool = False,
     inline_adapters: InlinePolicy | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[Stack]:
     """A started registry + service over a fresh (or given) store; everything closed after.
 
     ``watchdog=False`` leaves model runs unstoppable (as LiteRT's are); ``adapter_state``
     gives ``[state]`` grants a real (in-memory) state database, as the daemon does;
-    ``inline_adapters`` replaces the service's inline policy for adapters."""
+    ``inline_adapters`` replaces the service's inline policy for adapters; ``clock`` is the
+    store's (signature times, expiry), so a test can start after a bundle expired."""
     lim = limits or LimitSettings()
     settings = Settings(limits=lim)
     state = state_dir or tmp / "state"
-    store = BundleStore(state, kit.trust, max_bundle_bytes=lim.max_bundle_bytes)
+    store = BundleStore(state, kit.trust, max_bundle_bytes=lim.max_bundle_bytes, clock=clock)
     metrics = Metrics()
     # The pool closes first: a running guest needs the engine's epoch ticker to stop.
     with (

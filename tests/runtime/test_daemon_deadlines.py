@@ -8,7 +8,6 @@ a bundle with 64 batched models used to start a thread (or two) per model.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.waits import until
 from tests.runtime.backends.conftest import profile_text
 from tests.runtime.bundlekit import BundleKit, slow_model
 from tests.runtime.stack import host_profile_name
@@ -47,10 +47,7 @@ def _metric(daemon: Daemon, series: str) -> float:
 
 
 def _wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    end = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < end, f"{what} not reached after {seconds}s"
-        time.sleep(0.1)
+    until(predicate, what, seconds, every_s=0.1)
 
 
 def test_slow_model_deadlines_free_the_workers_for_other_tenants(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tests.fixtures.waits import until
 from tests.runtime.backends.models import mlp_reference
 from tests.runtime.batching.gated import GatedModel
 from tests.runtime.batching.test_batcher import _model, _rows
@@ -26,10 +27,7 @@ def _queued(queue: BatchQueue, *items: Item) -> list[Item]:
 
 
 def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.001)
+    until(check, "the condition", timeout, every_s=0.001)
 
 
 def test_rows_per_key_and_the_earliest_deadline_follow_every_change() -> None:

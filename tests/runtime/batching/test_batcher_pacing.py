@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from tests.fixtures.waits import until
 from tests.runtime.backends.models import mlp_reference
 from tests.runtime.batching.gated import GatedModel
 from tests.runtime.batching.test_batcher import _model, _rows
@@ -22,10 +23,7 @@ HOUR_US = 3_600_000_000
 
 
 def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.005)
+    until(check, "the condition", timeout, every_s=0.005)
 
 
 def test_an_idle_worker_runs_a_lone_request_at_once() -> None:

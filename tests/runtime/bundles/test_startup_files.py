@@ -7,7 +7,7 @@ Real store, registry and bundles; `BundleStore.stage` is only watched (each call
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -59,15 +59,16 @@ async def test_a_file_of_an_expired_serving_bundle_is_verified_again(
 ) -> None:
     """Expired serves on under the default policy ("warn"), but an install of its file is
     refused: that refusal must still be recorded, so the file is read."""
-    expires = time.time() + LIFETIME_S
     state = tmp_path / "state"
     probe = kit.build("probe", 1, expires_in=timedelta(seconds=LIFETIME_S))
     _settle(probe)
     async with open_stack(tmp_path, kit, start=(probe,), state_dir=state) as st:
         assert st.service.adapter_names() == ["probe"]  # installed before it expired
-    time.sleep(max(0, expires - time.time()) + 1.1)
+    later = datetime.now(UTC) + timedelta(seconds=LIFETIME_S + 1)  # the store's clock moved on
     staged = _staged(monkeypatch)
-    async with open_stack(tmp_path, kit, start=(probe,), state_dir=state) as st:
+    async with open_stack(
+        tmp_path, kit, start=(probe,), state_dir=state, clock=lambda: later
+    ) as st:
         assert staged == [probe.name]
         assert "expired" in st.registry.failures()[0].message
         assert (await st.service.run_adapter(AdapterRequest("probe", b"Phi"))).body == b"v1:hi"

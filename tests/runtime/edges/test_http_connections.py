@@ -11,13 +11,13 @@ import contextlib
 import json
 import select
 import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.waits import until
 from tests.runtime.edges.probe import probe_daemon, request
 
 CLIENT = "127.0.0.2"
@@ -62,10 +62,7 @@ def _sockets() -> Iterator[list[socket.socket]]:
 
 
 def _wait_until(check: Callable[[], bool], what: str, limit_s: float = 30.0) -> None:
-    give_up = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < give_up, what
-        time.sleep(0.1)
+    until(check, what, limit_s, every_s=0.1)
 
 
 def test_slowloris_from_one_and_many_peers_leaves_room_for_others(

@@ -4,7 +4,6 @@ arrives, in order, none twice, and stays on the gateway until the registry store
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -16,6 +15,7 @@ import pytest
 
 from tests.fixtures.net import serving
 from tests.fixtures.registry import Registry
+from tests.fixtures.waits import until_async
 from tests.runtime.field.ocisamples import FlakyRegistry, Pulled, pulled
 from wasmgate.runtime.field.samples import SAMPLE_FIELDS, SAMPLES, Origin, StoredSamples
 from wasmgate.runtime.field.samples_oci import ARTIFACT_TYPE, IDS, OciSamples
@@ -46,11 +46,7 @@ class Kept:
 
 
 async def until(check: Callable[[], bool], what: str, limit_s: float = 30) -> None:
-    for _ in range(int(limit_s * 20)):  # bounded
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never true: {what}")
+    await until_async(check, what, limit_s, every_s=0.05)
 
 
 @contextlib.asynccontextmanager

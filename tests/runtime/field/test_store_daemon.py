@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until_async
 from tests.runtime.edges.probe import probe_daemon, request
 from tests.runtime.edges.test_mqtt_edges import GW, mqtt_config, wait_online
 from tests.runtime.mqtt.requester import Reply, Requester
@@ -49,11 +50,31 @@ def _mqtt(daemon: Daemon) -> dict[str, Any]:
 
 
 async def until(check: Callable[[], bool], what: str, limit_s: float = 30) -> None:
-    for _ in range(int(limit_s * 10)):  # bounded
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never true: {what}")
+    await until_async(check, what, limit_s, every_s=0.1)
+
+
+async def fenced(daemon: Daemon, watch: Requester, dev: Requester | None = None) -> None:
+    """Instead of a quiet window for duplicates: once every stream is empty (acked and
+    deleted) the daemon has nothing left to resend, and what it published before reaches a
+    client before a fence published after it (one connection, one order): the event
+    ``fence`` for ``watch``, an answer on ``replies/fence`` for ``dev``."""
+    await until(lambda: all(s["depth"] == 0 for s in _streams(daemon).values()), "streams acked")
+    _emit(daemon, "fence")
+    await until(lambda: b"fence" in _payloads(watch.snapshot(), EVENTS), "the fence event")
+    if dev is not None:
+        dev.request(REQ, b"Pfence", response_topic="replies/fence", correlation=b"fence")
+        await until(lambda: _payloads(dev.snapshot(), "replies/fence") != [], "the fence answer")
+
+
+def _streams(daemon: Daemon) -> dict[str, dict[str, Any]]:
+    streams: dict[str, dict[str, Any]] = daemon.get_json("/v1/status")["components"]["store"][
+        "streams"
+    ]
+    return streams
+
+
+def _unfenced(replies: list[Reply]) -> list[Reply]:
+    return [r for r in replies if r.payload != b"fence" and r.topic != "replies/fence"]
 
 
 def _payloads(replies: list[Reply], topic: str) -> list[bytes]:
@@ -69,8 +90,8 @@ async def test_http_and_mqtt_events_reach_mqtt_at_qos1(
         _emit(daemon, "over-http")
         dev.request(REQ, b"Xover-mqtt", response_topic="replies/1", correlation=b"1")
         await until(lambda: len(dev.snapshot()) >= 3, "two events and one answer")
-        await asyncio.sleep(0.3)  # room for a duplicate to show up
-        got = dev.snapshot()
+        await fenced(daemon, dev)
+        got = _unfenced(dev.snapshot())
     assert sorted(_payloads(got, EVENTS)) == [b"over-http", b"over-mqtt"]
     assert _payloads(got, "replies/1") == [b"v1:over-mqtt"]
     assert all(r.props.get("store-id", "").isdigit() for r in got if r.topic == EVENTS)
@@ -105,9 +126,8 @@ async def test_broker_away_and_sigkill_every_answer_and_event_once_in_order(
         await asyncio.to_thread(mosquitto.start)  # the unacked slow requests come back too
         await until(lambda: len(_payloads(watch.snapshot(), EVENTS)) >= 20, "events drained")
         await until(lambda: len(dev.snapshot()) >= slow, "answers drained")
-        await until(lambda: stream_status(daemon, "answers")["depth"] == 0, "answers acked")
-        await asyncio.sleep(1.0)  # room for a duplicate answer or event to show up
-        events, answers = _payloads(watch.snapshot(), EVENTS), dev.snapshot()
+        await fenced(daemon, watch, dev)
+        events, answers = _payloads(_unfenced(watch.snapshot()), EVENTS), _unfenced(dev.snapshot())
     finally:
         watch.close()
         dev.close()
@@ -141,8 +161,8 @@ async def test_a_full_store_drops_the_oldest_and_counts_them(
         assert 'wasmgate_store_depth{stream="events"} 5.0' in metrics
         await asyncio.to_thread(mosquitto.start)
         await until(lambda: len(watch.snapshot()) >= 5, "the kept events drained")
-        await asyncio.sleep(0.5)
-        got = _payloads(watch.snapshot(), EVENTS)
+        await fenced(daemon, watch)  # the 7 dropped ones never come
+        got = _payloads(_unfenced(watch.snapshot()), EVENTS)
     assert got == [f"event-number-{i:02d}-padding"[:25].encode() for i in range(7, 12)]
 
 

@@ -28,6 +28,11 @@ DEFERRED = f"{ROOT}/deferred/probe"
 FALLBACK = {"allowed": True, "on_error": True, "send_payload": True, "defer": True}
 
 
+def _all_acked(daemon: Daemon) -> bool:
+    streams = daemon.get_json("/v1/status")["components"]["store"]["streams"]
+    return all(s["depth"] == 0 for s in streams.values())
+
+
 def _post(daemon: Daemon, payload: bytes) -> tuple[int, bytes]:
     req = urllib.request.Request(f"{daemon.url}/v1/adapters/probe", data=payload, method="POST")
     try:
@@ -105,9 +110,13 @@ async def test_deferred_requests_are_answered_when_the_cloud_returns(
             assert stream_status(edge, "cloud")["depth"] == 4
             await asyncio.to_thread(cloud.start)
             await until(lambda: len(dev.snapshot()) >= 5, "the four deferred answers")
-            await until(lambda: stream_status(edge, "cloud")["depth"] == 0, "the stream acked")
-            await asyncio.sleep(0.5)  # room for a duplicate to show up
-            got = [r for r in dev.snapshot() if r.topic == DEFERRED]
+            # A fence, not a quiet window: with every stream acked the edge has nothing left
+            # to resend, and its answer to a request sent now follows anything it published.
+            await until(lambda: _all_acked(edge), "every stream acked")
+            dev.request(f"{ROOT}/adapters/probe/req", b"Pfence", response_topic="replies/f",
+                        correlation=b"f")  # fmt: skip
+            await until(lambda: any(r.correlation == b"f" for r in dev.snapshot()), "the fence")
+            got = [r for r in dev.snapshot() if r.topic == DEFERRED and r.payload != b"cloud:fence"]
     finally:
         edge.stop()
     assert [r.payload for r in got] == [b"cloud:one", b"cloud:two", b"cloud:three", b"cloud:four"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+from tests.fixtures.waits import until_async
 from wasmgate.runtime.field.forward import Forwarder, Pace
 from wasmgate.runtime.field.store import Record, Store, StreamLimits
 
@@ -36,10 +38,19 @@ class Link:
                 fut.set_exception(error) if error else fut.set_result(None)
 
 
-async def _until(check: object) -> None:
-    async with asyncio.timeout(10):
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.005)
+async def _until(check: Callable[..., object]) -> None:
+    await until_async(check, "the condition", 10, every_s=0.005)
+
+
+def _parked(task: asyncio.Task[None]) -> bool:
+    """The task is suspended in ``wake_or_timeout`` (its idle wait for a wake-up), read from
+    its chain of awaited coroutines."""
+    coro: Any = task.get_coro()
+    while coro is not None and hasattr(coro, "cr_code"):
+        if coro.cr_code.co_name == "wake_or_timeout":
+            return True
+        coro = coro.cr_await
+    return False
 
 
 @contextlib.asynccontextmanager
@@ -59,11 +70,11 @@ async def test_window_link_and_acks(tmp_path: Path) -> None:
     async with forwarding(tmp_path, link) as (store, fwd):
         for i in range(10):
             await store.append("events", b"%d" % i)
-        await asyncio.sleep(0.05)
-        assert link.sent == []  # link down: nothing leaves
+        await asyncio.sleep(0.05)  # quiet window: with the link down nothing may leave
+        assert link.sent == []
         link.up.set()
         await _until(lambda: len(link.sent) == 4)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # quiet window: no 5th send while none is confirmed
         assert len(link.sent) == 4  # the window is full until something is confirmed
         assert store.stats()["events"].depth == 10  # sent is not delivered
         while fwd.stats.delivered < 10:
@@ -107,7 +118,7 @@ async def test_a_cancel_landing_with_a_confirmation_ends_the_forwarder(tmp_path:
             task = asyncio.create_task(fwd.run())
             try:
                 await _until(lambda f=fwd: f.stats.sent >= 1)
-                await asyncio.sleep(0.1)  # nothing more to send: it waits for a wake-up
+                await _until(lambda t=task: _parked(t))  # nothing more to send: it waits
                 link.confirm_all()
                 for _ in range(turns):
                     await asyncio.sleep(0)

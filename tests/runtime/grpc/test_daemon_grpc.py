@@ -33,7 +33,11 @@ MAX_MESSAGE = 256 * 1024
 
 
 def _start(
-    root: Path, grpc: dict[str, int] | None, slow_runs: int = 1_000_000, drain_s: float = 5
+    root: Path,
+    grpc: dict[str, int] | None,
+    slow_runs: int = 1_000_000,
+    drain_s: float = 5,
+    slow_deadline_ms: int = 1000,
 ) -> Daemon:
     """``slow_runs``: MatMuls per run of model ``slow`` (the default takes an hour)."""
     kit = BundleKit(root / "kit")
@@ -44,7 +48,8 @@ def _start(
     slow.write_bytes(slow_model(slow_runs))
     kit.build("abuser", 1, adapter=False, model_name="slow", model_file=slow, out_dir=bundles,
               batching={"max_batch_size": 1, "max_queue_delay_us": 0},
-              sections={"limits": {"max_in_flight": 1, "queue_size": 0}})  # fmt: skip
+              sections={"limits": {"max_in_flight": 1, "queue_size": 0,
+                                   "deadline_ms": slow_deadline_ms}})  # fmt: skip
     config: dict[str, object] = {
         "paths": {"trust_file": kit.save_trust(root / "trust.json")},
         "profile": host_profile_name(),
@@ -211,7 +216,8 @@ def test_http_keeps_serving_while_grpc_clients_misbehave(
 
 def test_sigterm_lets_the_grpc_call_in_flight_finish(tmp_path: Path) -> None:
     port = free_port()
-    daemon = _start(tmp_path, {"port": port}, slow_runs=300, drain_s=60)  # about a second
+    # about a second of MatMuls, several on a loaded machine: a deadline they always meet
+    daemon = _start(tmp_path, {"port": port}, slow_runs=300, drain_s=60, slow_deadline_ms=60_000)
     client = triton.InferenceServerClient(f"127.0.0.1:{port}")
     x = np.full((1, 4), 3.0)
     answers: list[np.ndarray] = []

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until
 from tests.runtime.http.cdp import probe
 from tests.runtime.stack import host_profile_name
 from wasmgate.guest_adapters.examples import example_dir
@@ -57,11 +58,7 @@ def scrape(daemon: Daemon) -> dict[str, float]:
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not reached after {timeout}s: {what}")
-        time.sleep(0.05)
+    until(check, what, timeout, every_s=0.05)
 
 
 @pytest.fixture(scope="module")

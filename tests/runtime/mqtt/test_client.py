@@ -14,6 +14,7 @@ from paho.mqtt import publish
 
 from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import free_port
+from tests.fixtures.waits import until_async
 from tests.runtime.mqtt.conftest import bridge_settings
 from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.messages import Outgoing
@@ -47,9 +48,7 @@ async def test_stop_as_the_connack_arrives_ends_the_supervisor(mosquitto: Broker
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
+    await until_async(predicate, getattr(predicate, "__name__", "the condition"), timeout)
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

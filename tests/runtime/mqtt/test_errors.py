@@ -7,6 +7,7 @@ import json
 import time
 
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until_async
 from tests.runtime.mqtt.conftest import ROOT, bridge_settings
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.mqtt.service import FakeService
@@ -132,10 +133,16 @@ async def test_duplicate_correlation_is_answered_once(
                 correlation=b"different",
             )
             await dev.wait_for(2)
-            await asyncio.sleep(0.5)  # room for a wrong third answer to show up
-            replies = dev.snapshot()
+            # A fence, not a quiet window: a duplicate would be answered when the first one
+            # is (both counted by then), so before this request, sent after, is answered.
+            await until_async(lambda: bridge.state.duplicates == 2, "both duplicates seen")
+            dev.request(
+                f"{ROOT}/adapters/slow/req", b"fence", response_topic="c/dup", correlation=b"f"
+            )
+            await until_async(lambda: any(r.correlation == b"f" for r in dev.snapshot()), "f")
+            replies = [r for r in dev.snapshot() if r.correlation != b"f"]
     assert sorted(r.correlation or b"" for r in replies) == [b"different", b"same"]
-    assert service.calls == {b"once": 1, b"other": 1}
+    assert service.calls == {b"once": 1, b"other": 1, b"fence": 1}
     assert bridge.state.duplicates == 2
 
 

@@ -6,8 +6,10 @@ import asyncio
 import collections
 import json
 import socket
+from collections.abc import Callable
 
 from tests.fixtures.mosquitto import Broker
+from tests.fixtures.waits import until_async
 from tests.runtime.mqtt.conftest import ROOT, bridge_settings
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.mqtt.service import FakeService
@@ -17,10 +19,8 @@ from wasmgate.runtime.mqtt.spool import Stored
 SUM = f"{ROOT}/adapters/sum/req"
 
 
-async def _until(predicate: object, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():  # type: ignore[operator]
-            await asyncio.sleep(0.02)
+async def _until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    await until_async(predicate, getattr(predicate, "__name__", "the condition"), timeout)
 
 
 def _statuses(watch: Requester, topic: str) -> list[bytes]:
@@ -83,7 +83,7 @@ async def test_broker_restart_mid_stream_every_request_answered(
                     await asyncio.to_thread(mosquitto.restart)
                 await asyncio.sleep(0.005)
             await dev.wait_for(total, timeout=60)
-            await asyncio.sleep(1.0)  # room for a late or repeated answer to show up
+            await asyncio.sleep(1.0)  # quiet window: a late or repeated answer after the restart
             replies = dev.snapshot()
         finally:
             dev.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.mosquitto import Broker, BrokerTls
+from tests.fixtures.waits import until_async
 from tests.runtime.mqtt.conftest import ROOT, bridge_settings
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.mqtt.service import FakeService
@@ -103,9 +104,7 @@ def _device(broker: Broker, pki: Pki) -> Requester:
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
+    await until_async(predicate, getattr(predicate, "__name__", "the condition"), timeout)
 
 
 def _connect_failures(caplog: pytest.LogCaptureFixture) -> list[str]:

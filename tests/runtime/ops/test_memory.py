@@ -67,7 +67,7 @@ async def test_the_keeper_trims_after_a_budget_of_large_messages_or_when_quiet()
     async with keeper.running():
         for _ in range(1000):
             keeper.note(HeapKeeper.LARGE_BYTES - 1)  # ordinary messages: never counted
-        await asyncio.sleep(0.2)  # a quiet window: nothing pending, so no trim may come
+        await asyncio.sleep(0.2)  # quiet window: nothing pending, so no trim may come
         assert keeper.trims == 0
         for _ in range(16):
             keeper.note(64 * 1024)  # 1 MiB of large ones: the budget
