@@ -25,6 +25,7 @@ from wasmgate.runtime.mqtt.spool import Spool
 from wasmgate.runtime.mqtt.state import BridgeState
 from wasmgate.runtime.mqtt.topics import Route, Topics
 from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.ops.logs import Throttled
 
 log = logging.getLogger("wasmgate.mqtt")
 
@@ -50,6 +51,7 @@ class Inbound:
         self._recent = recent
         self._client = client
         self._spool = spool
+        self._ignored = Throttled(log)
 
     async def serve(self, msg: Incoming) -> bool:
         """Answer ``msg``; True when it may be acknowledged."""
@@ -57,9 +59,13 @@ class Inbound:
         if route is None:
             log.warning("ignoring message on unexpected topic %r", msg.topic)
             return True
-        why = self._refusal(msg)
-        if why is not None:
-            log.warning("ignoring mqtt request on %r: %s", msg.topic[:200], why)
+        refused = self._refusal(msg)
+        if refused is not None:
+            kind, why = refused
+            # Throttled per kind: a hostile client sending oversize requests in a loop
+            # would otherwise write a journal line per message (the counters count all).
+            self._ignored.warning(kind, f"ignoring mqtt request on {msg.topic[:200]!r}: {why}",
+                                  {"kind": kind})  # fmt: skip
             return True
         small = len(msg.payload) <= self._settings.max_payload_bytes
         obj = json_object(msg.payload) if small else None
@@ -101,33 +107,37 @@ class Inbound:
             self._recent.forget(key, "answer neither published nor stored")
         return answered
 
-    def _refusal(self, msg: Incoming) -> str | None:
-        """Why ``msg`` is ignored (acked, never worked nor answered), or None."""
+    def _refusal(self, msg: Incoming) -> tuple[str, str] | None:
+        """What kind of request ``msg`` is that is ignored (acked, never worked nor
+        answered), and why; None when it is served."""
         if msg.retain:
             # A retained request would run again at every start and reconnect.
             self._state.retained_ignored += 1
-            return "it is a retained message (publish requests without retain)"
-        why = self._oversize(msg)
-        if why is not None:
+            return "retained", "it is a retained message (publish requests without retain)"
+        oversize = self._oversize(msg)
+        if oversize is not None:
             self._state.oversize_refused += 1
-            return why
+            return oversize
         if msg.response_topic:
             why = self._topics.reply_refusal(msg.response_topic)
             if why is not None:
                 self._state.replies_refused += 1
-                return f"Response Topic {msg.response_topic[:200]!r} refused: {why}"
+                topic = msg.response_topic[:200]
+                return "reply refused", f"Response Topic {topic!r} refused: {why}"
         return None
 
-    def _oversize(self, msg: Incoming) -> str | None:
+    def _oversize(self, msg: Incoming) -> tuple[str, str] | None:
         cap = self._settings.max_response_topic_bytes
         topic = msg.response_topic
         if topic and len(topic) * 4 > cap:  # cheap first: at most 4 bytes per character
             size = len(topic.encode("utf-8", "surrogatepass"))
             if size > cap:
-                return f"Response Topic of {size} bytes exceeds mqtt.max_response_topic_bytes"
+                why = f"Response Topic of {size} bytes exceeds mqtt.max_response_topic_bytes"
+                return "oversize response topic", why
         data = msg.correlation_data
         if data is not None and len(data) > self._settings.max_correlation_bytes:
-            return f"Correlation Data of {len(data)} bytes exceeds mqtt.max_correlation_bytes"
+            why = f"Correlation Data of {len(data)} bytes exceeds mqtt.max_correlation_bytes"
+            return "oversize correlation data", why
         return None
 
     def _reply_to(self, msg: Incoming, route: Route, obj: dict[str, Any] | None) -> Reply:

@@ -165,6 +165,8 @@ async def test_a_flood_of_large_requests_leaves_rss_near_its_plateau(
         for _ in range(200):
             dev.request(REQ, b"P", response_topic=huge_topic, correlation=huge_data)
         await status_counter(daemon, "oversize_refused", 200, limit_s=60)
+        # Counted each, logged once a minute: a flood writes no journal line per message.
+        assert daemon.log().count("exceeds mqtt.max_response_topic_bytes") == 1
         big = b'{"x": "' + b"a" * 256 * 1024 + b'"}'  # parsed: a 256 KB str each
         for i in range(200):
             dev.request(nope, big, response_topic="replies/b", correlation=b"%d" % i)
