@@ -30,8 +30,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import build_app, ceilings, load_trust
+from wasmgate.runtime.app import build_app, ceilings
 from wasmgate.runtime.app_keys import DEPS, OPENING, WATCHER
+from wasmgate.runtime.app_service import load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
