@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol import codec as v2
+from wasmgate.runtime.protocol.tensors import array_datatype
 
 Array = npt.NDArray[Any]
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -34,7 +35,7 @@ def encode_v2_request(
     input_parameters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[bytes, int | None]:
     """A V2 inference request body and its JSON header length (None = plain JSON)."""
-    binary = any(v2.array_datatype(a) in _BINARY_TYPES for a in inputs.values())
+    binary = any(array_datatype(a) in _BINARY_TYPES for a in inputs.values())
     # The response encoder writes exactly the tensor entries a request needs.
     enc = v2.encode_response("", None, inputs, v2.InferRequest({}, binary_output=binary))
     head_len = enc.header_length if enc.header_length is not None else len(enc.body)

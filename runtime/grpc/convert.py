@@ -24,11 +24,15 @@ from wasmgate.runtime.protocol.codec import (
     InferRequest,
     RegionInputs,
     RequestedOutput,
+)
+from wasmgate.runtime.protocol.tensors import (
     array_datatype,
     checked_datatype,
     checked_shape,
+    decode_binary,
+    decode_json,
+    encode_binary,
 )
-from wasmgate.runtime.protocol.tensors import decode_binary, decode_json, encode_binary
 from wasmgate.sandbox.models import DATATYPES
 
 TYPED_FIELDS = {

@@ -28,6 +28,8 @@ from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol import bulkjson, jsonio
 from wasmgate.runtime.protocol.tensors import (
     array_datatype,
+    checked_datatype,
+    checked_shape,
     decode_binary,
     decode_json,
     encode_binary,
@@ -115,46 +117,6 @@ def _params(entry: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     if not isinstance(params, dict):
         raise BadRequest(f"{what}: 'parameters' must be an object")
     return params
-
-
-MAX_RANK = 16
-MAX_ELEMENTS = 2**32
-"""Parsing limits on a declared shape (whatever the body holds): numpy refuses larger ones
-with an error that would otherwise surface as a 500. Zero dims count as 1 here, because
-numpy checks the product of the others even for an empty array."""
-
-
-def checked_shape(shape: object, what: str) -> tuple[int, ...]:
-    """A declared tensor shape (any transport's): non-negative ints within the limits."""
-    if isinstance(shape, list | tuple):
-        # A loop, not all() over a generator: every request's every tensor comes here.
-        for d in shape:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                break
-        else:
-            return _within_limits(tuple(shape), what)
-    raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
-
-
-def _within_limits(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
-    if len(shape) > MAX_RANK:
-        raise BadRequest(f"{what}: 'shape' has {len(shape)} dimensions, at most {MAX_RANK}")
-    elements = 1
-    for d in shape:  # at most MAX_RANK of them
-        elements *= d or 1
-    if elements > MAX_ELEMENTS:
-        shown = repr(list(shape))[:100]
-        raise BadRequest(
-            f"{what}: 'shape' {shown} is out of range (at most {MAX_ELEMENTS} elements)"
-        )
-    return shape
-
-
-def checked_datatype(datatype: object, what: str) -> str:
-    """A V2 datatype name (any transport's), else BadRequest."""
-    if not isinstance(datatype, str) or datatype not in DATATYPES:
-        raise BadRequest(f"{what}: unknown datatype {datatype!r}")
-    return datatype
 
 
 def _tensor_entries(doc: Mapping[str, Any], key: str, what: str) -> list[dict[str, Any]]:
@@ -323,9 +285,6 @@ __all__ = [
     "InferRequest",
     "RegionInputs",
     "RequestedOutput",
-    "array_datatype",
-    "checked_datatype",
-    "checked_shape",
     "encode_response",
     "parse_request",
 ]

@@ -1,4 +1,5 @@
-"""Tensor data of the KServe V2 protocol: JSON ``data`` lists and raw binary tensors.
+"""Tensor data of the KServe V2 protocol: a tensor's declared shape and datatype (checked
+alike for every transport), JSON ``data`` lists and raw binary tensors.
 
 Strict on purpose: integers are never truncated from floats or wrapped on overflow, BOOL
 bytes must be 0 or 1, byte counts must match the shape exactly. Every error names the
@@ -17,7 +18,7 @@ import numpy.typing as npt
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.protocol.bulkjson import Doubles
-from wasmgate.sandbox.models import datatype_of
+from wasmgate.sandbox.models import DATATYPES, datatype_of
 
 Array = npt.NDArray[Any]
 
@@ -26,6 +27,46 @@ _LENGTH = struct.Struct("<I")
 _JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 # The largest finite value of each float type narrower than a JSON number (`_as_float`).
 _FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32)}
+
+
+MAX_RANK = 16
+MAX_ELEMENTS = 2**32
+"""Parsing limits on a declared shape (whatever the body holds): numpy refuses larger ones
+with an error that would otherwise surface as a 500. Zero dims count as 1 here, because
+numpy checks the product of the others even for an empty array."""
+
+
+def checked_shape(shape: object, what: str) -> tuple[int, ...]:
+    """A declared tensor shape (any transport's): non-negative ints within the limits."""
+    if isinstance(shape, list | tuple):
+        # A loop, not all() over a generator: every request's every tensor comes here.
+        for d in shape:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                break
+        else:
+            return _within_limits(tuple(shape), what)
+    raise BadRequest(f"{what}: 'shape' must be a list of non-negative integers, got {shape!r}")
+
+
+def _within_limits(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if len(shape) > MAX_RANK:
+        raise BadRequest(f"{what}: 'shape' has {len(shape)} dimensions, at most {MAX_RANK}")
+    elements = 1
+    for d in shape:  # at most MAX_RANK of them
+        elements *= d or 1
+    if elements > MAX_ELEMENTS:
+        shown = repr(list(shape))[:100]
+        raise BadRequest(
+            f"{what}: 'shape' {shown} is out of range (at most {MAX_ELEMENTS} elements)"
+        )
+    return shape
+
+
+def checked_datatype(datatype: object, what: str) -> str:
+    """A V2 datatype name (any transport's), else BadRequest."""
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise BadRequest(f"{what}: unknown datatype {datatype!r}")
+    return datatype
 
 
 def array_datatype(array: Array) -> str:
