@@ -15,7 +15,9 @@ at 1 connection (p50) and 8 connections (req/s), the raw adapter at 1 connection
 and MQTT 5 requests (a NODELAY, QoS 0 requester; closed loop) to the adapter and to the
 model's V2 topic (p50). Each figure is the median over the rounds; the goal for every one
 is at least 0.97x before (a p50 at most 1/0.97 of it). ``--quick`` runs one short round
-without the ``before`` daemon (it checks that the scenario runs).
+(it checks that the scenario runs). Without an earlier tree (no git history, a shallow
+clone) or when it does not start, the scenario says ``bench_before: skipping`` and has no
+figures: a figure without its baseline would compare nothing.
 """
 
 from __future__ import annotations
@@ -76,13 +78,15 @@ def samplers(x: np.ndarray, broker: Broker, seconds: float) -> dict[str, Sample]
 
 
 @contextmanager
-def daemons(root: Path, broker: Broker, before: bool) -> Iterator[dict[str, Daemon]]:
+def daemons(root: Path, broker: Broker) -> Iterator[dict[str, Daemon]]:
     """``now`` and (when its tree unpacks and starts) ``before``, keyed by gateway id."""
     kit = BenchKit(root / "kit")
     kit.build("digits", get_models().digits_fp32)
     envs: dict[str, dict[str, str]] = {"now": {}}
-    rev = rev_before("runtime/dataplane/plane.py") if before else None
-    if rev is not None:
+    rev = rev_before("runtime/dataplane/plane.py")
+    if rev is None:
+        print("bench_before: skipping: no earlier tree (git history) to compare with")
+    else:
         envs["before"] = {"PYTHONPATH": str(package_tree(rev, root / "tree"))}
     with ExitStack() as stack:
         started = {}
@@ -95,7 +99,7 @@ def daemons(root: Path, broker: Broker, before: bool) -> Iterator[dict[str, Daem
             except RuntimeError as e:
                 if gw == "now":
                     raise
-                print(f"bench_before: the 'before' daemon did not start ({e}); no figures")
+                print(f"bench_before: skipping: the 'before' daemon did not start ({e})")
                 continue
             started[gw] = daemon
         yield started
@@ -108,7 +112,9 @@ def run(quick: bool) -> list[Figure]:
         broker = Broker(Path(tmp) / "mosquitto", extra_conf=bench_mqtt.NODELAY_CONF)
         broker.start()
         try:
-            with daemons(Path(tmp), broker, before=not quick) as stack:
+            with daemons(Path(tmp), broker) as stack:
+                if "before" not in stack:
+                    return []
                 measured = samplers(x, broker, seconds)
                 got: dict[tuple[str, str], list[float]] = {}
                 for _ in range(rounds):
@@ -121,7 +127,7 @@ def run(quick: bool) -> list[Figure]:
     for name in measured:
         rps = "req/s" in name
         now = median(got[(name, "now")])
-        before = median(got.get((name, "before"), [float("nan")]))
+        before = median(got[(name, "before")])
         scale = 1.0 if rps else 1e6
         figures.append(Figure(
             "before", f"{name}, now", now * scale, "/s" if rps else "us",
@@ -131,7 +137,7 @@ def run(quick: bool) -> list[Figure]:
 
 
 def main() -> None:
-    script_main(__doc__, run, "one short round, no 'before' daemon")
+    script_main(__doc__, run, "one short round")
 
 
 if __name__ == "__main__":

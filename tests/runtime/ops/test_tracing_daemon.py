@@ -321,7 +321,10 @@ def test_grpc_metadata_traceparent_comes_back_in_trailing_metadata(
         answer, call = stub.ModelInfer.with_call(
             request, metadata=[("traceparent", header)], timeout=60
         )
-        assert list(answer.outputs[0].contents.bytes_contents) == [b"v1:2,4,6,8"]
+        # Outputs come raw, as Triton sends them: a BYTES element is length-prefixed.
+        assert answer.raw_output_contents[0] == len(b"v1:2,4,6,8").to_bytes(4, "little") + (
+            b"v1:2,4,6,8"
+        )
         sent = dict(call.trailing_metadata())["traceparent"].split("-")
         assert sent[1] == trace_id
         with pytest.raises(grpc.RpcError) as err:  # an error answer carries it too
