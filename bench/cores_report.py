@@ -54,21 +54,40 @@ def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
     ]  # fmt: skip
 
 
+def _peer(key: Key) -> tuple[Key, str]:
+    """The same-run cell a detail cell is read against: an HTTP cell on the other CPU set
+    (one CPU against both, both or two daemons against one), an MQTT cell against the paho
+    echo (the echo against the adapter)."""
+    path, where, n = key
+    if where == "mqtt":
+        other = "adapter" if path == "echo" else "echo"
+        return (other, "mqtt", n), f"{other} mqtt x{n}"
+    cpus = BOTH_CPUS if where == ONE_CPU else ONE_CPU
+    return (path, cpus, n), f"{path} cpu {cpus} x{n}"
+
+
 def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
-    """Per cell: req/s, p50, and the daemon's CPU µs and context switches per request."""
+    """Per cell: req/s, p50, p99, and the daemon's CPU µs and context switches per request,
+    each beside the same figure of its peer cell (`_peer`); a cell without one is left to
+    the tables."""
     out = []
-    for (path, where, n), c in sorted(m.items()):
+    for key, c in sorted(m.items()):
+        path, where, n = key
+        peer_key, peer = _peer(key)
+        p = m.get(peer_key)
+        if p is None:
+            continue
         label = f"{path} {where if where in ('mqtt', TWO_DAEMONS) else 'cpu ' + where} x{n}"
         out += [
-            Figure(label, "req/s", c.rps, "/s", "-", c.rps, lower_is_better=False),
-            Figure(label, "p50", c.p50 * 1e3, "ms", "-", c.p50 * 1e3),
-            Figure(label, "p99", c.p99 * 1e3, "ms", "-", c.p99 * 1e3),
-            Figure(label, "daemon CPU per request", c.cpu_us, "us", "-", c.cpu_us),
-            Figure(label, "daemon switches per request", c.switches, "", "-", c.switches),
+            Figure(label, "req/s", c.rps, "/s", peer, p.rps, lower_is_better=False),
+            Figure(label, "p50", c.p50 * 1e3, "ms", peer, p.p50 * 1e3),
+            Figure(label, "p99", c.p99 * 1e3, "ms", peer, p.p99 * 1e3),
+            Figure(label, "daemon CPU per request", c.cpu_us, "us", peer, p.cpu_us),
+            Figure(label, "daemon switches per request", c.switches, "", peer, p.switches),
         ]
         if where == "mqtt":
-            out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", "-",
-                              c.overtaken_p99))  # fmt: skip
+            out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", peer,
+                              p.overtaken_p99))  # fmt: skip
     return out
 
 
