@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import ctypes.util
+import fcntl
 import json
 import os
 import subprocess
@@ -74,13 +75,20 @@ class Peer:
         if self.cached:
             return self.venv
         CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True)
+        # Two test workers may both find it missing: one installs, the other waits, then reuses.
+        with (CACHE / f"{self.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self.cached:
+                self._install()
+        return self.venv
+
+    def _install(self) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(self.venv)], check=True)
         pip = [str(self.venv / "bin" / "pip"), "install", "-q", *self.requirements]
         done = subprocess.run(pip, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not (self.venv / self.check).exists():
             raise RuntimeError(f"installing {self.name} failed:\n{done.stdout}{done.stderr}")
         (self.venv / ".ok").write_text(" ".join(self.requirements) + "\n")
-        return self.venv
 
 
 MLSERVER = Peer("mlserver-1.7", ("mlserver==1.7.1", "onnxruntime"), "bin/mlserver")
