@@ -210,7 +210,13 @@ def test_desired_publish_gateway_document(fk: FleetKit, tmp_path: Path, mosquitt
     assert retained(mosquitto, "#") == {"wasmgate/v1/gw-2/desired": doc.read_bytes()}
 
 
-@pytest.mark.parametrize("content", [b"", b"{}", b"not json", FleetKit().trust_bytes()])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"{}", b"not json", FleetKit().trust_bytes()],
+    # Named: the trust document's keys are new at each collection, and parallel workers must
+    # collect the same ids.
+    ids=["empty", "empty-object", "not-json", "a-trust-document"],
+)
 def test_desired_publish_refuses_what_is_not_a_fleet_document(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
 ) -> None:
