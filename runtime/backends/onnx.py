@@ -1,10 +1,5 @@
-"""ONNX Runtime backend: sessions from verified bytes, providers from the device profile.
-
-Providers requested = the profile's ordered list ∩ `onnxruntime.get_available_providers()`
-(absent ones are dropped *by us*, with a note, so ORT's own silent drop never happens). After
-creation `get_providers()` is compared with the request: a provider that ORT dropped while
-creating the session (EP creation error → CPU retry) is reported as a silent CPU fallback.
-"""
+"""ONNX Runtime backend: sessions from verified bytes, on the providers the device profile
+names (chosen and reported by `onnx_providers`), optimized graphs cached per host."""
 
 from __future__ import annotations
 
@@ -28,6 +23,7 @@ from wasmgate.runtime.backends.base import (
     check_declared,
     model_bytes,
 )
+from wasmgate.runtime.backends.onnx_providers import choose_providers, ep_context, report_fallback
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.typed import replace
 
@@ -37,9 +33,6 @@ if TYPE_CHECKING:
     from wasmgate.signing.records import VerifiedBlob
 
 log = logging.getLogger(__name__)
-
-_CPU = "CPUExecutionProvider"
-_NON_COMPILING = frozenset({_CPU, "AzureExecutionProvider", "XnnpackExecutionProvider"})
 
 
 class OnnxModel(LoadedModel):
@@ -125,14 +118,14 @@ class OnnxBackend(InferenceBackend):
         settings = options.profile.onnxruntime
         notes: list[str] = []
         bf16 = sup.bf16_mode(options)
-        providers = _choose_providers(settings, notes)
+        providers = choose_providers(settings, notes)
         if bf16:
             notes.append(
                 "bf16: fp32 model with ARM64 BF16 fast-math GEMM (MatMulAddFusion disabled)"
             )
         session = self._create(blob, spec, options, providers, bf16=bf16, notes=notes)
         model = OnnxModel(session, spec, options, notes)
-        _report_fallback(model, [p for p, _ in providers], settings)
+        report_fallback(model, [p for p, _ in providers], settings)
         check_declared(spec.name, "inputs", spec.inputs, model.inputs)
         check_declared(spec.name, "outputs", spec.outputs, model.outputs)
         for note in model.notes:
@@ -152,7 +145,7 @@ class OnnxBackend(InferenceBackend):
         """A session of ``model`` (bytes, the store's SHA-256 of them or None), from the
         optimized-graph cache when the profile keeps one."""
         data = model[0]
-        settings, extra = _ep_context(model, options, providers, notes)
+        settings, extra = ep_context(model, options, providers, notes)
         found = _optimized_cache(model, providers, options, notes, bf16=bf16)
         if found is None:
             sup.refuse_external_data(data)
@@ -211,75 +204,6 @@ def _session(
         raise BackendError(
             f"{spec.name}: ONNX Runtime cannot load the model on [{names}]: {e}"
         ) from e
-
-
-def _ep_context(
-    model: tuple[bytes, str | None],
-    options: LoadOptions,
-    providers: list[tuple[str, dict[str, str]]],
-    notes: list[str],
-) -> tuple[OnnxRuntimeSettings, dict[str, str]]:
-    """`ep.context_enable` caches a compiling EP's graph; from bytes ORT needs a file path,
-    which we derive from the cache directory. Without a compiling EP or a cache it is off."""
-    settings = options.profile.onnxruntime
-    if settings.session_config.get("ep.context_enable") != "1":
-        return settings, {}
-    config = {k: v for k, v in settings.session_config.items() if not k.startswith("ep.context")}
-    stripped = replace(settings, session_config=config)
-    if all(p in _NON_COMPILING for p, _ in providers):
-        notes.append("ep.context_enable ignored: no compiling execution provider in use")
-        return stripped, {}
-    if options.cache_dir is None:
-        notes.append("ep.context_enable ignored: no cache directory configured")
-        return stripped, {}
-    folder = options.cache_dir / "ep-context"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{sup.model_sha256(model)}_ctx.onnx"
-    return settings, {"ep.context_file_path": str(path)}
-
-
-def _choose_providers(
-    settings: OnnxRuntimeSettings, notes: list[str]
-) -> list[tuple[str, dict[str, str]]]:
-    available = set(ort.get_available_providers())
-    chosen: list[tuple[str, dict[str, str]]] = []
-    for provider in settings.providers:
-        if provider.name in available:
-            chosen.append((provider.name, sup.provider_options(dict(provider.options))))
-        else:
-            notes.append(f"{provider.name} not in this ONNX Runtime build; skipped")
-    if settings.accelerator_required and not chosen:
-        wanted = ", ".join(p.name for p in settings.providers)
-        raise BackendError(f"accelerator required ({wanted}) but none is available")
-    if not chosen:
-        notes.append("no listed provider available; running on CPUExecutionProvider")
-        chosen.append((_CPU, {}))
-    return chosen
-
-
-def _report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRuntimeSettings) -> None:
-    lost = [p for p in requested if p not in model.providers]
-    if lost:
-        model.notes.append(
-            f"silent fallback: requested {', '.join(lost)} but the session runs on "
-            f"{', '.join(model.providers)}"
-        )
-    placement = model.node_placement
-    on_cpu, total = placement.get(_CPU, 0), sum(placement.values())
-    idle = [p for p in model.providers if p != _CPU and placement and p not in placement]
-    if not placement and model.providers != (_CPU,):  # ONNX Runtime 1.23 (Python 3.10)
-        model.notes.append(
-            f"node placement unknown: ONNX Runtime {ort.__version__} does not report it, so "
-            "a provider that takes no nodes cannot be told"
-        )
-    if idle:
-        model.notes.append(
-            f"{', '.join(idle)} registered but assigned no nodes: all {total} run on {_CPU}"
-        )
-    elif on_cpu and on_cpu < total:
-        model.notes.append(f"partial offload: {on_cpu} of {total} nodes on {_CPU}")
-    if settings.accelerator_required and model.providers == (_CPU,):
-        raise BackendError(f"{model.name}: accelerator required but the session runs on CPU only")
 
 
 def _optimized_cache(

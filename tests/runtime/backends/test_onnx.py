@@ -18,7 +18,8 @@ from tests.runtime.backends.models import (
 )
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, onnx_support
-from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel, _report_fallback
+from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel
+from wasmgate.runtime.backends.onnx_providers import report_fallback
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
 from wasmgate.signing.records import VerifiedBlob
@@ -104,7 +105,7 @@ def test_unknown_node_placement_is_said(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_silent_provider_drop_after_creation_is_reported(cpu_profile: DeviceProfile) -> None:
     model = _load(cpu_profile)
-    _report_fallback(
+    report_fallback(
         model, ["TensorrtExecutionProvider", "CPUExecutionProvider"], cpu_profile.onnxruntime
     )
     assert "silent fallback: requested TensorrtExecutionProvider" in model.notes[-1]
