@@ -34,15 +34,13 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from wasmgate.sandbox.memory import GuestMemory
-from wasmgate.sandbox.models import ModelHandle, ModelProvider
+from wasmgate.sandbox.models import ModelHandle
 from wasmgate.sandbox.spans import span
 from wasmgate.sandbox.wasi_nn_abi import (
     ENCODINGS,
@@ -56,6 +54,7 @@ from wasmgate.sandbox.wasi_nn_abi import (
     checked,
     encoding_of,
 )
+from wasmgate.sandbox.wasi_nn_handles import NnHandles
 from wasmgate.sandbox.wasi_nn_link import (
     HOST_NN_FUNCTIONS,
     NN_FUNCTIONS,
@@ -80,14 +79,7 @@ _E = NnErrno
 _MAX_CONFIG = 64 * 1024
 
 
-@dataclass
-class _ExecContext:
-    graph: ModelHandle
-    inputs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
-    outputs: list[npt.NDArray[Any]] | None = None
-
-
-class NnSession:
+class NnSession(NnHandles):
     """wasi-nn state of one guest instance: graph and execution-context handles.
 
     ``provider`` may be swapped between requests (pooled instances); ``log`` receives a line
@@ -96,32 +88,6 @@ class NnSession:
     model's calls by adapters). The session belongs to one instance, used by one thread at a
     time, so the count is a plain dict increment.
     """
-
-    def __init__(
-        self,
-        provider: ModelProvider,
-        log: Callable[[str], None],
-        max_handles: int = 256,
-        max_contexts: int = 16,
-    ) -> None:
-        """Start with no handles; at most ``max_handles`` graphs, ``max_contexts`` contexts."""
-        self.provider = provider
-        self.log = log
-        self.infer_s = 0.0
-        self.calls: dict[str, int] = {}
-        self.deadline: float | None = None
-        self.host_budget: int | None = None
-        """Bytes of tensors all contexts may hold on the host (None: unbounded)."""
-        self.host_bytes = 0
-        self._max = max_handles
-        self._max_contexts = max_contexts
-        self._graphs: dict[int, ModelHandle] = {}
-        self._by_name: dict[str, int] = {}
-        self._contexts: dict[int, _ExecContext] = {}
-        self._next_graph = 0
-        self._next_ctx = 0
-        self._stepped: set[int] = set()
-        """Contexts whose one single-step ran (``compute_single`` answers end of sequence)."""
 
     def load(  # noqa: PLR0917 - wasm ABI argument order
         self, mem: GuestMemory, builders: int, count: int, enc: int, tgt: int, out: int
@@ -176,12 +142,7 @@ class NnSession:
     def init_execution_context(self, mem: GuestMemory, graph: int, out: int) -> None:
         """``init_execution_context``: a new context for ``graph``."""
         mem.check(out, 4)
-        model = self._graph(graph)
-        if len(self._contexts) >= self._max_contexts:
-            raise NnError(_E.TOO_LARGE, f"more than {self._max_contexts} execution contexts")
-        self._contexts[self._next_ctx] = _ExecContext(model)
-        mem.put_u32(out, self._next_ctx)
-        self._next_ctx += 1
+        mem.put_u32(out, self._open_context(self._graph(graph)))
 
     def set_input(self, mem: GuestMemory, ctx: int, index: int, tensor_ptr: int) -> None:
         """``set_input``: copy one input tensor out of guest memory after checking it."""
@@ -327,40 +288,3 @@ class NnSession:
         self._release([*ec.inputs.values(), *(ec.outputs or [])])
         del self._contexts[ctx]
         self._stepped.discard(ctx)
-
-    def _charge(self, nbytes: int, what: str) -> None:
-        held = self.host_bytes + nbytes
-        if self.host_budget is not None and held > self.host_budget:
-            raise NnError(
-                _E.TOO_LARGE,
-                f"{what} of {nbytes} bytes would make host tensors {held} bytes, above the "
-                f"request's memory budget of {self.host_budget} bytes",
-            )
-        self.host_bytes = held
-
-    def _release(self, arrays: list[npt.NDArray[Any]] | None) -> None:
-        self.host_bytes -= sum(a.nbytes for a in arrays or [])
-
-    def _provide(self, get: Callable[[], ModelHandle | None]) -> ModelHandle | None:
-        try:
-            return get()
-        except Exception as e:
-            raise NnError(_E.RUNTIME_ERROR, f"model load failed: {e}") from e
-
-    def _add_graph(self, handle: ModelHandle) -> int:
-        if len(self._graphs) >= self._max:
-            raise NnError(_E.TOO_LARGE, f"more than {self._max} graphs")
-        graph = self._next_graph
-        self._graphs[graph] = handle
-        self._next_graph += 1
-        return graph
-
-    def _graph(self, graph: int) -> ModelHandle:
-        if graph not in self._graphs:
-            raise NnError(_E.INVALID_ARGUMENT, f"no graph with handle {graph & 0xFFFF_FFFF}")
-        return self._graphs[graph]
-
-    def _ctx(self, ctx: int) -> _ExecContext:
-        if ctx not in self._contexts:
-            raise NnError(_E.INVALID_ARGUMENT, f"no execution context {ctx & 0xFFFF_FFFF}")
-        return self._contexts[ctx]
