@@ -34,7 +34,7 @@ from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import TensorSpec
 
 if TYPE_CHECKING:
-    from wasmgate.runtime.batching.batcher import Batcher
+    from wasmgate.runtime.batching.queued import QueuedModel
 
 
 class BatchDispatcher:
@@ -44,7 +44,7 @@ class BatchDispatcher:
         if threads < 1:
             raise ValueError("a batch dispatcher needs at least one thread")
         self.cond = threading.Condition()
-        self._batchers: list[Batcher] = []
+        self._batchers: list[QueuedModel] = []
         self._closed = False
         self._timers: list[float] = []  # when each waiting thread wakes by itself (inf: never)
         self._threads = [
@@ -64,13 +64,13 @@ class BatchDispatcher:
         with self.cond:
             return list(self._timers)
 
-    def attach(self, batcher: Batcher) -> None:
+    def attach(self, batcher: QueuedModel) -> None:
         with self.cond:
             if self._closed:
                 raise RuntimeError("batch dispatcher is closed")
             self._batchers.append(batcher)
 
-    def detach(self, batcher: Batcher) -> None:
+    def detach(self, batcher: QueuedModel) -> None:
         with self.cond:
             if batcher in self._batchers:
                 self._batchers.remove(batcher)
@@ -109,7 +109,7 @@ class BatchDispatcher:
                 with self.cond:
                     self._finished(batcher)
 
-    def _finished(self, batcher: Batcher) -> None:
+    def _finished(self, batcher: QueuedModel) -> None:
         """(Lock held.) A batch of ``batcher`` ended; this thread scans again next, so the
         others are woken only when more than its own next batch may be ready."""
         batcher.running -= 1
@@ -120,7 +120,7 @@ class BatchDispatcher:
         ):
             self.cond.notify_all()
 
-    def _next_job(self) -> tuple[Batcher, list[Item]] | None:
+    def _next_job(self) -> tuple[QueuedModel, list[Item]] | None:
         """Wait (lock held) for a ready batch; None once closed and every queue is empty."""
         while True:
             now = time.monotonic()
