@@ -1,14 +1,15 @@
 """One guest run, on a worker thread or inline on the event loop (`execute_adapter` decides).
 
 Inline runs (`inline_run`) follow `wasmgate.runtime.serving.inline`'s policy plus two rules
-of their own: the bundle keeps no state (`may_inline`), because a run that reaches
-``INLINE_BUDGET_S`` is thrown away and made again on the pool — safe only when it can have
-left no trace — and a guest on the loop never waits for a batch: it sees its batched models
-through `NowModels`, which runs a call only when the batcher would start it at once on the
-caller's thread (`Batcher.infer_now`: nothing queued, a batch slot free, no companion worth
-waiting for). A call that would have waited fails instead, and the whole run is thrown away
-and made again on the pool, where it may wait (the adapter then warms up on the pool again
-before its next inline run, so a model that really forms batches keeps them).
+of their own: the bundle keeps no state (`may_inline`), because a run that reaches its
+inline budget (`InlinePolicy.budget_s`) is thrown away and made again on the pool — safe
+only when it can have left no trace — and a guest on the loop never waits for a batch: it
+sees its batched models through `NowModels`, which runs a call only when the batcher would
+start it at once on the caller's thread (`Batcher.infer_now`: nothing queued, a batch slot
+free, no companion worth waiting for). A call that would have waited fails instead, and the
+whole run is thrown away and made again on the pool, where it may wait (the adapter then
+warms up on the pool again before its next inline run, so a model that really forms batches
+keeps them).
 
 Why a batched model is no reason to leave the loop: on the pool, a guest crosses between
 Python and native code about ten times per request (every wasi-nn and WASI host call, the
@@ -38,9 +39,6 @@ from wasmgate.sandbox.spans import span
 
 log = logging.getLogger("wasmgate.service")
 
-INLINE_BUDGET_S = 0.005
-"""How long an adapter run on the loop may take before it is thrown away and made again
-on the pool (the loop stalls at most this plus one epoch tick, once per strike)."""
 Later = Callable[[Callable[[], None]], object]
 
 
@@ -120,12 +118,12 @@ def inline_run(
     deadline: float,
     policy: InlinePolicy,
 ) -> GuestOutcome | None:
-    """One guest run on the event loop, bounded by ``INLINE_BUDGET_S`` (or the request's
+    """One guest run on the event loop, bounded by ``policy.budget_s`` (or the request's
     deadline if sooner); None when it reached the budget: whatever it produced (a deadline
     trap, or an answer shaped by a model call cut short) is thrown away, the adapter gets a
     strike, and the caller runs the request again on the pool with its remaining time."""
     left = remaining(deadline)
-    budget = min(left, INLINE_BUDGET_S)
+    budget = min(left, policy.budget_s)
     limits = bundle.guest_limits(budget)
     later = asyncio.get_running_loop().call_soon
     models = NowModels(bundle.provider) if bundle.calls_batched else None

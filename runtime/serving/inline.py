@@ -43,6 +43,9 @@ the pool (~600 req/s) once the pool's contention inflated its inline runs too; a
 stays on the loop (~1300 req/s). A guest of most of a millisecond may do better on the
 workers' two cores under concurrency: a lower value trades that against this loop."""
 DEFAULT_MAX_BYTES = 64 * 1024
+INLINE_BUDGET_S = 0.005
+"""How long an adapter run on the loop may take before it is thrown away and made again
+on the pool (the loop stalls at most this plus one epoch tick, once per strike)."""
 _WARMUP = 8
 _EWMA = 0.1
 _MAX_STRIKES = 6
@@ -80,10 +83,13 @@ class InlinePolicy:
         cap_s: float = DEFAULT_CAP_S,
         max_bytes: int = DEFAULT_MAX_BYTES,
         crowded_cap_s: float | None = None,
+        budget_s: float = INLINE_BUDGET_S,
     ) -> None:
         """``cap_s`` 0 turns inline execution off; ``crowded_cap_s`` (default ``cap_s``)
-        applies instead when the caller says other requests are in flight."""
+        applies instead when the caller says other requests are in flight; ``budget_s``
+        bounds one adapter run on the loop (`guest_run.inline_run`)."""
         self.cap_s = cap_s
+        self.budget_s = budget_s
         self.crowded_cap_s = cap_s if crowded_cap_s is None else min(cap_s, crowded_cap_s)
         self.max_bytes = max_bytes
         self._models: dict[str, _Measured] = {}

@@ -10,7 +10,7 @@ import pytest
 
 from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.runtime.serving import guest_run
-from wasmgate.runtime.serving.inline import InlinePolicy
+from wasmgate.runtime.serving.inline import INLINE_BUDGET_S, InlinePolicy
 from wasmgate.sandbox.errors import GuestDeadlineExceeded
 
 KEY = "adapter:probe"
@@ -43,7 +43,7 @@ async def test_an_epoch_deadline_that_fires_early_is_still_a_strike(
     policy = InlinePolicy(1.0)
     assert _run(policy) is None
     assert policy.figures()[KEY] == (0, 1)
-    assert policy.average_s(KEY) == pytest.approx(guest_run.INLINE_BUDGET_S)
+    assert policy.average_s(KEY) == pytest.approx(INLINE_BUDGET_S)
 
 
 async def test_the_requests_own_deadline_is_not_a_strike(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,7 +52,7 @@ async def test_the_requests_own_deadline_is_not_a_strike(monkeypatch: pytest.Mon
     monkeypatch.setattr(guest_run, "run_guest", _trap_at_once)
     policy = InlinePolicy(1.0)
     with pytest.raises(GuestDeadlineExceeded):
-        _run(policy, deadline_s=guest_run.INLINE_BUDGET_S / 2)
+        _run(policy, deadline_s=INLINE_BUDGET_S / 2)
     assert KEY not in policy.figures()
 
 
@@ -62,7 +62,7 @@ async def test_a_quick_answer_is_kept_and_a_slow_one_is_thrown_away(
     # A fake clock: a real sleep(0) can take longer than the budget on a loaded machine.
     now = [1000.0]
     monkeypatch.setattr(guest_run, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    answers = iter([guest_run.INLINE_BUDGET_S / 2, 2 * guest_run.INLINE_BUDGET_S])
+    answers = iter([INLINE_BUDGET_S / 2, 2 * INLINE_BUDGET_S])
 
     def answer(*_: object, **__: object) -> str:
         now[0] += next(answers)
