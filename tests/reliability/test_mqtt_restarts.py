@@ -25,6 +25,7 @@ from tests.runtime.mqtt.requester import Reply, Requester
 
 ROOT = "wasmgate/v1/gw-rel"
 TOPIC = f"{ROOT}/adapters/digits/req"
+TOPIC_FILTER = f"{ROOT}/adapters/+/req"  # the daemon's subscription that TOPIC matches
 REPLIES = "devices/d1/replies"
 
 
@@ -71,6 +72,9 @@ async def test_qos1_stream_survives(
     body = digits_payload()
     dev = Requester(mosquitto.port, client_id="dev-rel", persistent=True).connect(REPLIES)
     try:
+        # The warm-up is published once: before the daemon's first SUBSCRIBE the broker
+        # drops it (no session yet), which a loaded machine made happen once in five runs.
+        mosquitto.wait_subscribed("wasmgate-rel", TOPIC_FILTER, timeout=30)
         await dev_wait_online(dev, body)
         for i in range(total):
             if i == kill_at:
