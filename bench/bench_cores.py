@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from bench.cores_report import (
     CLIENTS,
     CONNECTIONS,
     LOAD_CPU,
+    MQTT_ONE,
     ONE_CPU,
     TWO_DAEMONS,
     Cell,
@@ -89,11 +91,14 @@ def v2_json() -> bytes:
     return json.dumps(doc).encode()
 
 
-def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -> Cell:
+def _target(daemon: Daemon, path: str) -> tuple[str, bytes]:
     if path == "adapter":
-        url, body = f"{daemon.url}/v1/adapters/{ADAPTER}", SAMPLE.read_bytes()
-    else:
-        url, body = f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
+        return f"{daemon.url}/v1/adapters/{ADAPTER}", SAMPLE.read_bytes()
+    return f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
+
+
+def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -> Cell:
+    url, body = _target(daemon, path)
 
     def run() -> tuple[int, float, float, float, float]:
         r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
@@ -102,52 +107,61 @@ def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -
     return measured(pid, run)
 
 
-def http_rounds(
-    daemon: Daemon, second: Daemon, seconds: float, rounds: int
-) -> dict[Key, list[Cell]]:
-    """Every HTTP cell ``rounds`` times; the two CPU settings side by side in each round,
-    and the adapter at 16 connections on two daemons, one per CPU (`two_daemons`)."""
-    pid = daemon.proc.pid if daemon.proc is not None else 0
+def http_rounds(root: Path, broker: Broker, seconds: float, rounds: int) -> dict[Key, list[Cell]]:
+    """Every HTTP cell ``rounds`` times, each on a fresh daemon started under ``taskset``
+    with the cell's CPUs (as systemd's ``CPUAffinity=`` starts it: a warm process re-pinned
+    between cells keeps its threads where they were, and measured 1.01x for the same
+    cells), the two CPU settings side by side in each round; and the adapter at 16
+    connections on two daemons, one per CPU (`two_daemons`)."""
     cells: dict[Key, list[Cell]] = {}
     for _ in range(rounds):
         for conns in CONNECTIONS:
             for path in ("adapter", "model"):
                 for cpus in (ONE_CPU, BOTH_CPUS):
-                    pin(pid, cpus)
-                    cell = http_cell(daemon, pid, path, conns, seconds)
+                    with fresh_daemon(root, broker, cpus) as (daemon, pid):
+                        warm(daemon, path, conns)
+                        cell = http_cell(daemon, pid, path, conns, seconds)
                     cells.setdefault((path, cpus, conns), []).append(cell)
-        pin(pid, BOTH_CPUS)
         cells.setdefault(("adapter", TWO_DAEMONS, 16), []).append(
-            two_daemons(daemon, second, 16, seconds)
+            two_daemons(root, broker, 16, seconds)
         )
     return cells
 
 
-def two_daemons(first: Daemon, second: Daemon, conns: int, seconds: float) -> Cell:
-    """The adapter on two daemon processes, one pinned to each CPU, half the connections
-    each (two wrk, both on CPU 0): what worker processes with a GIL each could reach."""
-    pids = [d.proc.pid if d.proc is not None else 0 for d in (first, second)]
-    pin(pids[0], LOAD_CPU)
-    pin(pids[1], ONE_CPU)
-    cpu0, sw0 = sum(map(cpu_seconds, pids)), sum(map(switches, pids))
-    results: list[wrk.WrkResult] = []
-    url = f"/v1/adapters/{ADAPTER}"
+def warm(daemon: Daemon, path: str, conns: int) -> None:
+    """One second of the cell's load, not counted: a fresh daemon's first requests compile
+    and measure (the inline policy's warm-up), which is not what it serves at steady state."""
+    url, body = _target(daemon, path)
+    wrk.run(url, body, {}, conns, 1.0, cpus=LOAD_CPU)
 
-    def load(d: Daemon) -> None:
-        results.append(wrk.run(d.url + url, SAMPLE.read_bytes(), {}, conns // 2, seconds,
-                               cpus=LOAD_CPU))  # fmt: skip
 
-    threads = [threading.Thread(target=load, args=(d,)) for d in (first, second)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for pid in pids:
-        pin(pid, BOTH_CPUS)
-    if len(results) != len(threads):
-        raise RuntimeError("a wrk run of the two-daemon cell failed")
-    n = sum(r.requests for r in results)
-    cpu, sw = sum(map(cpu_seconds, pids)) - cpu0, sum(map(switches, pids)) - sw0
+def two_daemons(root: Path, broker: Broker, conns: int, seconds: float) -> Cell:
+    """The adapter on two fresh daemon processes, one started on each CPU, half the
+    connections each (two wrk, both on CPU 0): what worker processes with a GIL each could
+    reach."""
+    with (
+        fresh_daemon(root, broker, LOAD_CPU, "two-a") as (first, pid_a),
+        fresh_daemon(root, broker, ONE_CPU, "two-b") as (second, pid_b),
+    ):
+        pids = [pid_a, pid_b]
+        for d in (first, second):
+            warm(d, "adapter", conns // 2)
+        cpu0, sw0 = sum(map(cpu_seconds, pids)), sum(map(switches, pids))
+        results: list[wrk.WrkResult] = []
+
+        def load(d: Daemon) -> None:
+            url, body = _target(d, "adapter")
+            results.append(wrk.run(url, body, {}, conns // 2, seconds, cpus=LOAD_CPU))
+
+        threads = [threading.Thread(target=load, args=(d,)) for d in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(results) != len(threads):
+            raise RuntimeError("a wrk run of the two-daemon cell failed")
+        n = sum(r.requests for r in results)
+        cpu, sw = sum(map(cpu_seconds, pids)) - cpu0, sum(map(switches, pids)) - sw0
     return Cell(sum(r.rps for r in results), median([r.p50 for r in results]),
                 max(r.p99 for r in results), cpu / n * 1e6, sw / n)  # fmt: skip
 
@@ -184,27 +198,37 @@ def fan_in(port: int, topic: str, clients: int, seconds: float, body: Path) -> t
 
 
 def mqtt_rounds(
-    pid: int, broker: Broker, seconds: float, rounds: int, tmp: Path
+    root: Path, broker: Broker, seconds: float, rounds: int, clients: Sequence[int]
 ) -> dict[Key, list[Cell]]:
-    """Adapter, model and echo at every client count, ``rounds`` times, daemon on both CPUs."""
-    adapter_body, model_body = tmp / "adapter.json", tmp / "model.json"
+    """Adapter and model at each client count on a fresh daemon on both CPUs, the adapter
+    at 16 clients on a fresh daemon on one CPU too (``mqtt 1cpu``), and the paho echo (no
+    daemon: the transport's ceiling), ``rounds`` times."""
+    adapter_body, model_body = root / "adapter.json", root / "model.json"
     adapter_body.write_bytes(SAMPLE.read_bytes())
     model_body.write_bytes(v2_json())
     base = f"wasmgate/v1/{GATEWAY}"
     paths = {
         "adapter": (f"{base}/adapters/{ADAPTER}/req", adapter_body),
         "model": (f"{base}/models/{MODEL}/infer", model_body),
-        "echo": ("bench/echo", adapter_body),
     }
     echo = start_echo(broker.port, qos=0)  # as the requesters: QoS 0 both ways
     cells: dict[Key, list[Cell]] = {}
     try:
         for _ in range(rounds):
-            for clients in CLIENTS:
+            for n in clients:
                 for path, (topic, body) in paths.items():
-                    load = functools.partial(fan_in, broker.port, topic, clients, seconds, body)
-                    cell = measured(pid, load)
-                    cells.setdefault((path, "mqtt", clients), []).append(cell)
+                    settings = [("mqtt", BOTH_CPUS)] + [(MQTT_ONE, ONE_CPU)] * (
+                        path == "adapter" and n == 16
+                    )
+                    for where, cpus in settings:
+                        with fresh_daemon(root, broker, cpus) as (_daemon, pid):
+                            load = functools.partial(fan_in, broker.port, topic, n, seconds, body)
+                            load_warm = functools.partial(fan_in, broker.port, topic, n, 1.0, body)
+                            load_warm()
+                            cells.setdefault((path, where, n), []).append(measured(pid, load))
+                load = functools.partial(fan_in, broker.port, "bench/echo", n, seconds,
+                                         adapter_body)  # fmt: skip
+                cells.setdefault(("echo", "mqtt", n), []).append(measured(os.getpid(), load))
     finally:
         close_threaded(echo)
     return cells
@@ -215,44 +239,50 @@ def med(cells: Sequence[Cell]) -> Cell:
     return Cell(*(median([getattr(c, f) for c in cells]) for f in Cell.__dataclass_fields__))
 
 
-def start_demo(root: Path, port: int, gateway: str, env: dict[str, str] | None = None) -> Daemon:
+def start_demo(
+    root: Path,
+    port: int,
+    gateway: str,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+) -> Daemon:
     """``wasmgate serve --demo`` on a free port, its MQTT bridge on broker ``port`` as
-    ``gateway`` (``env``: e.g. a PYTHONPATH with another version of the package)."""
+    ``gateway`` (``env``: e.g. a PYTHONPATH with another version of the package; ``prefix``:
+    what it runs under, e.g. ``taskset -c 1``)."""
     mqtt = {"host": "127.0.0.1", "port": port, "gateway_id": gateway}
-    root.mkdir(parents=True)
-    daemon = Daemon(root, {"mqtt": mqtt, "log": {"level": "WARNING"}}, ("--demo",), env)
+    root.mkdir(parents=True, exist_ok=True)
+    config = {"mqtt": mqtt, "log": {"level": "WARNING"}}
+    daemon = Daemon(root, config, ("--demo",), env, prefix)
     daemon.start(timeout=180)
     return daemon
 
 
 @contextmanager
-def demo_daemon(root: Path) -> Iterator[tuple[Daemon, Broker]]:
-    """A stock mosquitto and ``wasmgate serve --demo`` connected to it (both stopped after)."""
-    broker = Broker(root / "mosquitto")
-    broker.start()
+def fresh_daemon(
+    root: Path, broker: Broker, cpus: str, name: str = "daemon"
+) -> Iterator[tuple[Daemon, int]]:
+    """A new ``serve --demo`` process started on ``cpus`` (its data dir, hence its caches,
+    kept between cells: the process is new, the compiled modules are not), stopped after."""
+    daemon = start_demo(root / name, broker.port, GATEWAY if name == "daemon" else name,
+                        prefix=("taskset", "-c", cpus))  # fmt: skip
     try:
-        daemon = start_demo(root / "daemon", broker.port, GATEWAY)
-        try:
-            yield daemon, broker
-        finally:
-            daemon.stop()
+        yield daemon, daemon.proc.pid if daemon.proc is not None else 0
     finally:
-        broker.stop()
+        daemon.stop()
 
 
 def measure(quick: bool) -> dict[Key, Cell]:
     seconds, rounds = (1.0, 1) if quick else (3.0, 3)
-    with (
-        tempfile.TemporaryDirectory(prefix="wasmgate-cores-") as tmp,
-        demo_daemon(Path(tmp)) as (daemon, broker),
-    ):
-        second = start_demo(Path(tmp) / "second", broker.port, "second")
+    clients = (16,) if quick else CLIENTS
+    with tempfile.TemporaryDirectory(prefix="wasmgate-cores-") as tmp:
+        root = Path(tmp)
+        broker = Broker(root / "mosquitto")
+        broker.start()
         try:
-            raw = http_rounds(daemon, second, seconds, rounds)
+            raw = http_rounds(root, broker, seconds, rounds)
+            raw |= mqtt_rounds(root, broker, seconds, rounds, clients)
         finally:
-            second.stop()
-        pid = daemon.proc.pid if daemon.proc is not None else 0
-        raw |= mqtt_rounds(pid, broker, seconds, rounds, Path(tmp))
+            broker.stop()
     return {k: med(v) for k, v in raw.items()}
 
 
@@ -263,7 +293,7 @@ def run(quick: bool) -> list[Figure]:
 
 
 def main() -> None:
-    script_main(__doc__, run, "1 s cells, one round")
+    script_main(__doc__, run, "1 s cells, one round, MQTT at 16 clients")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ No module-level singletons: two apps in one process share nothing.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator
 
@@ -61,6 +60,7 @@ from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
+    CPUS,
     LIVE,
     METRICS,
     SETTINGS,
@@ -70,6 +70,7 @@ from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
@@ -89,13 +90,17 @@ def build_app(
     notifier: Notifier | None = None,
     *,
     listen_first: bool = False,
+    cpus: CpuPlan | None = None,
 ) -> web.Application:
     """Build the app; nothing is started until the runner sets it up.
 
     ``listen_first`` (the daemon): the runner's setup returns before the start-up bundles
-    are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.opening`)."""
+    are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.opening`).
+    ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
+    app[CPUS] = cpus = cpus or CpuPlan.current()
+    status.add_provider(app, "cpus", cpus.describe)
     app[LIVE] = live or LiveSettings(settings)
     app[NOTIFIER] = notifier or Notifier({})
     app[METRICS] = Metrics()
@@ -164,12 +169,13 @@ async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     cache = settings.paths.resolved("cache_dir")
-    workers = settings.limits.workers or 2 * (os.cpu_count() or 1)
+    cpus = app[CPUS].count  # the CPUs this process may use, not the machine's
+    workers = settings.limits.workers or 2 * cpus
     profile = configured_profile(settings)
     m = app[METRICS]
     # The pool closes first: a guest still running needs the epoch ticker to reach its
     # deadline, and the ticker stops with the engine.
-    batch_workers = settings.limits.batch_workers or (os.cpu_count() or 1)
+    batch_workers = settings.limits.batch_workers or cpus
     state_dir = settings.paths.resolved("state_dir")
     variables = Variables(state_dir / VARIABLES_FILE, settings.variables)
     with (
@@ -189,6 +195,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             watchdog=watchdog,
             state=state,
             variables=variables,
+            cpus=app[CPUS],
         )
         app[POOL], app[DEPS], app[VARIABLES] = pool, deps, variables
         try:

@@ -39,6 +39,7 @@ from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVI
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.ops import startgc
 from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
+from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
@@ -48,7 +49,7 @@ from wasmgate.typed import fields, replace
 
 log = logging.getLogger("wasmgate.daemon")
 
-_RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet")
+_RESTART_ONLY = ("mqtt", "grpc", "paths", "cloud", "profile", "fleet", "workers")
 _HTTP_LIVE = ("management_token",)
 _FIELDS_AT_START = {
     "http": tuple(k for k in fields(HttpSettings) if k not in _HTTP_LIVE),  # listener
@@ -101,6 +102,25 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
+def _place_threads(pin: bool) -> CpuPlan:
+    """Python threads on one CPU, before the app starts any (`wasmgate.runtime.ops.cpus`)."""
+    cpus = CpuPlan.current()
+    cpus = cpus.one_cpu() if pin else cpus
+    if cpus.pinned:
+        cpus.apply()
+        log.info(
+            "python threads on CPU %s of %s (one interpreter runs on one CPU at a time; "
+            "inference threads use all of them)",
+            _cpu_list(cpus.python),
+            _cpu_list(cpus.allowed),
+        )
+    return cpus
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def _summary(app: web.Application) -> str:
     service = app[SERVICE]
     infos = service.list_models()
@@ -117,8 +137,11 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     systemd's READY=1 wait for the loading.
     """
     setup_logging(settings.log.format, settings.log.level)
+    cpus = _place_threads(settings.workers.cpu_affinity == "auto")
     notifier = Notifier()
-    app = build_app(settings, LiveSettings(settings, config_path), notifier, listen_first=True)
+    app = build_app(
+        settings, LiveSettings(settings, config_path), notifier, listen_first=True, cpus=cpus
+    )
     # keepalive_timeout is also aiohttp's only bound on a request's headers arriving.
     runner = web.AppRunner(
         app,

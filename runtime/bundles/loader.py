@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +32,7 @@ from wasmgate.runtime.bundles.kv import StateDb, TenantState
 from wasmgate.runtime.bundles.variables import Variables, render
 from wasmgate.runtime.errors import BundleRejected, DaemonError
 from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.served.loaded import (
     AdmissionLimits,
     FallbackPolicy,
@@ -72,6 +74,8 @@ class LoaderDeps:
     """Adapter state (``[state]`` grants); None: every grant is ignored (not granted)."""
     variables: Variables | None = None
     """Operator variables; None: every variable keeps its manifest default."""
+    cpus: CpuPlan | None = None
+    """Where native inference threads may run (None: wherever the loading thread may)."""
 
     _backend_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -133,7 +137,9 @@ def _load_model(
     }
     options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir, watchdog=deps.watchdog)
     try:
-        negotiated = negotiate(deps.backend(entry.format), spec, variants, options)
+        # A backend's own thread pools start with the session: on every allowed CPU.
+        with deps.cpus.native() if deps.cpus is not None else nullcontext():
+            negotiated = negotiate(deps.backend(entry.format), spec, variants, options)
     except DaemonError as e:
         if manifest.fallback.allowed and manifest.fallback.on_missing_model:
             log.warning("model not loaded, cloud fallback will answer", extra={"error": str(e)})

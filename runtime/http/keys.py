@@ -14,6 +14,7 @@ from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.fleet.member import FleetMember
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tracing import Tracing
@@ -21,6 +22,8 @@ from wasmgate.runtime.served.api import ServiceAPI
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", ServiceAPI)
+CPUS = web.AppKey("cpus", CpuPlan)
+"""The CPUs the process may use and the one its Python threads run on."""
 """The transport-neutral core every bridge calls (an `InferenceService` in the daemon)."""
 
 METRICS = web.AppKey("metrics", Metrics)

@@ -31,6 +31,7 @@ from wasmgate.runtime.ops.config_local import (
     StoreSettings,
     StreamSettings,
     TrustSettings,
+    WorkerSettings,
     default_data_dir,
 )
 from wasmgate.runtime.ops.config_network import (
@@ -63,6 +64,7 @@ __all__ = [
     "StreamSettings",
     "TelemetrySettings",
     "TrustSettings",
+    "WorkerSettings",
     "default_data_dir",
     "load_settings",
     "settings_from",
@@ -85,6 +87,8 @@ class Settings(Document):
     """Where bundles, state and caches live."""
     limits: LimitSettings = LimitSettings()
     """Daemon-wide ceilings on every manifest's limits."""
+    workers: WorkerSettings = WorkerSettings()
+    """How the daemon's threads use the CPUs it may run on (read at start)."""
     cloud: CloudSettings = CloudSettings()
     """Cloud fallback endpoint."""
     store: StoreSettings = StoreSettings()

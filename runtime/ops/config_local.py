@@ -241,6 +241,18 @@ class FleetSettings(Document):
     """Largest fleet document accepted (MQTT payload, ``PUT /v1/desired`` body, file)."""
 
 
+class WorkerSettings(Document):
+    """How the daemon uses the gateway's CPUs (`wasmgate.runtime.ops.cpus`)."""
+
+    cpu_affinity: Literal["auto", "off"] = "auto"
+    """``auto``: on a process allowed on several CPUs, its Python threads share the last of
+    them (one interpreter runs Python on one CPU at a time, and threads spread over CPUs
+    hand its lock across cores: measured 0.55-0.7x the requests of one CPU), while ONNX
+    Runtime's and LiteRT's own threads use every CPU. ``off``: the threads go wherever the
+    kernel puts them (as before; a guest that computes long in WebAssembly may gain from
+    that on a second CPU)."""
+
+
 class LogSettings(Document):
     format: Literal["plain", "json"] = "plain"
     """Log line format on stderr."""
