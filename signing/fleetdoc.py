@@ -176,10 +176,22 @@ def _authenticate(env: Envelope, payload: bytes, trust: TrustStore) -> set[str]:
             "fleet document: the trust store has no fleet role (a root-signed trust file "
             "with a 'fleet' section)"
         )
-    return verify_threshold(
-        payload, env, trust.fleet_keys(), role.threshold, "fleet document",
-        role="fleet", payload_type=FLEET_PAYLOAD_TYPE, error=FleetSignatureError,
-    )  # fmt: skip
+    keys = trust.fleet_keys()
+    try:
+        return verify_threshold(
+            payload, env, keys, role.threshold, "fleet document",
+            role="fleet", payload_type=FLEET_PAYLOAD_TYPE, error=FleetSignatureError,
+        )  # fmt: skip
+    except FleetSignatureError as e:
+        # Name the role each other signer holds here: a document signed with the bundle
+        # signer's key (the common slip) says so, instead of only "not fleet keys".
+        others = sorted({s.key_id for s in env.signatures if s.key_id not in keys})
+        roles = "; ".join(f"key {k[:16]} is {trust.describe_key(k)}" for k in others)
+        if not roles:
+            raise
+        raise FleetSignatureError(
+            f"{e}: {roles}; a fleet document needs a key of the fleet role"
+        ) from None
 
 
 def parse_fleet(payload: bytes) -> FleetDoc:
