@@ -52,7 +52,7 @@ from wasmgate.signing.errors import (
     FleetSignatureError,
 )
 from wasmgate.signing.manifest import NAME_RE, Manifest
-from wasmgate.signing.scope import claimed_names, matches
+from wasmgate.signing.scope import claimed_names, listed, matches
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import verify_threshold
 from wasmgate.typed import Document, Invalid, convert
@@ -218,7 +218,7 @@ def check_delivered(name: str, version: int, manifest: Manifest, patterns: Seque
         if not matches(claimed, patterns):
             raise FleetScopeError(
                 f"bundle {manifest.label()}: {field} {claimed!r} is outside the fleet role's "
-                f"names {list(patterns)}"
+                f"names ({listed(patterns)})"
             )
 
 
@@ -248,6 +248,6 @@ def verify_fleet(
     for field, name in doc.names():
         if not matches(name, patterns):
             raise FleetScopeError(
-                f"{label}: {field} {name!r} is outside the fleet role's names {patterns}"
+                f"{label}: {field} {name!r} is outside the fleet role's names ({listed(patterns)})"
             )
     return doc
