@@ -139,7 +139,10 @@ async def status_json(request: web.Request) -> web.Response:
 # A fixed list rather than a static directory route: no request path ever becomes a file
 # path, and it works where the package files are symlinks (an editable install), which
 # aiohttp's static route refuses to follow.
-_ASSETS = ("status.css", "format.js", "charts.js", "components.js", "attention.js", "status.js")
+_ASSETS = (
+    "status.css", "format.js", "charts.js", "components.js", "attention.js", "fleet.js",
+    "status.js",
+)  # fmt: skip
 
 
 def _file(name: str) -> Callable[[web.Request], Awaitable[web.FileResponse]]:

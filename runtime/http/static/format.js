@@ -129,6 +129,17 @@
     return node;
   }
 
+  // A version / a fleet serial as text: its date when it is a timestamp, else "v7" / "7".
+  function vtext(v) {
+    const date = stamp(v);
+    return date === null ? `v${v}` : `${date} UTC`;
+  }
+
+  function stext(v) {
+    const date = stamp(v);
+    return date === null ? String(v) : `${date} UTC`;
+  }
+
   function num(text) {
     return el("span", text, "num");
   }
@@ -210,6 +221,6 @@
 
   window.wg = {
     el, missing, count, bytes, duration, ms, ago, badge, yesno, short, num, byKey, label,
-    facts, table, pastError, card, toDate, version, stamp,
+    facts, table, pastError, card, toDate, version, stamp, vtext, stext,
   };
 })();
