@@ -52,7 +52,7 @@ from wasmgate.signing.errors import (
     FleetSignatureError,
 )
 from wasmgate.signing.manifest import NAME_RE, Manifest
-from wasmgate.signing.scope import claimed_names, matches
+from wasmgate.signing.scope import claimed_names, listed, matches
 from wasmgate.signing.trust import TrustStore
 from wasmgate.signing.trustdoc import verify_threshold
 from wasmgate.typed import Document, Invalid, convert
@@ -176,10 +176,22 @@ def _authenticate(env: Envelope, payload: bytes, trust: TrustStore) -> set[str]:
             "fleet document: the trust store has no fleet role (a root-signed trust file "
             "with a 'fleet' section)"
         )
-    return verify_threshold(
-        payload, env, trust.fleet_keys(), role.threshold, "fleet document",
-        role="fleet", payload_type=FLEET_PAYLOAD_TYPE, error=FleetSignatureError,
-    )  # fmt: skip
+    keys = trust.fleet_keys()
+    try:
+        return verify_threshold(
+            payload, env, keys, role.threshold, "fleet document",
+            role="fleet", payload_type=FLEET_PAYLOAD_TYPE, error=FleetSignatureError,
+        )  # fmt: skip
+    except FleetSignatureError as e:
+        # Name the role each other signer holds here: a document signed with the bundle
+        # signer's key (the common slip) says so, instead of only "not fleet keys".
+        others = sorted({s.key_id for s in env.signatures if s.key_id not in keys})
+        roles = "; ".join(f"key {k[:16]} is {trust.describe_key(k)}" for k in others)
+        if not roles:
+            raise
+        raise FleetSignatureError(
+            f"{e}: {roles}; a fleet document needs a key of the fleet role"
+        ) from None
 
 
 def parse_fleet(payload: bytes) -> FleetDoc:
@@ -206,7 +218,7 @@ def check_delivered(name: str, version: int, manifest: Manifest, patterns: Seque
         if not matches(claimed, patterns):
             raise FleetScopeError(
                 f"bundle {manifest.label()}: {field} {claimed!r} is outside the fleet role's "
-                f"names {list(patterns)}"
+                f"names ({listed(patterns)})"
             )
 
 
@@ -236,6 +248,6 @@ def verify_fleet(
     for field, name in doc.names():
         if not matches(name, patterns):
             raise FleetScopeError(
-                f"{label}: {field} {name!r} is outside the fleet role's names {patterns}"
+                f"{label}: {field} {name!r} is outside the fleet role's names ({listed(patterns)})"
             )
     return doc

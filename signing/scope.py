@@ -44,11 +44,17 @@ def matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def listed(patterns: Sequence[str]) -> str:
+    """Patterns as an operator reads them in an error: ``acme-*, digits`` (not a list repr)."""
+    return ", ".join(patterns) if patterns else "(none)"
+
+
 def check_scope(manifest: Manifest, key_id: str, patterns: Sequence[str]) -> None:
     """Raise :class:`KeyScopeError` naming the first claimed name no pattern matches."""
     for field, name in claimed_names(manifest):
         if not matches(name, patterns):
             raise KeyScopeError(
                 manifest.label(),
-                f"key {key_id} may sign only {list(patterns)}, not {field} {name!r}",
+                f"key {key_id} may sign only names matching {listed(patterns)}, "
+                f"not {field} {name!r}",
             )

@@ -51,6 +51,8 @@ from wasmgate.signing.trustdoc import FleetSection, TrustDoc, parse_doc, verify_
 from wasmgate.typed import Invalid, convert, plain
 
 PIN_FILE = "trust.pinned.json"
+ROLE_USES = {"root": "trust files", "fleet": "fleet documents", "signer": "bundles"}
+"""What a key of each role signs (`TrustStore.role_of`), for the texts that name a role."""
 MAX_TRUST_BYTES = 1024 * 1024
 
 
@@ -167,8 +169,29 @@ class TrustStore:
             raise RevokedKeyError(bundle, f"signing key {key_id} is revoked")
         entry = self.doc.signers.get(key_id)
         if entry is None:
-            raise UntrustedKeyError(bundle, f"signing key {key_id} is not trusted")
+            raise UntrustedKeyError(bundle, self.not_a_signer(key_id))
         return decode_public(entry.public)
+
+    def not_a_signer(self, key_id: str) -> str:
+        """Why ``key_id`` may not sign a bundle: a key held in another role is named as such
+        (an operator who signed with the fleet key must read that, not "not trusted")."""
+        role = self.role_of(key_id)
+        if role is None:
+            return f"signing key {key_id} is not trusted"
+        return (
+            f"signing key {key_id} is trusted for {ROLE_USES[role]}, not for bundles "
+            f"(its role here is {role}; a bundle needs a key of the signer role: "
+            "`wasmgate trust add KEY.pub --names PATTERN`)"
+        )
+
+    def describe_key(self, key_id: str) -> str:
+        """``key_id``'s role here in a few words: ``"a signer key (it signs bundles)"``."""
+        role = self.role_of(key_id)
+        if key_id in self.doc.revoked.keys:
+            return f"revoked (it was {'a ' + role if role else 'in no role'} key)"
+        if role is None:
+            return "in no role of this trust file"
+        return f"a {role} key (it signs {ROLE_USES[role]})"
 
     def check_manifest(self, manifest: Manifest, key_id: str, digest: str) -> None:
         """Scope (every claimed name), limit ceilings and bundle revocation of a manifest."""

@@ -10,7 +10,10 @@
   unless ``--allow-downgrade`` (the documents then grant the signed downgrade to it).
   Exit 0 when applied everywhere, 1 when aborted, 2 on usage errors or a refused start.
 - ``status --broker HOST:PORT [--group G] [--json]``: gateways x bundles from the retained
-  deployment reports, with the time of each report and drift from the group's document.
+  deployment reports, with the time of each report and drift from the group's document;
+  each failure or refusal below the table with its whole reason (a gateway whose rollout
+  failed and was rolled back reads ``failed, rolled back``). A ``--group`` no gateway
+  reports is refused with exit code 2 (as ``rollout`` refuses it), not an empty table.
 - ``desired sign|publish``: hand-made signed desired states (``fleet_desired.py``).
 
 The CLI talks only to the broker and the registry, never to a daemon directly.
@@ -46,7 +49,13 @@ from wasmgate.runtime.fleet.opclient import (
     parse_broker,
 )
 from wasmgate.runtime.fleet.rollout import RolloutUsageError, Wanted, parse_size, parse_waves
-from wasmgate.runtime.fleet.status import render_table, split_topics, status_json, status_table
+from wasmgate.runtime.fleet.status import (
+    problem_lines,
+    render_table,
+    split_topics,
+    status_json,
+    status_table,
+)
 from wasmgate.runtime.fleet.waves import Row
 from wasmgate.runtime.oci.client import OciClient
 from wasmgate.runtime.oci.ocitypes import BUNDLE_NAME, BUNDLE_VERSION, Reference, RegistryError
@@ -196,11 +205,12 @@ def _tick(bar: tqdm, row: Row) -> None:
 def rollout_table(result: RolloutResult) -> str:
     """The final table: one row per gateway."""
     rows = [
-        [r.gateway, str(r.wave), r.state, "-" if r.version is None else f"v{r.version}",
-         (r.error or "").replace("\n", " ")[:120]]
+        [r.gateway, str(r.wave), r.state, "-" if r.version is None else f"v{r.version}"]
         for r in result.rows
     ]  # fmt: skip
-    return render_table(["gateway", "wave", "state", "version", "error"], rows)
+    # each error whole, below the table: a cell cut at a width cut the hint at its end
+    errors = problem_lines((r.gateway, r.error) for r in result.rows if r.error)
+    return render_table(["gateway", "wave", "state", "version"], rows) + errors
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -211,6 +221,15 @@ def _status(args: argparse.Namespace) -> int:
             view = split_topics(args.prefix, client.collect(filters, args.wait))
     except BrokerError as e:
         raise CliError(str(e)) from e
+    if args.group is not None and not view.members(args.group):
+        # a typo must not read as an empty, healthy group: refused like `fleet rollout`
+        groups = sorted({g for r in view.reports.values() for g in r.groups})
+        seen = ", ".join(groups) if groups else "none"
+        raise CliError(
+            f"no gateway reports group {args.group!r} under {args.prefix.rstrip('/')}/ "
+            f"(groups reported: {seen})",
+            EXIT_USAGE,
+        )
     if args.json:
         print(json.dumps(status_json(view, args.group), indent=2))
     else:

@@ -8,6 +8,7 @@ from typing import Literal
 
 from wasmgate.runtime.errors import DaemonError, PayloadTooLarge
 from wasmgate.runtime.ops.metrics import Kind, Metrics
+from wasmgate.runtime.protocol.error_table import public_message, status_of
 from wasmgate.runtime.served.api import Source
 
 Transport = Literal["http", "grpc", "mqtt"]
@@ -56,3 +57,17 @@ class Observation:
                 self.kind, self.name, None, {}, error_label(exc),
                 transport=self._transport, seconds=self.elapsed(),
             )  # fmt: skip
+            status, code, message = answer_of(exc)
+            self._metrics.failures.add(
+                self._transport, self.kind, self.name, status=status, code=code, message=message
+            )
+
+
+def answer_of(exc: BaseException) -> tuple[int, str, str]:
+    """Status, code and message the client was answered for ``exc`` (the one table; an
+    aiohttp HTTP exception keeps its own status, as `wasmgate.runtime.http.errors` answers)."""
+    status = getattr(exc, "status", None)  # aiohttp's HTTPException, without importing it
+    if not isinstance(exc, DaemonError) and isinstance(status, int) and 400 <= status < 600:
+        return status, f"http_{status}", str(getattr(exc, "text", "") or exc)
+    answer = status_of(exc)
+    return answer.status, answer.code, public_message(exc, answer)

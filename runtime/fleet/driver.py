@@ -152,10 +152,15 @@ class Rollout:
         env = parse_envelope(desired.raw)
         ours = {key_id_of(k.verify_key): k.verify_key for k in self._keys}
         if not count_valid(ours, FLEET_PAYLOAD_TYPE, env.payload_bytes(), env):
+            signers = ", ".join(sorted({s.key_id[:16] for s in env.signatures})) or "no key"
+            given = ", ".join(sorted(k[:16] for k in ours))
             raise RolloutRefused(
                 f"the desired document serial {desired.doc.serial} now on the broker is not "
-                "signed by any --key given: the rollout would re-sign a bundle set it cannot "
-                "vouch for (give the key that signed it, or publish a fresh document first)"
+                f"signed by any --key given (given: {given}; it is signed by {signers}): a "
+                "rollout signs fleet documents, so --key is a key of the fleet role in the "
+                "gateways' trust file, the one that signed that document, not a bundle "
+                "signer's key. The rollout would re-sign a bundle set it cannot vouch for "
+                "(give the fleet key that signed it, or publish a fresh document first)"
             )
         return [Wanted(b.name, b.version, b.ref) for b in desired.doc.bundles]
 

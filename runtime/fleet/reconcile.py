@@ -21,12 +21,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
-from wasmgate._compat import Self
+from wasmgate._compat import UTC, Self
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.errors import DocumentRefused, NotFound
 from wasmgate.runtime.fleet.apply import BundleOutcome, Pull, apply_one, describe_error, outcome
@@ -53,6 +54,18 @@ class Refusal(msgspec.Struct, frozen=True):
     error: str
 
 
+class LastFailure(msgspec.Struct, frozen=True):
+    """The last bundle a document failed to apply: kept after a newer document (a rollout's
+    rollback) applied, so the gateway still reads as failed for it, with the whole reason,
+    until a later document applies that bundle."""
+
+    serial: int
+    bundle: str
+    version: int
+    error: str
+    at: str
+
+
 class Backoff(msgspec.Struct, frozen=True):
     initial_s: float
     max_s: float
@@ -73,6 +86,7 @@ class Reconciler:
         self.state: State | None = None
         self.reason: str | None = None
         self.refused: Refusal | None = None
+        self.last_failure: LastFailure | None = None
         self.bundles: dict[str, BundleOutcome] = {}
         self.on_change: list[Callable[[], None]] = []
         self.on_refusal: list[Callable[[Refusal], None]] = []
@@ -224,12 +238,30 @@ class Reconciler:
         states = [self.bundles[n] for n in self.bundles if self.bundles[n].state != "removed"]
         pending = [b for b in states if b.state == "pending"]
         failed = [b for b in states if b.state == "failed"]
+        self._remember_failure()
         if pending:
             self._set("pending", pending[0].error)
         elif failed:
             self._set("failed", failed[0].error)
         else:
             self._set("applied", None)
+
+    def _remember_failure(self) -> None:
+        """Keep this document's first failed bundle; forget the one kept once a later
+        document applies that bundle at its version or above (a rollback to the previous
+        version does not)."""
+        serial = self._serial
+        if serial is None:
+            return
+        for name, b in self.bundles.items():
+            if b.state == "failed":
+                self.last_failure = LastFailure(serial, name, b.version, b.error or "", _now())
+                return
+        kept = self.last_failure
+        if kept is not None and kept.serial < serial:
+            done = self.bundles.get(kept.bundle)
+            if done is not None and done.state == "applied" and done.version >= kept.version:
+                self.last_failure = None
 
     def _set(self, state: State, reason: str | None) -> None:
         self.state, self.reason = state, reason
@@ -241,3 +273,7 @@ class Reconciler:
                 hook()
             except Exception:
                 log.exception("fleet change hook failed")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

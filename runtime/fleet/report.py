@@ -98,6 +98,8 @@ class Reporter:
         """The report as FLEET.md defines it (JSON-ready)."""
         rec = self._reconciler
         refused = msgspec.structs.asdict(rec.refused) if rec.refused is not None else None
+        failure = rec.last_failure
+        last_failure = msgspec.structs.asdict(failure) if failure is not None else None
         return {
             "format": FORMAT,
             "gateway": self._gateway,
@@ -106,6 +108,7 @@ class Reporter:
             "state": rec.state,
             "reason": rec.reason,
             "refused": refused,
+            "last_failure": last_failure,
             "bundles": self._bundles(),
             "time": self._time,
         }

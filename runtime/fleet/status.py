@@ -12,7 +12,7 @@ serial among its groups').
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -50,6 +50,16 @@ class Refusal(_Lenient, frozen=True, kw_only=True):
     error: str = ""
 
 
+class LastFailure(_Lenient, frozen=True, kw_only=True):
+    """The last bundle a document failed to apply (kept after a rollback applied)."""
+
+    serial: int | None = None
+    bundle: str = ""
+    version: int | None = None
+    error: str = ""
+    at: datetime | None = None
+
+
 class Report(_Lenient, frozen=True, kw_only=True):
     """A gateway's retained deployment report."""
 
@@ -60,8 +70,31 @@ class Report(_Lenient, frozen=True, kw_only=True):
     state: str | None = None  # null before any document
     reason: str | None = None
     refused: Refusal | None = None
+    last_failure: LastFailure | None = None
     bundles: dict[str, BundleReport] = msgspec.field(default_factory=dict)
     time: datetime | None = None
+
+    def shown_state(self) -> str:
+        """``state``, except that a gateway whose last rollout failed and was rolled back
+        reads ``failed, rolled back``, not ``applied`` (its previous bundles serve)."""
+        if self.state == "applied" and self.last_failure is not None:
+            return "failed, rolled back"
+        return self.state or "-"
+
+    def problems(self) -> list[str]:
+        """Every failure and refusal of this gateway, each with its whole reason."""
+        out = []
+        if self.state in ("failed", "pending") and self.reason:
+            out.append(f"serial {self.serial} {self.state}: {self.reason}")
+        fail = self.last_failure
+        if fail is not None and not (self.state == "failed" and fail.serial == self.serial):
+            out.append(
+                f"serial {fail.serial} failed ({fail.bundle} v{fail.version}), rolled back: "
+                f"{fail.error}"
+            )
+        if self.refused is not None:
+            out.append(f"serial {self.refused.serial} refused: {self.refused.error}")
+        return out
 
     def fleet_versions(self) -> dict[str, int | None]:
         """name -> version of the bundles the fleet manages here (not local, not removed)."""
@@ -200,7 +233,7 @@ def status_table(view: FleetView, group: str | None) -> str:
         rows.append(
             [
                 r.gateway,
-                r.state or "-",
+                r.shown_state(),
                 serial,
                 seen,
                 drift,
@@ -210,4 +243,13 @@ def status_table(view: FleetView, group: str | None) -> str:
     rows += [
         [g, "unreadable report", "-", "-", "-", *("-" for _ in names)] for g in view.unreadable
     ]
-    return render_table(headers, rows)
+    return render_table(headers, rows) + problem_lines(
+        (r.gateway, p) for r in members for p in r.problems()
+    )
+
+
+def problem_lines(problems: Iterable[tuple[str, str]]) -> str:
+    """Below a table, one line per gateway's problem with its whole reason (a table cell
+    would cut it, and the hint is at its end)."""
+    lines = [f"{gateway}: {' '.join(text.split())}" for gateway, text in problems]
+    return "\n\n" + "\n".join(lines) if lines else ""

@@ -1,8 +1,10 @@
 """The status page: ``GET /`` (static HTML + JS, no build step) fed by ``GET /v1/status``.
 
 ``/v1/status`` joins the service's `list_models()` (version, bundle, EP, precision, ready)
-with the request counters and recent latency of `Metrics.snapshot()` and with optional
-status sections other components register (MQTT connection, cloud breaker, ...):
+with the request counters and recent latency of `Metrics.snapshot()`, the recent failed
+requests (``errors``: `wasmgate.runtime.ops.failures`), what needs attention while ready
+(``attention``: `wasmgate.runtime.http.attention`) and the optional status sections other
+components register (MQTT connection, cloud breaker, ...):
 
     status.add_provider(app, "mqtt", bridge.status)   # () -> JSON-able mapping
 
@@ -22,8 +24,9 @@ from aiohttp import web
 
 import wasmgate
 from wasmgate.runtime.http import edge
+from wasmgate.runtime.http.attention import attention
 from wasmgate.runtime.http.history import HISTORY, history_ctx
-from wasmgate.runtime.http.keys import METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
+from wasmgate.runtime.http.keys import LIVE, METRICS, SERVICE, STATUS_PROVIDERS, StatusProvider
 from wasmgate.runtime.ops.recent import NameStats
 from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.served.api import ModelInfo
@@ -99,6 +102,13 @@ def _history(app: web.Application) -> dict[str, Any] | None:
     return history.as_json()
 
 
+def _gateway(app: web.Application) -> str | None:
+    """The gateway id (``mqtt.gateway_id``, else the host name): the topics, the fleet and
+    the page's title name the gateway by it, so several gateways' tabs tell apart."""
+    live = app.get(LIVE)
+    return live.settings.mqtt.resolved_gateway_id() if live is not None else None
+
+
 async def status_json(request: web.Request) -> web.Response:
     app = request.app
     service = app.get(SERVICE)
@@ -106,8 +116,10 @@ async def status_json(request: web.Request) -> web.Response:
     snapshot = metrics.snapshot() if metrics is not None else {}
     calls = metrics.model_calls.counts() if metrics is not None else {}
     infos = service.list_models() if service is not None else []
+    components = _components(app)
     body = {
         "name": "wasmgate",
+        "gateway": _gateway(app),
         "version": wasmgate.__version__,
         "ready": bool(service is not None and service.ready),
         "uptime_s": round(time.monotonic() - app[STARTED], 1),
@@ -116,7 +128,9 @@ async def status_json(request: web.Request) -> web.Response:
             _model_row(info, snapshot.get((info.kind, info.name)), calls.get(info.name, 0))
             for info in infos
         ],
-        "components": _components(app),
+        "components": components,
+        "attention": attention(components),
+        "errors": metrics.failures.as_json() if metrics is not None else None,
         "history": _history(app),
     }
     return web.json_response(body, headers={"Cache-Control": "no-store"}, dumps=jsonio.dumps_text)
@@ -125,7 +139,10 @@ async def status_json(request: web.Request) -> web.Response:
 # A fixed list rather than a static directory route: no request path ever becomes a file
 # path, and it works where the package files are symlinks (an editable install), which
 # aiohttp's static route refuses to follow.
-_ASSETS = ("status.css", "format.js", "charts.js", "components.js", "status.js")
+_ASSETS = (
+    "status.css", "format.js", "charts.js", "components.js", "attention.js", "fleet.js",
+    "status.js",
+)  # fmt: skip
 
 
 def _file(name: str) -> Callable[[web.Request], Awaitable[web.FileResponse]]:

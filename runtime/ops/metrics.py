@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from wasmgate.runtime.ops.counted import ModelCalls, MqttFigures, MqttGauge
+from wasmgate.runtime.ops.failures import RecentFailures
 from wasmgate.runtime.ops.pulled import GateFigures, GateGauge
 from wasmgate.runtime.ops.recent import NameStats, Recent
 from wasmgate.runtime.ops.request_metrics import RequestFamilies
@@ -62,6 +63,8 @@ class Metrics:
         self._lock = threading.Lock()
         self._model_labels: dict[str, tuple[str, str, str, str]] = {}
         self._known: dict[str, frozenset[str]] | None = None
+        self.failures = RecentFailures()
+        """The last failed requests with their answers (``/v1/status``, the status page)."""
         self._build()
 
     def set_known_names(self, adapters: Iterable[str], models: Iterable[str]) -> None:

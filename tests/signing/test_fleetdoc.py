@@ -7,14 +7,17 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import nacl.signing
 import pytest
 
+from tests.signing.conftest import MAX_BUNDLE, Kit
 from tests.signing.fleetkit import REF, FleetKit, signed_payload
 from wasmgate.signing import (
     BUNDLE_PAYLOAD_TYPE,
     FLEET_PAYLOAD_TYPE,
     TRUST_PAYLOAD_TYPE,
     BadSignatureError,
+    BundleStore,
     FleetDocError,
     FleetExpiredError,
     FleetFormatError,
@@ -24,6 +27,7 @@ from wasmgate.signing import (
     TrustFileError,
     TrustSignatureError,
     TrustStore,
+    UntrustedKeyError,
     key_id_of,
     parse_fleet,
     sign_trust,
@@ -74,12 +78,45 @@ def test_expired_document(fk: FleetKit) -> None:
 def test_bundle_signer_key_is_not_a_fleet_key(fk: FleetKit) -> None:
     msg = refused(fk.signed(fk.doc(), [fk.signer]), fk.trust(), FleetSignatureError)
     assert "0 valid fleet signature(s), need 1" in msg
+    # the role the key has and the one it needs, not only "not fleet keys"
+    kid = key_id_of(fk.signer.verify_key)[:16]
+    assert f"key {kid} is a signer key (it signs bundles)" in msg
+    assert "needs a key of the fleet role" in msg
     assert fk.signed(fk.doc(), [fk.signer]) != fk.signed(fk.doc())
 
 
 def test_root_key_is_not_a_fleet_key(fk: FleetKit) -> None:
     msg = refused(fk.signed(fk.doc(), [fk.root]), fk.trust(), FleetSignatureError)
     assert "not fleet keys" in msg
+    assert "is a root key (it signs trust files)" in msg
+
+
+def test_a_stranger_and_a_revoked_fleet_key_are_named_as_such(fk: FleetKit) -> None:
+    stranger = nacl.signing.SigningKey.generate()
+    msg = refused(fk.signed(fk.doc(), [stranger]), fk.trust(), FleetSignatureError)
+    assert "is in no role of this trust file" in msg
+    revoked = fk.trust(revoked={"keys": [key_id_of(fk.fleet[0].verify_key)], "bundles": []})
+    msg = refused(fk.signed(fk.doc(), fk.fleet[:1]), revoked, FleetSignatureError)
+    assert "is revoked (it was a fleet key)" in msg
+
+
+def test_a_bundle_signed_with_the_fleet_key_names_its_role(fk: FleetKit, kit: Kit) -> None:
+    """The trust file holds the key only in the fleet role: installing a real bundle signed
+    with it says the key is trusted for fleet documents, not for bundles (not "is not
+    trusted"); a root key likewise, and only a stranger is "not trusted"."""
+    store = BundleStore(kit.root / "state", fk.trust(), max_bundle_bytes=MAX_BUNDLE)
+    with pytest.raises(UntrustedKeyError) as info:
+        store.install(kit.build(6, key=fk.fleet[0]))
+    kid = key_id_of(fk.fleet[0].verify_key)
+    msg = str(info.value)
+    assert f"signing key {kid} is trusted for fleet documents, not for bundles" in msg
+    assert "its role here is fleet" in msg
+    assert "is not trusted" not in msg
+    with pytest.raises(UntrustedKeyError, match=r"trusted for trust files, not for bundles"):
+        fk.trust().signer_key("digits", key_id_of(fk.root.verify_key))
+    stranger = key_id_of(nacl.signing.SigningKey.generate().verify_key)
+    with pytest.raises(UntrustedKeyError, match=f"signing key {stranger} is not trusted$"):
+        fk.trust().signer_key("digits", stranger)
 
 
 def test_under_threshold_and_one_key_counted_once() -> None:
@@ -109,7 +146,7 @@ def test_tampered_payload_fails_signature(fk: FleetKit) -> None:
 
 def test_bundle_outside_fleet_scope(fk: FleetKit) -> None:
     msg = refused(fk.signed(fk.doc(bundles={"victim": 1})), fk.trust(), FleetScopeError)
-    assert "bundles[0] 'victim' is outside the fleet role's names ['digits*']" in msg
+    assert "bundles[0] 'victim' is outside the fleet role's names (digits*)" in msg
     mixed = fk.doc(bundles={"digits": 1, "victim-x": 2})
     assert "bundles[1]" in refused(fk.signed(mixed), fk.trust(), FleetScopeError)
 

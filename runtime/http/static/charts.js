@@ -100,7 +100,9 @@ function trafficCard(name, series, t, windowS) {
   }
   const extra = document.createElement("div");
   extra.className = "chart-label chart-extra";
-  extra.textContent = `batch size ${fmt(last(series.batch))} · queue ${fmt(last(series.queue), 0)}`;
+  // A mean of whole batch sizes: "1", "1.5", never "1.0".
+  const { count } = window.wg;
+  extra.textContent = `batch size ${count(last(series.batch))} · queue ${count(last(series.queue))}`;
   card.append(extra);
   return card;
 }

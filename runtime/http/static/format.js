@@ -110,6 +110,36 @@
     return node;
   }
 
+  // A version or serial that is a timestamp (the demo's bundle versions are their build
+  // time in seconds, a rollout's serials its time in ms) as the date it is, in UTC; the
+  // number itself on hover. Any other version as "v7".
+  function stamp(v) {
+    const n = Number(v);
+    if (!Number.isInteger(n)) return null;
+    const ms = n >= 1e9 && n < 4e9 ? n * 1000 : n >= 1e12 && n < 4e12 ? n : null;
+    return ms === null ? null : new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+  }
+
+  function version(v, what = "version") {
+    if (missing(v)) return el("span", "–", "muted");
+    const date = stamp(v);
+    const plain = what === "version" ? `v${v}` : String(v);
+    const node = el("span", date === null ? plain : `${date} UTC`, "ident");
+    if (date !== null) node.title = `${what} ${v}: a timestamp, shown as its date (UTC)`;
+    return node;
+  }
+
+  // A version / a fleet serial as text: its date when it is a timestamp, else "v7" / "7".
+  function vtext(v) {
+    const date = stamp(v);
+    return date === null ? `v${v}` : `${date} UTC`;
+  }
+
+  function stext(v) {
+    const date = stamp(v);
+    return date === null ? String(v) : `${date} UTC`;
+  }
+
   function num(text) {
     return el("span", text, "num");
   }
@@ -191,6 +221,6 @@
 
   window.wg = {
     el, missing, count, bytes, duration, ms, ago, badge, yesno, short, num, byKey, label,
-    facts, table, pastError, card, toDate,
+    facts, table, pastError, card, toDate, version, stamp, vtext, stext,
   };
 })();

@@ -3,7 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const { el, count, ago, badge, yesno, short, num, ms, facts, card, pastError } = window.wg;
+const { el, count, ago, badge, yesno, short, num, ms, facts, card, pastError, version, vtext } = window.wg;
 
 // "CPUExecutionProvider" -> "CPU" (the full name on hover).
 function provider(row) {
@@ -26,7 +26,7 @@ function errors(n) {
 const ADAPTER_COLUMNS = [
   ["Name", (r) => el("span", r.name, "text"), false, "name"],
   ["Bundle", (r) => el("span", r.bundle, "text"), false, "bundle"],
-  ["Version", (r) => el("span", `v${r.version}`, "ident"), false, "version"],
+  ["Version", (r) => version(r.version), false, "version"],
   ["Ready", (r) => yesno(r.ready, true), false, "ready"],
   ["Requests", (r) => num(count(r.requests)), true, "requests"],
   ["Errors", (r) => errors(r.errors), true, "errors"],
@@ -68,15 +68,30 @@ function renderTable(id, rows, columns, none) {
   }
 }
 
-function renderTraffic(history) {
+// What the Traffic section says when it has no chart: never "no requests yet" while the
+// tables below count requests (the charts cover only the last minutes).
+function trafficNote(box, total, windowS) {
+  const text = total === 0 ? "no requests yet"
+    : `no requests${windowS ? ` in the last ${window.wg.duration(windowS)}` : " sampled yet"}: `
+      + `${count(total)} since the start (tables below)`;
+  box.replaceChildren(el("p", text, "muted"));
+}
+
+function renderTraffic(history, total) {
   const box = document.getElementById("traffic");
-  if (!history || history.t.length === 0) return;
+  if (!history || history.t.length === 0) {
+    trafficNote(box, total, 0);
+    return;
+  }
   const windowS = Math.max(history.interval_s * 12, -history.t[0] + history.interval_s);
   document.getElementById("window").textContent = `last ${window.wg.duration(windowS)}`;
   const names = Object.keys(history.series).filter(
     (n) => history.series[n].rps.some((v) => v > 0) || history.series[n].queue.some((v) => v > 0),
   );
-  if (names.length === 0) return;
+  if (names.length === 0) {
+    trafficNote(box, total, windowS);
+    return;
+  }
   box.replaceChildren(...names.map(
     (n) => window.wasmgateCharts.trafficCard(n, history.series[n], history.t, windowS),
   ));
@@ -100,15 +115,17 @@ function gateFacts(staged) {
 // The last gate decision in one line, with the reasons it gave.
 function verdictLine(v) {
   const why = v.reasons && v.reasons.length ? v.reasons.join("; ") : "all gates held";
-  return `gates ${v.outcome === "abort" ? "aborted" : "promoted"} v${v.version}: ${why}`;
+  return `gates ${v.outcome === "abort" ? "aborted" : "promoted"} ${vtext(v.version)}: ${why}`;
 }
 
 function bundleCard(b, now) {
-  const c = card(b.name, el("span", `v${b.version}`, "ident muted"));
+  const shown = version(b.version);
+  shown.classList.add("muted");
+  const c = card(b.name, shown);
   c.dataset.bundle = b.name;
   if (b.staged) {
     const pct = Number(b.staged.percent) || 0;
-    c.append(el("div", `staged v${b.staged.version}: ${pct}% of requests`, "muted"));
+    c.append(el("div", `staged ${vtext(b.staged.version)}: ${pct}% of requests`, "muted"));
     const bar = el("div", undefined, "bar");
     const fill = el("span");
     fill.style.width = `${Math.max(0, Math.min(100, pct))}%`;
@@ -158,53 +175,10 @@ function renderRecent(recent, now) {
   for (const e of recent.slice().reverse()) {
     const li = el("li", undefined, e.ok ? "" : "error-line");
     li.append(ago(e.at, now), ` · ${e.name || e.source} `);
-    if (e.version) li.append(el("span", `v${e.version}`, "ident"));
+    if (e.version) li.append(version(e.version));
     li.append(`: ${e.message}`);
     list.append(li);
   }
-}
-
-const FLEET_GOOD = new Set(["applied", "local"]);
-
-// The deployment report (components.fleet): the document's serial and state, why it
-// waits or failed, the last refused document, and one row per bundle with its state.
-function fleetCard(report, now) {
-  const c = card(`serial ${report.serial === null ? "–" : report.serial}`);
-  c.id = "fleet-report";
-  c.append(facts([
-    ["state", badge(report.state || "no document", report.state === "failed" ? "bad" : report.state === "applied" ? "ok" : "")],
-    ["groups", (report.groups || []).join(", ") || "–"],
-    ["reason", report.reason || undefined],
-    ["reported", report.time ? ago(report.time, now) : undefined],
-  ]));
-  if (report.refused) {
-    c.append(el("div", `refused ${report.refused.serial ?? ""}: ${report.refused.error}`, "error-line"));
-  }
-  const wrap = el("div", undefined, "table-wrap");
-  const table = el("table");
-  table.append(el("tr"));
-  ["bundle", "version", "state", "error"].forEach((h) => table.rows[0].append(el("th", h)));
-  for (const [name, b] of Object.entries(report.bundles || {})) {
-    const row = table.insertRow();
-    row.dataset.name = name;
-    const pct = b.staged_percent ? ` (${b.staged_percent}%)` : "";
-    const down = b.downgraded_from ? ` (down from v${b.downgraded_from})` : "";
-    row.append(el("td", name), el("td", `v${b.version}${pct}${down}`, "ident"));
-    const state = el("td");
-    state.append(badge(b.state, FLEET_GOOD.has(b.state) ? "ok" : b.state === "failed" ? "bad" : ""));
-    row.append(state, el("td", b.error || "–", "wrap"));
-  }
-  wrap.append(table);
-  c.append(wrap);
-  return c;
-}
-
-function renderFleet(status, now) {
-  const report = status.components.fleet;
-  const section = document.getElementById("fleet-section");
-  section.hidden = !report || (report.serial === null && !report.refused);
-  if (section.hidden) return;
-  document.getElementById("fleet").replaceChildren(fleetCard(report, now));
 }
 
 const ELSEWHERE = new Set(["bundles", "fleet"]);
@@ -226,7 +200,8 @@ function renderBadges(components) {
   box.replaceChildren();
   const client = components.mqtt && components.mqtt.client;
   if (client && "connected" in client) {
-    const b = badge(client.connected ? "MQTT connected" : "MQTT down", client.connected ? "ok" : "bad");
+    // the same word as the MQTT card's badge: connected / disconnected
+    const b = badge(client.connected ? "MQTT connected" : "MQTT disconnected", client.connected ? "ok" : "bad");
     b.id = "mqtt-badge";
     b.title = components.mqtt.broker || "";
     box.append(b);
@@ -258,20 +233,24 @@ function renderLoading(loading) {
 function render(status) {
   const now = status.time || Date.now() / 1000;
   document.getElementById("version").textContent = `v${status.version}`;
-  const ready = document.getElementById("ready");
-  ready.textContent = status.ready ? "ready" : "not ready";
-  ready.className = `badge ${status.ready ? "ok" : "bad"}`;
+  if (status.gateway) {  // several gateways' tabs tell apart
+    document.getElementById("gateway").textContent = status.gateway;
+    document.title = `${status.gateway} · wasmgate status`;
+  }
+  window.wgAttention.header(status);
   document.getElementById("uptime").textContent = `up ${window.wg.duration(status.uptime_s)}`;
   renderBadges(status.components);
   renderLoading(status.components.loading);
-  renderTraffic(status.history);
+  renderTraffic(status.history, status.models.reduce((n, m) => n + m.requests, 0));
   const adapters = status.models.filter((m) => m.kind === "adapter");
   const models = status.models.filter((m) => m.kind !== "adapter");
   renderTable("adapters", adapters, ADAPTER_TABLE, "no adapters installed");
   renderTable("models", models, MODEL_TABLE, "no models installed");
   renderBundles(status.components.bundles, now);
-  renderFleet(status, now);
+  window.wgFleet.render(status, now);
   renderComponents(status.components, now);
+  window.wgAttention.errors(status.errors, now);
+  window.wgAttention.scrollHints();
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.getElementById("error").textContent = "";
   // Read by the headless-browser test: the page must never scroll sideways.

@@ -21,7 +21,7 @@ from tests.runtime.fleet.reconcilekit import (
 )
 from tests.runtime.stack import open_stack
 from wasmgate.runtime.errors import DocumentRefused
-from wasmgate.runtime.fleet.reconcile import Refusal
+from wasmgate.runtime.fleet.reconcile import LastFailure, Reconciler, Refusal
 from wasmgate.runtime.fleet.state import FleetRecord, FleetStateFile
 from wasmgate.runtime.served.api import AdapterRequest
 from wasmgate.signing.errors import FleetDowngradeError, FleetReplayError
@@ -67,6 +67,37 @@ async def test_a_failed_bundle_keeps_its_old_version_and_others_still_apply(
         assert rec.bundles["other"].state == "applied"
         answer = await st.service.run_adapter(AdapterRequest("probe", b"M"))
         assert answer.version == 1
+
+
+def _failure(rec: Reconciler) -> LastFailure | None:
+    return rec.last_failure  # (read afresh: mypy keeps an attribute narrowed by an assert)
+
+
+async def test_a_failure_outlives_the_rollback_until_the_bundle_applies(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    """The rollback document (the previous set) applies, but the gateway still reports the
+    failed bundle with its whole error; a later document applying that bundle clears it."""
+    kit = shelf.kit
+    async with open_stack(tmp_path, kit) as st, reconciler(st, shelf) as rec:
+        good = shelf.put("probe", 1)
+        await rec.offer(document(1, good), "test")
+        await settled(rec, done)
+        assert _failure(rec) is None
+        await rec.offer(document(2, shelf.put("probe", 2, selftest=b"E")), "test")
+        await settled(rec, lambda r: r.record.serial == 2 and done(r))
+        kept = _failure(rec)
+        assert kept is not None
+        assert (kept.serial, kept.bundle, kept.version) == (2, "probe", 2)
+        assert "selftest" in kept.error
+        await rec.offer(document(3, good), "test")  # the rollback: v1 serves on
+        await settled(rec, lambda r: r.record.serial == 3 and done(r))
+        assert rec.state == "applied"
+        assert _failure(rec) == kept
+        await rec.offer(document(4, shelf.put("probe", 3)), "test")
+        await settled(rec, lambda r: r.record.serial == 4 and done(r))
+        assert rec.state == "applied"
+        assert _failure(rec) is None
 
 
 async def test_registry_down_is_pending_with_reason_then_converges(

@@ -36,8 +36,8 @@ async def test_report_format_local_bundles_refusals_and_metrics(
         report = reporter.document()
         assert sent[-1] == report
         assert set(report) == {
-            "format", "gateway", "groups", "serial", "state", "reason", "refused", "bundles",
-            "time",
+            "format", "gateway", "groups", "serial", "state", "reason", "refused",
+            "last_failure", "bundles", "time",
         }  # fmt: skip
         assert report["format"] == "wasmgate-deployment/1"
         assert (report["gateway"], report["groups"], report["serial"]) == ("gw-1", ["g1"], 3)

@@ -115,8 +115,11 @@ def test_a_group_without_gateways_is_refused(fleet: Fleet) -> None:
 def test_a_previous_state_signed_by_another_key_is_refused_and_nothing_sent(fleet: Fleet) -> None:
     sim = fleet.start(3)
     fleet.kit.fleet.append(fleet.kit.fleet.pop(0).__class__.generate())  # not the signer
-    with pytest.raises(RolloutRefused, match="not signed by any --key"):
+    with pytest.raises(RolloutRefused, match="not signed by any --key") as info:
         fleet.rollout(2)
+    # which key was given, which signed it, and the role a rollout's key needs
+    assert "it is signed by" in str(info.value)
+    assert "a key of the fleet role" in str(info.value)
     assert all(_untouched(gw) for gw in sim.gateways.values())
 
 

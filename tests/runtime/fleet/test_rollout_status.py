@@ -11,8 +11,10 @@ import pytest
 from tests.runtime.fleet.conftest import GROUP, PREFIX, Fleet, ref
 from wasmgate.runtime.cli import fleet as fleet_cli
 from wasmgate.runtime.cli import main
+from wasmgate.runtime.fleet.driver import RolloutResult
 from wasmgate.runtime.fleet.opclient import OperatorClient
 from wasmgate.runtime.fleet.rollout import Wanted
+from wasmgate.runtime.fleet.waves import Row
 from wasmgate.signing.keys import write_private_key
 
 
@@ -70,9 +72,14 @@ def test_status_json_and_group_filter(fleet: Fleet, capsys: pytest.CaptureFixtur
     assert gateways["gw-002"]["bundles"]["digits"]["error"] == "selftest failed: wrong answer"
     assert gateways["gw-001"]["time"] is not None
     assert data["desired"][GROUP]["serial"] == 1
-    other = json.loads(_status(fleet, capsys, "--json", "--group", "other"))
-    assert other["gateways"] == []
-    assert other["desired"] == {}
+    broker = f"{fleet.broker.host}:{fleet.broker.port}"
+    for extra in ([], ["--json"]):  # a group nobody reports is a typo, not an empty table
+        argv = ["fleet", "status", "--broker", broker, "--wait", "2", "--group", "line3"]
+        assert main([*argv, *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert f"no gateway reports group 'line3' under {PREFIX}/" in captured.err
+        assert f"(groups reported: {GROUP})" in captured.err
 
 
 def test_status_with_no_broker_fails_clearly(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,13 +112,27 @@ def test_rollout_cli_exit_codes_and_final_table(
 ) -> None:
     fleet.start(12, failing=lambda gw, _n, v: "boom" if gw == "gw-005" and v == 2 else None)
     assert _rollout_cli(fleet, cli_key, "--waves", "1,50%", "--abort-failed", "50%") == 1
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["gateway", "wave", "state", "version", "error"]
+    table, _, errors = capsys.readouterr().out.partition("\n\n")
+    out = table.splitlines()
+    assert out[0].split() == ["gateway", "wave", "state", "version"]
     rows = {line.split()[0]: line.split() for line in out[1:]}
     assert len(rows) == 12
     assert rows["gw-000"][1:4] == ["1", "applied", "v2"]
-    assert rows["gw-005"][1:] == ["2", "failed", "v1", "boom"]  # under the threshold: goes on
+    assert rows["gw-005"][1:] == ["2", "failed", "v1"]  # under the threshold: goes on
     assert rows["gw-011"][1:4] == ["3", "applied", "v2"]
+    assert errors.splitlines() == ["gw-005: boom"]  # each error whole, below the table
+
+
+def test_rollout_table_keeps_each_error_whole() -> None:
+    """A long error (the hint is at its end) is printed whole, never cut to a cell width."""
+    hint = "give --insecure (config: registry.insecure = true)"
+    error = (
+        f"RegistryPlainHttp: GET https://127.0.0.1:5000/v2/x/manifests/sha256:{'4d' * 32}: {hint}"
+    )
+    result = RolloutResult([Row("gw-3", 1, "rolled back", 1, error), Row("gw-4", 2, "untouched")])
+    lines = fleet_cli.rollout_table(result).splitlines()
+    assert lines[-1] == f"gw-3: {error}"
+    assert all(len(line) < 60 for line in lines[:3])  # the table itself stays narrow
 
 
 def test_rollout_cli_aborts_with_1_and_refuses_with_2(
@@ -125,5 +146,5 @@ def test_rollout_cli_aborts_with_1_and_refuses_with_2(
     assert _rollout_cli(fleet, cli_key, "--abort-failed", "0%") == 1
     captured = capsys.readouterr()
     assert "aborted in wave 1" in captured.err
-    states = [line.split()[2] for line in captured.out.splitlines()[1:]]
+    states = [line.split()[2] for line in captured.out.split("\n\n")[0].splitlines()[1:]]
     assert states == ["rolled", "untouched", "untouched", "untouched"]

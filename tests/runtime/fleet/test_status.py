@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from wasmgate.runtime.fleet.status import Report, parse_report, split_topics, status_json
+from wasmgate.runtime.fleet.status import (
+    Report,
+    parse_report,
+    split_topics,
+    status_json,
+    status_table,
+)
 
 MINIMAL = {"format": "wasmgate-deployment/1", "gateway": "gw-1"}
 FULL: dict[str, Any] = {
@@ -20,6 +26,13 @@ FULL: dict[str, Any] = {
     "state": "applied",
     "reason": None,
     "refused": {"serial": 2, "error": "FleetReplayError: serial 2"},
+    "last_failure": {
+        "serial": 2,
+        "bundle": "probe",
+        "version": 2,
+        "error": "boom: fix it",
+        "at": "2024-05-01T09:00:00Z",
+    },
     "bundles": {
         "probe": {
             "version": 1,
@@ -45,6 +58,19 @@ def test_a_full_report_reads_and_prints_back_as_sent() -> None:
     assert report.fleet_versions() == {"probe": 1}
     view = split_topics("wg", {"wg/gw-1/deployment": json.dumps(FULL).encode()})
     assert status_json(view, None)["gateways"] == [{**FULL, "drift": None}]
+
+
+def test_a_rolled_back_failure_reads_as_failed_with_its_whole_reason() -> None:
+    long = "RegistryPlainHttp: GET https://r/v2/x/manifests/sha256:" + "4d" * 32 + ": fix it"
+    sent = {**FULL, "last_failure": {**FULL["last_failure"], "error": long}, "refused": None}
+    view = split_topics("wg", {"wg/gw-1/deployment": json.dumps(sent).encode()})
+    table, _, problems = status_table(view, None).partition("\n\n")
+    assert table.splitlines()[1].split()[:4] == ["gw-1", "failed,", "rolled", "back"]
+    assert problems == f"gw-1: serial 2 failed (probe v2), rolled back: {long}"
+    fresh = {**FULL, "last_failure": None, "refused": None}
+    view = split_topics("wg", {"wg/gw-1/deployment": json.dumps(fresh).encode()})
+    assert "\n\n" not in status_table(view, None)  # nothing to say: no lines below
+    assert status_table(view, None).splitlines()[1].split()[1] == "applied"
 
 
 def test_a_minimal_report_takes_the_defaults() -> None:

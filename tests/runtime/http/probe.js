@@ -103,5 +103,20 @@
       .map((c) => [c.id, c.innerText.replace(/\s+/g, " ")])),
     adapters: cells("adapters"),
     models: cells("models"),
+    title: document.title,
+    gateway: (document.getElementById("gateway") || {}).textContent || null,
+    ready: ((r) => r && { text: r.textContent.trim(), kind: r.className.replace("badge", "").trim() })(
+      document.getElementById("ready")),
+    errors: [...document.querySelectorAll("#errors-list li")].map((li) => li.textContent),
+    // A Python list repr (['a', 'b']) anywhere in the page's text.
+    listRepr: textNodes().map((n) => n.data).filter((t) => /\['[^']*'(, '[^']*')*\]/.test(t)),
+    traffic: (document.querySelector("#traffic > p") || {}).textContent || null,
+    // Each table: wider than its card (cut), and whether the scroll hint below it shows.
+    tables: [...document.querySelectorAll(".table-wrap")].filter((w) => w.getClientRects().length)
+      .map((w) => {
+        const hint = w.nextElementSibling;
+        return { wide: w.scrollWidth > w.clientWidth + 1,
+          hint: Boolean(hint && hint.classList.contains("scroll-hint") && hint.getClientRects().length) };
+      }),
   };
 })()

@@ -269,7 +269,7 @@ def test_fleet_panel_shows_the_deployment_report(
         dom = rendered_dom(tmp_path, f"http://{live.url}/")
     assert 'data-state="loaded"' in dom, dom[-2000:]
     panel = dom.split('id="fleet-report"', 1)[1].split("</table>", 1)[0]
-    assert "serial 7" in panel
+    assert 'serial <span class="ident">7</span>' in panel
     assert "refused 6: FleetReplayError: serial 6 not above 7" in panel
     table = Table()
     table.feed(panel.split("<table>", 1)[1])
@@ -278,3 +278,28 @@ def test_fleet_panel_shows_the_deployment_report(
     assert table.rows["mine"] == ["mine", "v1", "local", none]
     assert table.rows["other"] == ["other", "v2 (25%)", "applied", none]
     assert 'id="component-fleet"' not in dom  # shown once, in its panel
+
+
+def rolled_back_report() -> Mapping[str, object]:
+    """Applied again after the rollout's rollback, its failure kept; ms-timestamp serials."""
+    failure = {"serial": 1796476668214, "bundle": "digits", "version": 1796476685,
+               "error": "RegistryPlainHttp: GET https://r/v2/x: give --insecure",
+               "at": "2026-12-05T17:00:00Z"}  # fmt: skip
+    return {**fleet_report(), "serial": 1796476668215, "state": "applied", "reason": None,
+            "refused": None, "last_failure": failure, "bundles": {}}  # fmt: skip
+
+
+def test_fleet_panel_shows_a_rolled_back_failure_and_serials_as_dates(
+    service: OrtService, metrics: Metrics, tmp_path: Path
+) -> None:
+    app = build_app(service, metrics)
+    status.add_provider(app, "fleet", rolled_back_report)
+    with LiveServer(app) as live:
+        found = probe(tmp_path, f"http://{live.url}/", 390)
+    panel = found["cards"]["fleet-report"]
+    assert "serial 2026-12-05 " in panel, panel  # not 1796476668215
+    assert "1796476668" not in panel
+    assert "failed, rolled back" in panel
+    assert "failed (digits 2026-12-05 " in panel, panel
+    assert "rolled back: RegistryPlainHttp: GET https://r/v2/x: give --insecure" in panel
+    assert found["rawNumbers"] == []

@@ -115,7 +115,8 @@ def test_page_reads_at_a_glance(demo: Demo, tmp_path: Path, width: int) -> None:
     found = probe(tmp_path, f"{demo.daemon.url}/", width, shot)
     assert shot.stat().st_size > 10_000  # looked at by a person too: see the module doc
     assert not found["hscroll"], "the page scrolls sideways"
-    assert found["height"] < 2500, f"{found['height']} px tall at {width} px"
+    # (a phone's tables end with a line saying they scroll sideways: 2 lines more)
+    assert found["height"] < 2600, f"{found['height']} px tall at {width} px"
     assert found["perChar"] == [], "text wrapped one character per line"
     assert found["brokenNumbers"] == [], "a number broken across lines"
     assert found["rawNumbers"] == [], "an unformatted number (epoch, byte count > 9999)"
@@ -167,7 +168,7 @@ def test_mqtt_and_process_series_follow_a_real_broker(tmp_path: Path) -> None:
         wait_until(lambda: daemon.get_json("/v1/status")["components"]["mqtt"]["client"]
                    ["last_error"] is not None, "a failed connect recorded")  # fmt: skip
         down = probe(tmp_path, f"{daemon.url}/", 390)
-        assert down["mqttBadge"] == "MQTT down"
+        assert down["mqttBadge"] == "MQTT disconnected"  # the MQTT card's word
         assert len(down["mqttErrors"]) == 1
         assert "ConnectionRefusedError" in down["mqttErrors"][0]
         broker.start()
