@@ -16,7 +16,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from wasmgate import __version__
+from wasmgate import describe
 from wasmgate.extras import MissingExtra
 from wasmgate.runtime.cli._common import EXIT_USAGE, CliError
 from wasmgate.runtime.ops import startgc
@@ -39,13 +39,24 @@ _COMMANDS = {
 """Subcommand name -> module under `wasmgate.runtime.cli` (its ``register`` adds it)."""
 
 
+class _Version(argparse.Action):
+    """``--version`` on one line (argparse's own action wraps it at the terminal width, and
+    scripts read the line: the version, then the commit the build came from)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(describe())
+        parser.exit()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or only ``only`` (a name of `_COMMANDS`)."""
     parser = argparse.ArgumentParser(
         prog="wasmgate",
         description="WebAssembly-sandboxed edge inference runtime.",
     )
-    parser.add_argument("--version", action="version", version=f"wasmgate {__version__}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version and commit, then exit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _COMMANDS.items():
         if only is None or name == only:
