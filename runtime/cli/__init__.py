@@ -1,7 +1,7 @@
 """The ``wasmgate`` command line: one module per subcommand, registered here.
 
 Exit codes: 0 ok, 1 failure, 2 usage error (including "not implemented yet", and a command
-whose extra is not installed: one line says ``pip install 'wasmgate[sdk]'``).
+whose extra is not installed: one line names the command that adds it, `wasmgate.extras`).
 
 Only the chosen subcommand's module is imported when the command line names one: the
 others pull in what ``serve`` never uses (ONNX Runtime's quantization tools, the adapter
