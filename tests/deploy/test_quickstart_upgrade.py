@@ -1,5 +1,5 @@
 """`deploy/quickstart.sh` run again on a newer checkout upgrades its environment in place
-(README "Day two"), with the real script, pip and git: a clone of this checkout
+(docs/quickstart.md), with the real script, pip and git: a clone of this checkout
 (tests/fixtures/clones.py), the quickstart once, one more commit, the quickstart again.
 
 To keep it to seconds, the environment sees this test run's packages through a ``.pth``
@@ -20,7 +20,7 @@ import pytest
 
 from tests.fixtures.clones import commit_empty, git, snapshot
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
@@ -55,7 +55,7 @@ def test_a_second_run_on_a_newer_checkout_upgrades_in_place(tmp_path: Path) -> N
     )
     assert said.stdout.strip() == second  # the venv's own command runs the new code
     assert (data / "kept").exists()
-    # The README's removal leaves nothing of the quickstart in its home.
-    (remove,) = re.findall(r"`(rm -rf ~/\.local/share/wasmgate-venv\s[^`]*)`", README.read_text())
+    # docs/quickstart.md's removal leaves nothing of the quickstart in its home.
+    (remove,) = re.findall(r"`(rm -rf ~/\.local/share/wasmgate-venv\s[^`]*)`", DOC.read_text())
     subprocess.run(["sh", "-c", " ".join(remove.split())], env=env, check=True)
     assert not [p for p in (tmp_path / ".local").rglob("*") if not p.is_dir()]
