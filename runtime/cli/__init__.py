@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,6 +38,17 @@ _COMMANDS = {
     "samples": "samples",
 }
 """Subcommand name -> module under `wasmgate.runtime.cli` (its ``register`` adds it)."""
+
+
+def _no_ort_telemetry() -> None:
+    """ONNX Runtime's telemetry off, unless the operator chose otherwise, before any command
+    loads it: since 1.2x its Linux builds write a lasting device id on first use
+    (``$XDG_CACHE_HOME`` or ``~/.cache``: ``Microsoft/DeveloperTools/.onnxruntime/deviceid``
+    and ``onnxruntime.db``; under the unit, HOME is the state directory) and may send usage
+    events. ``ORT_DISABLE_TELEMETRY=1`` stops both: nothing is written (checked by
+    tests/runtime/test_ort_telemetry.py). The variable is read when ONNX Runtime creates its
+    environment, so it is set here, in the process, not left to each caller."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 class _Version(argparse.Action):
@@ -72,6 +84,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    _no_ort_telemetry()
     chosen = _chosen(words)
     # The daemon's start runs without the cyclic collector, until READY (ops/startgc.py).
     paused = chosen == "serve" and startgc.pause()

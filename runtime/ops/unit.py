@@ -61,6 +61,9 @@ Environment=WASMGATE_PATHS__DATA_DIR=/var/lib/wasmgate
 Environment=WASMGATE_PATHS__CACHE_DIR=/var/cache/wasmgate
 Environment=WASMGATE_PATHS__TRUST_FILE=/etc/wasmgate/trust.json
 Environment=HOME=/var/lib/wasmgate
+# What libraries cache per user goes with the caches, not the state: ONNX Runtime versions
+# that ignore ORT_DISABLE_TELEMETRY (set by wasmgate itself) write their device id there.
+Environment=XDG_CACHE_HOME=/var/cache/wasmgate
 DynamicUser=yes
 StateDirectory=wasmgate
 StateDirectoryMode=0700
