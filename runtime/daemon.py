@@ -108,6 +108,10 @@ def _summary(app: web.Application) -> str:
     return f"serving {len(service.adapter_names())} adapters, {models} models"
 
 
+def _tell(notifier: Notifier, status: str) -> None:
+    notifier.status(status)  # a lost datagram is not worth more than systemd's next one
+
+
 async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
@@ -143,6 +147,8 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         if await _opened(app, signals.stop):
             log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
             notifier.ready(_summary(app))
+            # STATUS= follows installs and removals (folder, API, fleet), not only reloads.
+            app[REGISTRY].on_change.append(lambda: _tell(notifier, _summary(app)))
             startgc.serving()  # what the start made is out of every later collection
             await _serve(app, notifier, signals)
     finally:
