@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import shutil
 import signal
 import socket
 import ssl
@@ -64,8 +65,11 @@ class ListenError(DaemonError):
 def _listen_problem(http: HttpSettings, err: OSError) -> ListenError:
     where = f"{http.host}:{http.port}"
     if err.errno == errno.EADDRINUSE:
+        # ss is iproute2's, which a minimal Debian lacks: say where it comes from then.
+        ss = "" if shutil.which("ss") else " (ss: apt install iproute2)"
         hint = (
-            f"address already in use (is another wasmgate running? ss -ltnp 'sport = :{http.port}')"
+            "address already in use (is another wasmgate running? "
+            f"ss -ltnp 'sport = :{http.port}'{ss})"
         )
     elif err.errno == errno.EACCES:
         hint = "permission denied (ports below 1024 need privileges)"
