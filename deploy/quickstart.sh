@@ -19,7 +19,8 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${WASMGATE_VENV:-$HOME/.local/share/wasmgate-venv}
 py=${PYTHON:-python3}
-data=${WASMGATE_DATA:-$HOME/.local/share/wasmgate-quickstart}
+# The daemon's own variable, when set, wins: the caller chose the place.
+data=${WASMGATE_DATA:-${WASMGATE_PATHS__DATA_DIR:-$HOME/.local/share/wasmgate-quickstart}}
 install_only=false
 if [ "${1:-}" = --install-only ]; then install_only=true; shift; fi
 
