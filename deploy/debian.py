@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import email.parser
+import email.utils
+import gzip
 import hashlib
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from deploy.debtree import (
@@ -60,6 +64,7 @@ def build_tree(
         shutil.copyfile(deb / Path(conffile).name, stage / conffile.lstrip("/"))
     (stage / "usr/share/doc/wasmgate").mkdir(parents=True)
     (stage / "usr/share/doc/wasmgate/copyright").write_text(copyright_text(meta, site))
+    write_docs(stage, meta, site, deb.parent.parent / "docs")
     normalize_modes(stage)
     write_debian_dir(stage, meta, target, site, deb)
 
@@ -92,6 +97,40 @@ def write_debian_dir(stage: Path, meta: WheelMeta, target: Target, site: Path, d
     (control / "control").write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
     for p in control.iterdir():
         p.chmod(0o755 if p.name in SCRIPTS else 0o644)
+
+
+# The operator's documents the package ships (config.toml points at them).
+DOCS = ("operator.md", "deploy.md", "shared-memory.md")
+
+
+def write_docs(stage: Path, meta: WheelMeta, site: Path, docs: Path) -> None:
+    """/usr/share/doc/wasmgate: the operator's documents and Debian's changelog (which
+    version, built from which commit: what `apt changelog`-style tools and people read)."""
+    into = stage / "usr/share/doc/wasmgate"
+    into.mkdir(parents=True, exist_ok=True)
+    for name in DOCS:
+        shutil.copyfile(docs / name, into / name)
+    raw = changelog_text(meta, built_commit(site)).encode()
+    # mtime 0 and no name in the header: the same bytes for the same input (lintian's -n).
+    (into / "changelog.Debian.gz").write_bytes(gzip.compress(raw, 9, mtime=0))
+
+
+def built_commit(site: Path) -> str | None:
+    """The commit setuptools-scm wrote into the wheel (``wasmgate/_version.py``)."""
+    path = site / "wasmgate" / "_version.py"
+    found = re.search(r"__commit__ = '([^']+)'", path.read_text()) if path.is_file() else None
+    return found[1].removeprefix("g") if found else None
+
+
+def changelog_text(meta: WheelMeta, commit: str | None) -> str:
+    when = int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())
+    source = f"commit {commit}" if commit else "a tree without git metadata"
+    return (
+        f"wasmgate ({meta.debian_version}) stable; urgency=medium\n\n"
+        f"  * Built from wasmgate {meta.version}, {source}. What changed: the git\n"
+        f"    history of {HOMEPAGE}.\n\n"
+        f" -- {MAINTAINER}  {email.utils.formatdate(when)}\n"
+    )
 
 
 def _files(stage: Path) -> list[Path]:

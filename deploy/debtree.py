@@ -116,9 +116,11 @@ class WheelMeta:
 
     @property
     def debian_version(self) -> str:
-        """PEP 440 to Debian ordering: 1.0rc1 and 1.0.dev2 sort before 1.0 (``~``)."""
-        version = re.sub(r"(\d)\.?(a|b|rc)(\d+)", r"\1~\2\3", self.version)
-        return re.sub(r"\.?(dev\d+)", r"~\1", version)
+        """PEP 440 to Debian ordering: 1.0rc1 and 1.0.dev2 sort before 1.0 (``~``). The local
+        part (``+g<commit>``, setuptools-scm's) is kept as it is: it only names the build."""
+        public, plus, local = self.version.partition("+")
+        public = re.sub(r"(\d)\.?(a|b|rc)(\d+)", r"\1~\2\3", public)
+        return re.sub(r"\.?(dev\d+)", r"~\1", public) + plus + local
 
 
 def wheel_metadata(wheel: Path) -> WheelMeta:

@@ -1,6 +1,8 @@
 #!/bin/sh
 # The README's first command: install this checkout into its own virtual environment and
 # serve the demo (HTTP on 127.0.0.1:8080; arguments are passed to `wasmgate serve --demo`).
+# Run again on a newer checkout, it upgrades that environment in place (the version comes
+# from git: `wasmgate --version`); `--install-only` as the first argument stops there.
 #
 # Never the system Python's site-packages (PEP 668: Debian 12, Ubuntu 23.04+, Raspberry Pi
 # OS refuse it). Debian and Ubuntu ship venv's pip bootstrap in a separate package
@@ -9,11 +11,18 @@
 # it is printed.
 #
 #   WASMGATE_VENV   where the environment goes (default ~/.local/share/wasmgate-venv)
+#   WASMGATE_DATA   the demo's key, trust file, bundles and caches (default
+#                   ~/.local/share/wasmgate-quickstart, for root too: never the Debian
+#                   package's /var/lib/wasmgate, which `apt purge wasmgate` deletes)
 #   PYTHON          the interpreter (default python3; 3.10 to 3.13)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${WASMGATE_VENV:-$HOME/.local/share/wasmgate-venv}
 py=${PYTHON:-python3}
+# The daemon's own variable, when set, wins: the caller chose the place.
+data=${WASMGATE_DATA:-${WASMGATE_PATHS__DATA_DIR:-$HOME/.local/share/wasmgate-quickstart}}
+install_only=false
+if [ "${1:-}" = --install-only ]; then install_only=true; shift; fi
 
 if ! command -v "$py" >/dev/null 2>&1; then
   echo "quickstart: no $py: install Python 3.10 to 3.13 (Debian: apt-get install python3)" >&2
@@ -51,4 +60,9 @@ if [ ! -x "$venv/bin/pip" ]; then
   fi
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$here"
+if $install_only; then
+  "$venv/bin/wasmgate" --version
+  exit 0
+fi
+export WASMGATE_PATHS__DATA_DIR="$data"
 exec "$venv/bin/wasmgate" serve --demo "$@"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import shutil
 import signal
 import socket
 import ssl
@@ -65,8 +66,11 @@ class ListenError(DaemonError):
 def _listen_problem(http: HttpSettings, err: OSError) -> ListenError:
     where = f"{http.host}:{http.port}"
     if err.errno == errno.EADDRINUSE:
+        # ss is iproute2's, which a minimal Debian lacks: say where it comes from then.
+        ss = "" if shutil.which("ss") else " (ss: apt install iproute2)"
         hint = (
-            f"address already in use (is another wasmgate running? ss -ltnp 'sport = :{http.port}')"
+            "address already in use (is another wasmgate running? "
+            f"ss -ltnp 'sport = :{http.port}'{ss})"
         )
     elif err.errno == errno.EACCES:
         hint = "permission denied (ports below 1024 need privileges)"
@@ -128,6 +132,10 @@ def _summary(app: web.Application) -> str:
     return f"serving {len(service.adapter_names())} adapters, {models} models"
 
 
+def _tell(notifier: Notifier, status: str) -> None:
+    notifier.status(status)  # a lost datagram is not worth more than systemd's next one
+
+
 async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
@@ -166,6 +174,8 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
         if await _opened(app, signals.stop):
             log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
             notifier.ready(_summary(app))
+            # STATUS= follows installs and removals (folder, API, fleet), not only reloads.
+            app[REGISTRY].on_change.append(lambda: _tell(notifier, _summary(app)))
             startgc.serving()  # what the start made is out of every later collection
             await _serve(app, notifier, signals)
     finally:

@@ -2,12 +2,15 @@
 extra to install and exits 2; what the core does (the demo) never needs it.
 
 The missing distributions are hidden by `tests.fixtures.without` (a meta-path finder in the
-child process), the way a gateway's ``pip install wasmgate`` lacks them.
+child process), the way an install without the extra lacks them. The hint names the command
+that works here (this interpreter's pip and the checkout this install came from: wasmgate is
+on no package index), and a test runs it.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "guest_adapters" / "examples"
-HINT = "pip install 'wasmgate[sdk]'"
+HINT = f"{sys.executable} -m pip install '{REPO}[sdk]'"
 
 
 def _run(hidden: str, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -76,3 +79,30 @@ def test_operator_commands_run_without_the_sdk(tmp_path: Path, hidden: str) -> N
     for args in (["--version"], ["doctor", "--help"], ["adapter", "examples"]):
         done = _run(hidden, *args, cwd=tmp_path)
         assert done.returncode == 0, (args, done.stderr)
+
+
+@pytest.mark.timeout(300)
+def test_the_hint_is_a_command_that_works_here(tmp_path: Path) -> None:
+    """The hint, run as printed (``--dry-run``: it resolves the checkout's sdk extra against
+    this environment and installs nothing)."""
+    done = _run("ziglang", "adapter", "build", EXAMPLES / "digits", "--out", "a.wasm", cwd=tmp_path)
+    command = done.stderr.strip().split("extra: ", 1)[1]
+    proc = subprocess.run(
+        [*shlex.split(command), "--dry-run", "--no-build-isolation", "-q"],
+        capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "No matching distribution" not in proc.stderr
+
+
+def test_the_debian_packages_hint_points_to_an_environment_of_its_own() -> None:
+    code = (
+        "import sys; sys.prefix = '/opt/wasmgate'; from wasmgate.extras import install_hint; "
+        "print(install_hint('sdk'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "the Debian package carries no SDK" in out
+    assert "pip install '.[sdk]'" in out
+    assert "pip install 'wasmgate" not in out

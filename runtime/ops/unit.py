@@ -19,12 +19,26 @@ from pathlib import Path
 DEFAULT_EXEC = "/usr/local/bin/wasmgate"
 DEFAULT_CONFIG = "/etc/wasmgate/config.toml"
 
-UNIT_TEMPLATE = """\
+# Where the Debian package puts the environment (deploy/debtree.py PREFIX): a unit for that
+# executable is the package's own, in /lib/systemd/system.
+PACKAGED_PREFIX = "/opt/wasmgate/"
+_HEADER = """\
 # wasmgate: WebAssembly-sandboxed edge inference daemon (Type=notify, hardened).
 # Install: wasmgate serve --print-unit > /etc/systemd/system/wasmgate.service
 #          systemctl daemon-reload && systemctl enable --now wasmgate
 # Per-device relaxations (NPU device nodes, a remote MQTT broker) belong in a drop-in:
 #   /etc/systemd/system/wasmgate.service.d/override.conf (see docs/deploy.md).
+"""
+# The package's unit says how to change it without a copy: a copy in /etc/systemd/system
+# would hide every later version of the package's unit and outlive `apt purge`.
+_PACKAGED_HEADER = """\
+# wasmgate: WebAssembly-sandboxed edge inference daemon (Type=notify, hardened).
+# Installed by the wasmgate package, which replaces this file on upgrade. Change settings
+# in a drop-in: systemctl edit wasmgate (/etc/systemd/system/wasmgate.service.d/), e.g. for
+# NPU device nodes or a remote MQTT broker (see docs/deploy.md); never in a copy of this
+# file in /etc/systemd/system, which would hide later versions of it and outlive a purge.
+"""
+UNIT_TEMPLATE = """\
 [Unit]
 Description=wasmgate edge inference daemon
 Documentation=https://github.com/wasmgate/wasmgate
@@ -36,7 +50,7 @@ StartLimitBurst=5
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={exec_start} serve --config {config}
+ExecStart={exec_start} serve{config}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=2s
@@ -47,6 +61,9 @@ Environment=WASMGATE_PATHS__DATA_DIR=/var/lib/wasmgate
 Environment=WASMGATE_PATHS__CACHE_DIR=/var/cache/wasmgate
 Environment=WASMGATE_PATHS__TRUST_FILE=/etc/wasmgate/trust.json
 Environment=HOME=/var/lib/wasmgate
+# What libraries cache per user goes with the caches, not the state: ONNX Runtime versions
+# that ignore ORT_DISABLE_TELEMETRY (set by wasmgate itself) write their device id there.
+Environment=XDG_CACHE_HOME=/var/cache/wasmgate
 DynamicUser=yes
 StateDirectory=wasmgate
 StateDirectoryMode=0700
@@ -97,10 +114,16 @@ WantedBy=multi-user.target
 
 
 def render_unit(exec_path: str = DEFAULT_EXEC, config: str = DEFAULT_CONFIG) -> str:
-    """The unit text with ``ExecStart`` running ``exec_path serve --config config``."""
-    return UNIT_TEMPLATE.replace("{exec_start}", shlex.quote(exec_path)).replace(
-        "{config}", shlex.quote(config)
-    )
+    """The unit text with ``ExecStart`` running ``exec_path serve [--config config]``.
+
+    The default config goes without ``--config``: `serve` reads that file when it exists and
+    runs on the built-in defaults when it does not (docs/deploy.md calls it optional), where
+    a missing ``--config`` file stops it (exit 2: a restart loop under systemd). Another
+    path is named, so the service cannot start without it."""
+    option = "" if config == DEFAULT_CONFIG else f" --config {shlex.quote(config)}"
+    header = _PACKAGED_HEADER if exec_path.startswith(PACKAGED_PREFIX) else _HEADER
+    body = UNIT_TEMPLATE.replace("{exec_start}", shlex.quote(exec_path))
+    return header + body.replace("{config}", option)
 
 
 # What the unit's protections hide from the service: ProtectHome=yes makes these empty...

@@ -159,9 +159,11 @@ def file_table() -> list[Row]:
 
 
 def doc_commands(prefix: str) -> list[str]:
-    """docs/deploy.md's command lines (code blocks) that start with ``prefix``, comments cut."""
+    """docs/deploy.md's command lines (code blocks) that start with ``prefix``, comments cut,
+    each once (the install line is also the upgrade's)."""
     text = DEPLOY_DOC.read_text(encoding="utf-8")
-    return re.findall(rf"^({re.escape(prefix)}.*?)\s*(?:#.*)?$", text, re.MULTILINE)
+    found = re.findall(rf"^({re.escape(prefix)}.*?)\s*(?:#.*)?$", text, re.MULTILINE)
+    return list(dict.fromkeys(found))
 
 
 def doc_inline(prefix: str) -> list[str]:

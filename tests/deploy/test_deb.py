@@ -31,8 +31,6 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-import wasmgate
-from deploy.debtree import WheelMeta
 from tests.deploy.roots import (
     ARCHES,
     REPO,
@@ -69,10 +67,17 @@ SYSTEMD_OWN = (
 DYNAMIC_UID = 61873  # what systemd's DynamicUser= picks: a uid no passwd entry names
 
 
-def with_version(line: str, arch: str) -> str:
-    """The docs' placeholders filled in as deploy/build-deb names the file."""
-    version = WheelMeta("wasmgate", wasmgate.__version__, "", "", (), {}).debian_version
+def with_version(line: str, arch: str, debs: Path) -> str:
+    """The docs' placeholders filled in as deploy/build-deb named the file it built (the
+    version is this checkout's as git describes it now: setuptools-scm)."""
+    (deb,) = debs.glob(f"wasmgate_*_{arch}.deb")
+    version = deb.name.split("_")[1]
     return line.replace("<version>", version).replace("<arch>", arch)
+
+
+def pep440(debian_version: str) -> str:
+    """The wheel's version back from the package's (deploy/debtree.py: ``.dev`` -> ``~dev``)."""
+    return debian_version.replace("~", ".")
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +106,11 @@ def installed(clean: Root, debs: Path) -> Root:
     """The docs' `apt install` in a fork of the clean root (amd64: systemd "running")."""
     root = clean.fork(clean.upper.with_name("installed"))
     (line,) = doc_commands("apt install ./")
-    name = with_version(line.removeprefix("apt install ./"), root.arch)
+    name = with_version(line.removeprefix("apt install ./"), root.arch, debs)
     (root.upper / "root").mkdir(parents=True)
     shutil.copyfile(debs / name, root.upper / "root" / name)
     root.record_systemctl(running=root.arch == "amd64")
-    root.sh(f"cd /root && {with_version(line, root.arch)}")
+    root.sh(f"cd /root && {with_version(line, root.arch, debs)}")
     return root
 
 
@@ -132,7 +137,9 @@ def test_install_adds_only_the_package_and_starts_it_where_systemd_runs(
 
 
 def test_version_and_doctor_run_from_the_package(installed: Root) -> None:
-    assert installed.sh("wasmgate --version").strip() == f"wasmgate {wasmgate.__version__}"
+    version = installed.sh("dpkg-query -W -f '${Version}' wasmgate")
+    said = installed.sh("wasmgate --version").strip()
+    assert said.startswith(f"wasmgate {pep440(version)} (commit "), (said, version)
     report = json.loads(installed.sh("wasmgate doctor --json || [ $? -eq 1 ]"))
     levels = {f["check"]: f["level"] for f in report["findings"]}
     assert report["exit_code"] == 1, report

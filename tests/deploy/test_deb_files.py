@@ -88,7 +88,10 @@ def test_maintainer_scripts_are_posix_sh(script: str) -> None:
 @pytest.mark.parametrize(
     ("pep440", "debian"),
     [("0.1.0", "0.1.0"), ("1.0rc1", "1.0~rc1"), ("1.0.dev3", "1.0~dev3"), ("2.0b2", "2.0~b2"),
-     ("1.0.post1", "1.0.post1")],
+     ("1.0.post1", "1.0.post1"),
+     # setuptools-scm's builds between releases: a commit N past 0.9 (+ the commit id).
+     ("1.0.dev7+g9d38942a0", "1.0~dev7+g9d38942a0"),
+     ("1.0.dev7+g9d38942a0.d20261205", "1.0~dev7+g9d38942a0.d20261205")],
 )  # fmt: skip
 def test_versions_sort_as_pip_sorts_them(pep440: str, debian: str) -> None:
     """A release candidate must sort before its release, or apt would not upgrade to it."""

@@ -24,6 +24,7 @@ if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   [ -e "$STATE/venv-installed" ] || { echo "ensurepip is not available" >&2; exit 1; }
   printf '#!/bin/sh\\necho "pip $*" >> "$STATE/log"\\n' > "$3/bin/python"
   printf '#!/bin/sh\\necho "wasmgate $*" >> "$STATE/log"\\n' > "$3/bin/wasmgate"
+  printf 'echo "data $WASMGATE_PATHS__DATA_DIR" >> "$STATE/log"\\n' >> "$3/bin/wasmgate"
   cp "$3/bin/python" "$3/bin/pip"
   chmod +x "$3/bin/python" "$3/bin/wasmgate" "$3/bin/pip"
   exit 0
@@ -88,7 +89,7 @@ def test_a_user_with_sudo_gets_the_venv_package_then_the_demo(tmp_path: Path) ->
     ]
     assert steps[4].startswith("pip -m pip install -q --disable-pip-version-check ")
     assert steps[4].endswith(str(QUICKSTART.parents[1]))
-    assert steps[5:] == ["wasmgate serve --demo --port 18080"]  # arguments passed on
+    assert steps[5] == "wasmgate serve --demo --port 18080"  # arguments passed on
     venv = Path(env["HOME"]) / ".local/share/wasmgate-venv"
     assert (venv / "bin" / "pip").exists()
 
@@ -99,7 +100,7 @@ def test_root_needs_no_sudo_and_a_second_run_installs_nothing_more(tmp_path: Pat
     assert log(env)[:2] == ["apt-get update -qq as 0", f"apt-get install -y -qq {PKG} as 0"]
     (Path(env["STATE"]) / "log").unlink()
     assert run(env).returncode == 0  # the venv is there: only the install and the demo
-    assert [line.split()[0] for line in log(env)] == ["pip", "wasmgate"]
+    assert [line.split()[0] for line in log(env)] == ["pip", "wasmgate", "data"]
 
 
 def test_a_user_without_sudo_is_told_the_one_command_to_run_as_root(tmp_path: Path) -> None:
@@ -121,3 +122,13 @@ def test_an_unsupported_python_is_refused_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Python 3.9.18 is not supported: use Python 3.10 to 3.13" in done.stderr
     assert not (Path(env["STATE"]) / "log").exists()  # refused before anything ran
+
+
+def test_the_demo_keeps_its_data_apart_from_the_packages_service(tmp_path: Path) -> None:
+    """As root too: never /var/lib/wasmgate, the Debian package's state (apt purge deletes
+    it), but the quickstart's own directory; WASMGATE_DATA moves it."""
+    env = machine(tmp_path, sudo=False, uid=0)
+    assert run(env).returncode == 0
+    assert log(env)[-1] == f"data {env['HOME']}/.local/share/wasmgate-quickstart"
+    assert run({**env, "WASMGATE_DATA": str(tmp_path / "elsewhere")}).returncode == 0
+    assert log(env)[-1] == f"data {tmp_path / 'elsewhere'}"

@@ -55,7 +55,7 @@ def test_version_and_module_entry_point() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "wasmgate", "--version"], capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == f"wasmgate {__version__}"
+    assert out.stdout.strip().startswith(f"wasmgate {__version__} (commit ")
 
 
 def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
