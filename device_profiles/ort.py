@@ -138,6 +138,7 @@ OPTION_SOURCES: dict[str, str] = {
     "XnnpackExecutionProvider": "ONNX Runtime docs, XNNPACK EP page",
     "TIDLExecutionProvider": "TI Processor SDK Edge AI sources (c_api_tidl_options)",
     "VitisAIExecutionProvider": "Vitis AI docs, ONNX Runtime Vitis AI EP page",
+    "VSINPUExecutionProvider": "NXP i.MX Machine Learning User's Guide (no options set)",
 }
 """Per EP: "tested", or the documentation its option names were taken from."""
 

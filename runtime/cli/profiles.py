@@ -22,6 +22,7 @@ from wasmgate.device_profiles import (
     load_all,
     load_profile,
 )
+from wasmgate.device_profiles.ort import option_source
 from wasmgate.device_profiles.schema import field_docs
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
 from wasmgate.typed import plain
@@ -105,7 +106,18 @@ def describe(p: DeviceProfile) -> list[str]:
     ]
     for ep in ort.providers:
         opts = ", ".join(f"{k}={v}" for k, v in ep.options.items())
-        lines.append(f"  - {ep.name}" + (f" ({opts})" if opts else ""))
+        lines.append(f"  - {ep.name}" + (f" ({opts})" if opts else "") + _claim(ep.name))
+    for plugin in ort.plugins:
+        opts = ", ".join(f"{k}={v}" for k, v in plugin.options.items())
+        lines.append(
+            f"  - plugin {plugin.ep_name} from {plugin.source}: devices "
+            f"{' > '.join(plugin.device_types) or 'any'}"
+            + (f" of {plugin.vendor}" if plugin.vendor else "")
+            + (f" ({opts})" if opts else "")
+            + _claim(plugin.ep_name)
+        )
+    if ort.selection_policy:
+        lines.append(f"  device selection policy {ort.selection_policy}")
     lines.append(
         f"  threads intra={ort.intra_op_threads or 'auto'} inter={ort.inter_op_threads}, "
         f"graph optimization {ort.graph_optimization_level}, "
@@ -124,6 +136,16 @@ def describe(p: DeviceProfile) -> list[str]:
     lines.append(f"detection (priority {p.detect.priority}): {shown}")
     lines += [f"unverified on real hardware: {u}" for u in p.unverified]
     return lines
+
+
+def _claim(provider: str) -> str:
+    """Whether CI runs this EP's options against the real EP, else where they come from."""
+    source = option_source(provider)
+    return (
+        " [options tested in CI against the real EP]"
+        if source == "tested"
+        else f" [unverified: options from {source}]"
+    )
 
 
 def _set_fields(struct: msgspec.Struct, exclude: set[str]) -> dict[str, Any]:

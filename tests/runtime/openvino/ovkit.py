@@ -66,12 +66,15 @@ MODELS = {  # served name -> (variant, ModelFiles attribute, input, output, shap
 }
 
 
-def signed_bundle(root: Path, models: ModelFiles) -> tuple[Path, Path]:
-    """(bundle, trust file): the three models of `MODELS` in one signed bundle."""
+def signed_bundle(
+    root: Path, models: ModelFiles, names: tuple[str, ...] = tuple(MODELS)
+) -> tuple[Path, Path]:
+    """(bundle, trust file): the models ``names`` of `MODELS` in one signed bundle."""
     src = root / "src"
     src.mkdir(parents=True)
     text = 'name = "ov"\nversion = 1\n'
-    for name, (variant, attr, inp, out, row) in MODELS.items():
+    for name in names:
+        variant, attr, inp, out, row = MODELS[name]
         dims = ", ".join(str(d) for d in (-1, *row))
         text += (
             f'\n[[models]]\nname = "{name}"\nformat = "onnx"\n'
