@@ -9,7 +9,7 @@ device" and serves on the CPU EP. Either way what happened is in the model's not
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ def _profile(path: Path, plugin: dict[str, Any], policy: str | None = None) -> P
 
 
 @pytest.fixture
-def serve(tmp_path: Path, models: ModelFiles) -> Callable[..., dict[str, Any]]:
+def serve(tmp_path: Path, models: ModelFiles) -> Iterator[Callable[..., dict[str, Any]]]:
     """Start a daemon (stock onnxruntime, the plugin on its path) with a plugin profile;
     the digits model's ``/v1/status`` row."""
     plugin_dir = environment("WASMGATE_OV_PLUGIN_PATH")
