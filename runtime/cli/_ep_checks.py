@@ -55,8 +55,7 @@ def _fix(wanted: list[str], said: str) -> str:
         if f"{name} not in this ONNX Runtime build" in said and name in INSTALL:
             return INSTALL[name]
     if "not available (OpenVINO sees" in said:
-        return "set the profile's OpenVINO device_type to a device OpenVINO sees, or install its "
-        "driver"
+        return "set the profile's device_type to a device OpenVINO sees, or install its driver"
     if "registered, no device" in said:
         return "this machine has no device the plugin drives: pick device_types it offers"
     return "see the notes above; `wasmgate profiles show PROFILE` lists the options in use"
