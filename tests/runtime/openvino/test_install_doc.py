@@ -24,7 +24,8 @@ def test_the_doc_and_the_setup_script_take_the_same_steps() -> None:
     ]
     script = (ROOT / ".ci" / "openvino-setup").read_text()
     pin = re.search(r'OV_PIN="(.+)"', script)
-    assert pin and steps[3].endswith(f" {pin.group(1)}")
+    assert pin
+    assert steps[3].endswith(f" {pin.group(1)}")
     order = [
         script.index('pip install -q -e "$top"'),
         script.index("pip uninstall -q -y onnxruntime"),
