@@ -10,6 +10,7 @@ onnxruntime, where the missing accelerator is said, with its install line.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from onnx import numpy_helper
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import ModelFiles
+from tests.runtime.http.cdp import LOADED, chromium_page
 from tests.runtime.openvino.ovkit import (
     MODELS,
     environment,
@@ -86,6 +88,27 @@ def test_every_node_runs_on_openvino(ov_daemon: Daemon) -> None:
         placement = row["placement"]
         assert placement.startswith(f"{OV} 100% ("), (name, placement, row["notes"])
         assert "CPUExecutionProvider" not in placement, (name, placement)
+
+
+def test_the_status_page_says_where_models_run(ov_daemon: Daemon, tmp_path: Path) -> None:
+    """Chromium renders the page: each model's "Runs on" is OpenVINO 100 %, with the
+    placement and notes on hover."""
+
+    async def cells() -> list[list[str]]:
+        async with chromium_page(tmp_path) as page:
+            await page.open(ov_daemon.url + "/", 1280, LOADED)
+            found: list[list[str]] = await page.evaluate(
+                "[...document.querySelectorAll('tr')].map(r => [r.textContent, "
+                "[...r.querySelectorAll('span[title]')].map(s => s.title).join('|')])"
+                ".filter(([t]) => t.includes('mobilenet') || t.includes('digits-'))"
+            )
+            return found
+
+    rows = asyncio.run(cells())
+    assert len(rows) >= len(MODELS), rows
+    for text, titles in rows:
+        assert "OpenVINO 100%" in text, text
+        assert f"{OV} 100% (" in titles, titles
 
 
 @pytest.mark.parametrize("name", list(MODELS))
