@@ -25,6 +25,7 @@ from wasmgate.device_profiles import (
 from wasmgate.device_profiles.ort import option_source
 from wasmgate.device_profiles.schema import field_docs
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from wasmgate.runtime.cli._profile_runs import ort_devices, placement_lines
 from wasmgate.typed import plain
 
 T = TypeVar("T")
@@ -41,6 +42,11 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     show = actions.add_parser("show", help="Show one profile (name or path to a TOML file).")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--json", action="store_true", help="Print the validated profile as JSON.")
+    show.add_argument(
+        "--placement",
+        action="store_true",
+        help="Also load the test models on it here and say where their nodes run.",
+    )
     show.set_defaults(func=_show)
     det = actions.add_parser("detect", help="Detect this machine's profile and show evidence.")
     det.add_argument(
@@ -66,6 +72,8 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(plain(profile), indent=2, ensure_ascii=False))
     else:
         print("\n".join(describe(profile)))
+    if args.placement:
+        print("\n".join(placement_lines(profile)))
     return EXIT_OK
 
 
@@ -81,6 +89,10 @@ def _detect(args: argparse.Namespace) -> int:
     print("evidence:")
     for line in result.evidence:
         print(f"  - {line}")
+    devices = ort_devices()
+    if devices:
+        print("onnxruntime devices (get_ep_devices):")
+        print("\n".join(f"  - {d}" for d in devices))
     others = result.candidates[1:]
     if others:
         print("also matched: " + ", ".join(f"{n} (priority {p})" for n, p, _ in others))
@@ -161,6 +173,7 @@ def _set_fields(struct: msgspec.Struct, exclude: set[str]) -> dict[str, Any]:
 
 def _detection_json(result: Detection) -> dict[str, object]:
     return {
+        "onnxruntime_devices": ort_devices(),
         "profile": result.profile.name,
         "evidence": result.evidence,
         "candidates": [
