@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from wasmgate.device_profiles.ort_plugins import PluginEp, SelectionPolicy
 from wasmgate.typed import BadField, Document
 
 GraphOptimization = Literal["disable", "basic", "extended", "layout", "all"]
@@ -90,8 +91,8 @@ KNOWN_PROVIDER_OPTIONS: dict[str, frozenset[str]] = {
     ),
     "OpenVINOExecutionProvider": frozenset(
         {
-            "device_type", "precision", "num_of_threads", "num_streams", "cache_dir",
-            "load_config", "enable_qdq_optimizer", "disable_dynamic_shapes",
+            "device_type", "precision", "num_of_threads", "num_streams", "load_config",
+            "enable_qdq_optimizer", "disable_dynamic_shapes",
         }
     ),
     "QNNExecutionProvider": frozenset(
@@ -111,6 +112,42 @@ KNOWN_PROVIDER_OPTIONS: dict[str, frozenset[str]] = {
 }  # fmt: skip
 
 
+# Options the runtime sets itself: a profile's value would put derivatives outside the rules
+# that bind them to the signed model (keyed by its digest, the EP and its version, MAC'd).
+MANAGED_PROVIDER_OPTIONS: dict[str, dict[str, str]] = {
+    "OpenVINOExecutionProvider": {
+        "cache_dir": "the runtime keeps OpenVINO's blobs under its cache directory, bound to "
+        "the signed model",
+    },
+}
+
+# Where each EP's option names come from. "tested": CI runs them against the real EP (the
+# OpenVINO options in tests/runtime/openvino, with the device swapped to CPU where the
+# hardware is absent). Anything else is the source they were taken from, shown as
+# `unverified` by `wasmgate profiles show`.
+OPTION_SOURCES: dict[str, str] = {
+    "CPUExecutionProvider": "tested",
+    "AzureExecutionProvider": "tested",
+    "OpenVINOExecutionProvider": "tested",
+    "TensorrtExecutionProvider": "ONNX Runtime docs, TensorRT EP page (execution-providers/"
+    "TensorRT-ExecutionProvider)",
+    "CUDAExecutionProvider": "ONNX Runtime docs, CUDA EP page (execution-providers/"
+    "CUDA-ExecutionProvider)",
+    "QNNExecutionProvider": "ONNX Runtime docs, QNN EP page (execution-providers/"
+    "QNN-ExecutionProvider)",
+    "XnnpackExecutionProvider": "ONNX Runtime docs, XNNPACK EP page",
+    "TIDLExecutionProvider": "TI Processor SDK Edge AI sources (c_api_tidl_options)",
+    "VitisAIExecutionProvider": "Vitis AI docs, ONNX Runtime Vitis AI EP page",
+    "VSINPUExecutionProvider": "NXP i.MX Machine Learning User's Guide (no options set)",
+}
+"""Per EP: "tested", or the documentation its option names were taken from."""
+
+
+def option_source(provider: str) -> str:
+    """ "tested", or where the provider's options come from (unverified)."""
+    return OPTION_SOURCES.get(provider, "vendor documentation (no source recorded)")
+
+
 # kw_only is repeated on every class: msgspec applies it to the fields a class defines, not
 # to its subclasses' (and pydantic models never took positional arguments either).
 class ExecutionProvider(Document, kw_only=True):
@@ -125,6 +162,9 @@ class ExecutionProvider(Document, kw_only=True):
     def __post_init__(self) -> None:
         if self.name not in KNOWN_PROVIDERS:
             raise ValueError(f"unknown execution provider {self.name!r}")
+        managed = MANAGED_PROVIDER_OPTIONS.get(self.name, {})
+        for key in sorted(set(self.options) & set(managed)):
+            raise ValueError(f"{self.name}: option {key} is managed by the runtime: {managed[key]}")
         known = KNOWN_PROVIDER_OPTIONS.get(self.name)
         unknown = sorted(set(self.options) - known) if known is not None else []
         if unknown:
@@ -166,6 +206,20 @@ class OnnxRuntimeSettings(Document, kw_only=True):
         dict[str, str],
         Meta(description="Extra ORT session-config entries (only known keys are accepted)."),
     ] = msgspec.field(default_factory=dict)
+    plugins: Annotated[
+        list[PluginEp],
+        Meta(
+            description="Plugin EP libraries to register (ONNX Runtime >= 1.22), their "
+            "devices chosen by type and vendor; tried before `providers`."
+        ),
+    ] = msgspec.field(default_factory=list)
+    selection_policy: Annotated[
+        SelectionPolicy | None,
+        Meta(
+            description="ONNX Runtime's device selection policy among registered EPs' devices "
+            "(e.g. `PREFER_NPU`), used when no plugin's `device_types` picked a device."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         # Also runs on `replace` (the ONNX backend derives settings that way): a derived copy
@@ -176,6 +230,13 @@ class OnnxRuntimeSettings(Document, kw_only=True):
                 raise BadField("session_config", f"{key} is managed by the runtime: set {owner}")
             if key not in KNOWN_SESSION_CONFIG:
                 raise BadField("session_config", f"unknown session config key {key!r}")
+        for plugin in self.plugins:  # the same option names as the EP's full build
+            known = KNOWN_PROVIDER_OPTIONS.get(plugin.ep_name)
+            unknown = sorted(set(plugin.options) - known) if known is not None else []
+            if unknown:
+                raise BadField(
+                    "plugins", f"{plugin.ep_name}: unknown option(s) {', '.join(unknown)}"
+                )
         names = [p.name for p in self.providers]
         if len(set(names)) != len(names):
             raise ValueError("a provider is listed twice")

@@ -101,6 +101,9 @@ class LoadedModel(ABC):
     providers: tuple[str, ...]
     precision: Precision
     notes: list[str] = field(default_factory=list)
+    placement: str = ""
+    """Where the nodes really run, per EP with its share (ONNX Runtime's graph assignment);
+    empty where the backend cannot tell."""
 
     @property
     def dynamic_batch(self) -> bool:

@@ -23,7 +23,14 @@ from wasmgate.runtime.backends.base import (
     check_declared,
     model_bytes,
 )
-from wasmgate.runtime.backends.onnx_providers import choose_providers, ep_context, report_fallback
+from wasmgate.runtime.backends.onnx_openvino import blob_cache, check_device
+from wasmgate.runtime.backends.onnx_plugins import PluginChoice, choose_plugins
+from wasmgate.runtime.backends.onnx_providers import (
+    choose_providers,
+    ep_context,
+    placement_text,
+    report_fallback,
+)
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.typed import replace
 
@@ -55,6 +62,7 @@ class OnnxModel(LoadedModel):
             notes=notes,
         )
         self.node_placement = sup.node_placement(session)
+        self.placement = placement_text(self.node_placement)
         self._session: ort.InferenceSession | None = session
         self._input_names = [s.name for s in self.inputs]
         self._output_names = [s.name for s in self.outputs]
@@ -118,14 +126,18 @@ class OnnxBackend(InferenceBackend):
         settings = options.profile.onnxruntime
         notes: list[str] = []
         bf16 = sup.bf16_mode(options)
-        providers = choose_providers(settings, notes)
+        plugin = choose_plugins(settings, notes)
+        providers = choose_providers(settings, notes, plugin=plugin is not None)
+        check_device(providers, notes)
         if bf16:
             notes.append(
                 "bf16: fp32 model with ARM64 BF16 fast-math GEMM (MatMulAddFusion disabled)"
             )
-        session = self._create(blob, spec, options, providers, bf16=bf16, notes=notes)
+        with blob_cache(blob, options, providers, notes) as run_on:
+            session = self._create(blob, spec, options, (run_on, plugin), bf16=bf16, notes=notes)
         model = OnnxModel(session, spec, options, notes)
-        report_fallback(model, [p for p, _ in providers], settings)
+        requested = [p for p, _ in providers] + (plugin.names if plugin else [])
+        report_fallback(model, requested, settings)
         check_declared(spec.name, "inputs", spec.inputs, model.inputs)
         check_declared(spec.name, "outputs", spec.outputs, model.outputs)
         for note in model.notes:
@@ -137,19 +149,21 @@ class OnnxBackend(InferenceBackend):
         model: tuple[bytes, str | None],
         spec: ModelSpec,
         options: LoadOptions,
-        providers: list[tuple[str, dict[str, str]]],
+        eps: tuple[list[tuple[str, dict[str, str]]], PluginChoice | None],
         *,
         bf16: bool,
         notes: list[str],
     ) -> ort.InferenceSession:
         """A session of ``model`` (bytes, the store's SHA-256 of them or None), from the
-        optimized-graph cache when the profile keeps one."""
-        data = model[0]
+        optimized-graph cache when the profile keeps one; ``eps``: the providers list and
+        the plugin EPs' devices."""
+        data, providers = model[0], eps[0]
         settings, extra = ep_context(model, options, providers, notes)
-        found = _optimized_cache(model, providers, options, notes, bf16=bf16)
+        keyed = providers + [(name, {}) for name in (eps[1].names if eps[1] else [])]
+        found = _optimized_cache(model, keyed, options, notes, bf16=bf16)
         if found is None:
             sup.refuse_external_data(data)
-            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
+            return _session(data, spec, settings, eps, bf16=bf16, optimized=None, extra=extra)
         cache, key, source = found
         name = f"{key}.onnx"
         # None unless this daemon derived it from data; sealed, so ORT reads what was checked.
@@ -163,18 +177,14 @@ class OnnxBackend(InferenceBackend):
             # Offline-optimized graphs load with optimizations off (ORT's documented recipe).
             offline = replace(settings, graph_optimization_level="disable")
             with cached:
-                return _session(
-                    cached, spec, offline, providers, bf16=bf16, optimized=None, extra=extra
-                )
+                return _session(cached, spec, offline, eps, bf16=bf16, optimized=None, extra=extra)
         tmp = cache.folder / f".{key}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
-            session = _session(
-                data, spec, settings, providers, bf16=bf16, optimized=tmp, extra=extra
-            )
+            session = _session(data, spec, settings, eps, bf16=bf16, optimized=tmp, extra=extra)
         except BackendError as e:  # some EPs refuse to save optimized graphs: load uncached
             tmp.unlink(missing_ok=True)
             notes.append(f"optimized-model cache disabled for this model: {e}")
-            return _session(data, spec, settings, providers, bf16=bf16, optimized=None, extra=extra)
+            return _session(data, spec, settings, eps, bf16=bf16, optimized=None, extra=extra)
         if tmp.exists():
             sup.save_optimized(cache, name, source, key, tmp)
             notes.append(f"optimized graph saved to cache {key[:16]}")
@@ -185,7 +195,7 @@ def _session(
     data: bytes | SealedFile,
     spec: ModelSpec,
     settings: OnnxRuntimeSettings,
-    providers: list[tuple[str, dict[str, str]]],
+    eps: tuple[list[tuple[str, dict[str, str]]], PluginChoice | None],
     *,
     bf16: bool,
     optimized: Path | None,
@@ -197,10 +207,14 @@ def _session(
         optimized_path=None if optimized is None else str(optimized),
         extra=extra,
     )
+    providers, plugin = eps
+    if plugin is not None:  # the devices live in the options: ORT takes no list beside them
+        plugin.apply(so)
+        providers = []
     try:
         return sup.open_session(data, so, list(providers))
     except Exception as e:
-        names = ", ".join(p for p, _ in providers)
+        names = ", ".join([p for p, _ in providers] + (plugin.names if plugin else []))
         raise BackendError(
             f"{spec.name}: ONNX Runtime cannot load the model on [{names}]: {e}"
         ) from e

@@ -23,6 +23,15 @@ if TYPE_CHECKING:
     from wasmgate.runtime.backends.onnx import OnnxModel
 
 CPU = "CPUExecutionProvider"
+# How an operator gets a missing EP into the daemon's environment (each build replaces the
+# `onnxruntime` module: one per environment).
+INSTALL = {
+    "OpenVINOExecutionProvider": "pip install onnxruntime-openvino (it replaces onnxruntime; "
+    "see docs/openvino.md)",
+    "CUDAExecutionProvider": "pip install onnxruntime-gpu (it replaces onnxruntime)",
+    "TensorrtExecutionProvider": "pip install onnxruntime-gpu (it replaces onnxruntime)",
+    "QNNExecutionProvider": "pip install onnxruntime-qnn (it replaces onnxruntime)",
+}
 # Providers that run the graph as it is: no compiled context worth caching.
 _NON_COMPILING = frozenset({CPU, "AzureExecutionProvider", "XnnpackExecutionProvider"})
 
@@ -53,22 +62,36 @@ def ep_context(
 
 
 def choose_providers(
-    settings: OnnxRuntimeSettings, notes: list[str]
+    settings: OnnxRuntimeSettings, notes: list[str], *, plugin: bool = False
 ) -> list[tuple[str, dict[str, str]]]:
+    """The profile's providers this build has; ``plugin``: a plugin EP's devices were chosen
+    (they, not this list, then run the session, with the CPU EP behind them)."""
     available = set(ort.get_available_providers())
     chosen: list[tuple[str, dict[str, str]]] = []
     for provider in settings.providers:
         if provider.name in available:
             chosen.append((provider.name, sup.provider_options(dict(provider.options))))
         else:
-            notes.append(f"{provider.name} not in this ONNX Runtime build; skipped")
-    if settings.accelerator_required and not chosen:
+            fix = INSTALL.get(provider.name)
+            notes.append(
+                f"{provider.name} not in this ONNX Runtime build ({ort.__version__}); skipped"
+                + (f": {fix}" if fix else "")
+            )
+    if settings.accelerator_required and not chosen and not plugin:
         wanted = ", ".join(p.name for p in settings.providers)
         raise BackendError(f"accelerator required ({wanted}) but none is available")
     if not chosen:
-        notes.append("no listed provider available; running on CPUExecutionProvider")
+        if not plugin:
+            notes.append("no listed provider available; running on CPUExecutionProvider")
         chosen.append((CPU, {}))
     return chosen
+
+
+def placement_text(placement: dict[str, int]) -> str:
+    """Where the nodes run, largest share first: ``OpenVINOExecutionProvider 100% (7/7)``."""
+    total = sum(placement.values())
+    shares = sorted(placement.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{ep} {100 * n // total}% ({n}/{total})" for ep, n in shares)
 
 
 def report_fallback(model: OnnxModel, requested: list[str], settings: OnnxRuntimeSettings) -> None:

@@ -162,6 +162,7 @@ def _serve(
         "provider": ",".join(model.providers),
         "precision": model.precision,
         "notes": "; ".join(model.notes),
+        "placement": model.placement,
         "summary": summary,
     }
     if size > 1 and model.dynamic_batch:

@@ -30,6 +30,7 @@ from wasmgate.runtime.cli._checks import (
     load_trust_readonly,
 )
 from wasmgate.runtime.cli._common import SubParsers, plain_text
+from wasmgate.runtime.cli._ep_checks import check_placement
 from wasmgate.runtime.cli._models import load_model
 from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
 from wasmgate.runtime.errors import BackendError, ConfigError
@@ -109,6 +110,7 @@ def _check_profile(settings: Settings) -> Iterator[Finding]:
             )
         else:
             yield Finding(check, "ok", f"a test model loads on {', '.join(used)}")
+    yield from check_placement(profile)
 
 
 _RUNTIME_FIX = {

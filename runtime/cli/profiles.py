@@ -22,8 +22,10 @@ from wasmgate.device_profiles import (
     load_all,
     load_profile,
 )
+from wasmgate.device_profiles.ort import option_source
 from wasmgate.device_profiles.schema import field_docs
 from wasmgate.runtime.cli._common import EXIT_OK, CliError, SubParsers
+from wasmgate.runtime.cli._profile_runs import ort_devices, placement_lines
 from wasmgate.typed import plain
 
 T = TypeVar("T")
@@ -40,6 +42,11 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     show = actions.add_parser("show", help="Show one profile (name or path to a TOML file).")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--json", action="store_true", help="Print the validated profile as JSON.")
+    show.add_argument(
+        "--placement",
+        action="store_true",
+        help="Also load the test models on it here and say where their nodes run.",
+    )
     show.set_defaults(func=_show)
     det = actions.add_parser("detect", help="Detect this machine's profile and show evidence.")
     det.add_argument(
@@ -65,6 +72,8 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(plain(profile), indent=2, ensure_ascii=False))
     else:
         print("\n".join(describe(profile)))
+    if args.placement:
+        print("\n".join(placement_lines(profile)))
     return EXIT_OK
 
 
@@ -80,6 +89,10 @@ def _detect(args: argparse.Namespace) -> int:
     print("evidence:")
     for line in result.evidence:
         print(f"  - {line}")
+    devices = ort_devices()
+    if devices:
+        print("onnxruntime devices (get_ep_devices):")
+        print("\n".join(f"  - {d}" for d in devices))
     others = result.candidates[1:]
     if others:
         print("also matched: " + ", ".join(f"{n} (priority {p})" for n, p, _ in others))
@@ -105,7 +118,18 @@ def describe(p: DeviceProfile) -> list[str]:
     ]
     for ep in ort.providers:
         opts = ", ".join(f"{k}={v}" for k, v in ep.options.items())
-        lines.append(f"  - {ep.name}" + (f" ({opts})" if opts else ""))
+        lines.append(f"  - {ep.name}" + (f" ({opts})" if opts else "") + _claim(ep.name))
+    for plugin in ort.plugins:
+        opts = ", ".join(f"{k}={v}" for k, v in plugin.options.items())
+        lines.append(
+            f"  - plugin {plugin.ep_name} from {plugin.source}: devices "
+            f"{' > '.join(plugin.device_types) or 'any'}"
+            + (f" of {plugin.vendor}" if plugin.vendor else "")
+            + (f" ({opts})" if opts else "")
+            + _claim(plugin.ep_name)
+        )
+    if ort.selection_policy:
+        lines.append(f"  device selection policy {ort.selection_policy}")
     lines.append(
         f"  threads intra={ort.intra_op_threads or 'auto'} inter={ort.inter_op_threads}, "
         f"graph optimization {ort.graph_optimization_level}, "
@@ -126,6 +150,16 @@ def describe(p: DeviceProfile) -> list[str]:
     return lines
 
 
+def _claim(provider: str) -> str:
+    """Whether CI runs this EP's options against the real EP, else where they come from."""
+    source = option_source(provider)
+    return (
+        " [options tested in CI against the real EP]"
+        if source == "tested"
+        else f" [unverified: options from {source}]"
+    )
+
+
 def _set_fields(struct: msgspec.Struct, exclude: set[str]) -> dict[str, Any]:
     """The fields of ``struct`` whose value differs from their default, but ``exclude``."""
     out = {}
@@ -139,6 +173,7 @@ def _set_fields(struct: msgspec.Struct, exclude: set[str]) -> dict[str, Any]:
 
 def _detection_json(result: Detection) -> dict[str, object]:
     return {
+        "onnxruntime_devices": ort_devices(),
         "profile": result.profile.name,
         "evidence": result.evidence,
         "candidates": [

@@ -60,6 +60,9 @@ def _model_row(info: ModelInfo, stats: NameStats | None, calls: int | None) -> d
         "platform": info.platform,
         "provider": info.details.get("provider", ""),
         "precision": info.details.get("precision", ""),
+        # Where the nodes run (EP and share) and every fallback taken, in the EPs' words.
+        "placement": info.details.get("placement", ""),
+        "notes": info.details.get("notes", ""),
         "ready": info.ready,
         "max_batch_size": info.max_batch_size,
         "requests": 0,

@@ -5,11 +5,15 @@
 const REFRESH_MS = 2000;
 const { el, count, ago, badge, yesno, short, num, ms, facts, card, pastError, version, vtext } = window.wg;
 
-// "CPUExecutionProvider" -> "CPU" (the full name on hover).
+// Where the nodes run: "OpenVINOExecutionProvider 100% (5/5)" -> "OpenVINO 100%", else the
+// provider list, "CPUExecutionProvider" -> "CPU"; placement and fallback notes on hover.
 function provider(row) {
-  const node = el("span", `${row.provider.replace(/ExecutionProvider$/, "") || "–"}`
-    + `${row.precision ? ` · ${row.precision}` : ""}`, "text");
-  node.title = `${row.provider} ${row.precision}`;
+  const where = row.placement
+    ? row.placement.replace(/ExecutionProvider/g, "").replace(/ \(\d+\/\d+\)/g, "")
+    : row.provider.replace(/ExecutionProvider$/, "");
+  const node = el("span", `${where || "–"}${row.precision ? ` · ${row.precision}` : ""}`, "text");
+  node.title = [`${row.placement || row.provider} ${row.precision}`, row.notes]
+    .filter(Boolean).join("\n");
   return node;
 }
 
