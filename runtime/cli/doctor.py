@@ -55,7 +55,7 @@ def run_checks(config: Path | None) -> list[Finding]:
     try:
         settings = load_settings(config)
     except ConfigError as e:
-        return [Finding("config", "error", str(e), "fix the named key or variable")]
+        return [Finding("config", "error", str(e), _config_fix(config))]
     if config is None and DEFAULT_CONFIG_PATH.is_file():
         config = DEFAULT_CONFIG_PATH  # what load_settings read
     source = str(config) if config is not None else "defaults and environment"
@@ -71,6 +71,16 @@ def run_checks(config: Path | None) -> list[Finding]:
     findings.append(check_clock(settings))
     findings.append(check_unit())
     return findings
+
+
+def _config_fix(config: Path | None) -> str:
+    """How to repair an unloadable config: a missing file is created, not "fixed"."""
+    if config is not None and not config.exists():
+        return (
+            f"create it: install -D -m 644 /dev/null {config} (an empty file keeps the "
+            "built-in defaults; the keys are in docs/operator.md), or leave --config out"
+        )
+    return "fix the named key or variable"
 
 
 def _check_profile(settings: Settings) -> Iterator[Finding]:

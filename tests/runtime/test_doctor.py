@@ -80,6 +80,21 @@ def test_config_errors_name_the_variable(tmp_path: Path) -> None:
     [finding] = report["findings"]
     assert finding["level"] == "error"
     assert "WASMGATE_HTPP__PORT" in finding["message"]
+    code, report = doctor(env={"WASMGATE_HTTP__PORT": "abc"})
+    [finding] = report["findings"]
+    assert "variable WASMGATE_HTTP__PORT: http.port: 'abc' is not an integer" in finding["message"]
+    assert "Expected" not in finding["message"]  # every variable is text: msgspec's words mislead
+
+
+def test_a_missing_config_files_fix_creates_it(tmp_path: Path) -> None:
+    missing = tmp_path / "etc" / "config.toml"
+    code, report = doctor("--config", missing)
+    [finding] = report["findings"]
+    assert (code, finding["level"]) == (2, "error")
+    assert f"install -D -m 644 /dev/null {missing}" in finding["fix"]
+    command = finding["fix"].removeprefix("create it: ").split(" (")[0]
+    subprocess.run(command.split(), check=True)  # the fix as printed
+    assert by_check(doctor("--config", missing)[1])["config"]["level"] == "ok"
 
 
 def test_paths_and_unit(tmp_path: Path) -> None:
@@ -95,6 +110,14 @@ def test_paths_and_unit(tmp_path: Path) -> None:
     assert check_unit(unit).level == "error"
     assert "ProtectHome=yes" in check_unit(unit).message
     unit.write_text("[Service]\nExecStart=/usr/bin/true serve --config /etc/w.toml\n")
+    missing = check_unit(unit)  # issue 51 item 2: a --config that names no file
+    assert missing.level == "error"
+    assert "ExecStart's --config /etc/w.toml does not exist" in missing.message
+    assert "install -D -m 644 /dev/null /etc/w.toml" in missing.fix
+    # any file outside /home, /root and /tmp that exists stands for an installed config
+    unit.write_text("[Service]\nExecStart=/usr/bin/true serve --config /etc/os-release\n")
+    assert check_unit(unit).level == "ok"
+    unit.write_text("[Service]\nExecStart=/usr/bin/true serve\n")  # built-in defaults
     assert check_unit(unit).level == "ok"
 
 
