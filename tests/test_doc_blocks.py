@@ -57,7 +57,7 @@ WHY: dict[Block, str] = {
     ),
     "docs/grpc.md > Examples [2]": (
         "installs system and PyPI packages (no downloads at test time); its pins are "
-        "bench.peers' (checked below), whose perf_analyzer tests/bench/test_bench_grpc.py "
+        "bench.peers' (tests/bench/test_perf_analyzer_doc.py), whose perf_analyzer tests/bench/test_bench_grpc.py "
         "drives against a real daemon"
     ),
     "guest_adapters/README.md > Try the demo first [1]": INSTALL,
@@ -109,16 +109,3 @@ def test_the_named_test_exists_and_reads_the_doc(block: Block) -> None:
 def test_every_reason_is_a_sentence() -> None:
     for block, why in WHY.items():
         assert len(why.split()) >= 5, block
-
-
-def test_the_perf_analyzer_lines_pin_what_the_bench_runs() -> None:
-    """docs/grpc.md's perf_analyzer install names the wheels and the Debian library that
-    bench.peers installs and checks for, so the documented version is the one CI runs."""
-    from bench import peers  # noqa: PLC0415 - the bench package, only for this check
-
-    text = (REPO / "docs" / "grpc.md").read_text(encoding="utf-8")
-    (install,) = [ln for ln in text.splitlines() if "/bin/pip install" in ln]
-    assert install.split("/bin/pip install ", 1)[1].replace("'", "").split() == list(
-        peers.PERF_ANALYZER.requirements
-    )
-    assert "apt-get install libb64-0d" in text  # what peers.missing_system_libs asks for
