@@ -57,8 +57,8 @@ WHY: dict[Block, str] = {
     ),
     "docs/grpc.md > Examples [2]": (
         "installs system and PyPI packages (no downloads at test time); its pins are "
-        "bench.peers' (tests/bench/test_perf_analyzer_doc.py), whose perf_analyzer tests/bench/test_bench_grpc.py "
-        "drives against a real daemon"
+        "bench.peers' (tests/bench/test_perf_analyzer_doc.py), whose perf_analyzer "
+        "tests/bench/test_bench_grpc.py drives against a real daemon"
     ),
     "guest_adapters/README.md > Try the demo first [1]": INSTALL,
     "guest_adapters/README.md > tritonclient in five lines [1]": INSTALL,
