@@ -32,6 +32,7 @@ from wasmgate.runtime.cli._checks import (
 from wasmgate.runtime.cli._common import SubParsers, plain_text
 from wasmgate.runtime.cli._models import load_model
 from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
+from wasmgate.runtime.cli._running import running_paths
 from wasmgate.runtime.errors import BackendError, ConfigError
 from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
@@ -60,6 +61,8 @@ def run_checks(config: Path | None) -> list[Finding]:
         config = DEFAULT_CONFIG_PATH  # what load_settings read
     source = str(config) if config is not None else "defaults and environment"
     findings = [Finding("config", "ok", f"valid ({source})")]
+    settings, daemon = running_paths(settings)  # the files the running daemon really uses
+    findings.append(daemon)
     findings += check_data_dir(settings)
     trust, trust_finding = load_trust_readonly(settings)
     findings.append(trust_finding)

@@ -229,3 +229,34 @@ def test_the_operator_docs_table_names_every_check_and_the_real_skip_texts(
     for finding in report["findings"]:
         if finding["check"] in ("registry", "samples registry"):
             assert finding["message"] in cells[finding["check"]], finding
+
+
+@pytest.mark.timeout(300)
+def test_doctor_beside_a_demo_daemon_checks_what_it_serves(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """README: start `serve --demo`, then `wasmgate doctor` (issue 50 item 4). Doctor checked
+    its own default trust file and bundle folder ("trusts no signer", "no bundle files")
+    while four demo bundles served; it now asks the running daemon for its paths."""
+    daemon = daemon_factory(extra_args=("--demo",))
+    code, report = doctor("--config", daemon.config_path)
+    found = by_check(report)
+    demo = daemon.workdir / "data" / "demo"
+    assert found["daemon"]["level"] == "ok"
+    assert f"trust file {demo / 'trust.json'}" in found["daemon"]["message"]
+    assert found["trust file"]["level"] == "ok"
+    assert found["trust file"]["message"].startswith(str(demo / "trust.json"))
+    served = {k for k, f in found.items() if k.startswith("bundle ") and f["level"] == "ok"}
+    assert served == {f"bundle {n}.wgb" for n in EXAMPLES}
+    # Nothing false: every finding is ok or skip, but the unit's, which is about where this
+    # interpreter lives (a venv linked into /root warns, rightly), not about the daemon.
+    wrong = [f for f in report["findings"] if f["level"] not in ("ok", "skip")]
+    assert [f["check"] for f in wrong] in ([], ["systemd unit"]), wrong
+    assert code == (1 if wrong else 0)
+    daemon.stop()
+    _, report = doctor("--config", daemon.config_path)  # stopped: its own paths, and says so
+    assert by_check(report)["daemon"]["level"] == "skip"
+    assert "checked the configured paths" in by_check(report)["daemon"]["message"]
+
+
+EXAMPLES = ("digits", "digits-pipeline", "digits-zig", "vibration-anomaly")

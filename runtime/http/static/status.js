@@ -207,7 +207,8 @@ function renderFleet(status, now) {
   document.getElementById("fleet").replaceChildren(fleetCard(report, now));
 }
 
-const ELSEWHERE = new Set(["bundles", "fleet"]);
+// paths (the files the daemon uses) is for `wasmgate doctor`, not a card of its own.
+const ELSEWHERE = new Set(["bundles", "fleet", "paths"]);
 
 function renderComponents(components, now) {
   const box = document.getElementById("components");
