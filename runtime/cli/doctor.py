@@ -53,6 +53,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 def run_checks(config: Path | None) -> list[Finding]:
     """Every check, in the order an operator would go through them."""
+    given = config is not None
     try:
         settings = load_settings(config)
     except ConfigError as e:
@@ -61,7 +62,8 @@ def run_checks(config: Path | None) -> list[Finding]:
         config = DEFAULT_CONFIG_PATH  # what load_settings read
     source = str(config) if config is not None else "defaults and environment"
     findings = [Finding("config", "ok", f"valid ({source})")]
-    settings, daemon = running_paths(settings)  # the files the running daemon really uses
+    # The files the running (else the installed) daemon really uses, not this shell's.
+    settings, daemon = running_paths(settings, given)
     findings.append(daemon)
     findings += check_data_dir(settings)
     trust, trust_finding = load_trust_readonly(settings)

@@ -20,7 +20,8 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.cli._broker_probe import probe_broker
 from wasmgate.runtime.cli._checks import check_data_dir, check_unit
-from wasmgate.runtime.ops.config import MqttSettings, PathSettings, Settings
+from wasmgate.runtime.cli._running import running_paths
+from wasmgate.runtime.ops.config import HttpSettings, MqttSettings, PathSettings, Settings
 from wasmgate.signing import TrustStore
 from wasmgate.signing.keys import encode_public
 
@@ -260,3 +261,32 @@ def test_doctor_beside_a_demo_daemon_checks_what_it_serves(
 
 
 EXAMPLES = ("digits", "digits-pipeline", "digits-zig", "vibration-anomaly")
+
+
+def test_without_a_daemon_the_installed_units_paths_are_checked(tmp_path: Path) -> None:
+    """Root's `doctor` beside a unit from `--print-unit` checked /var/lib/wasmgate/trust.json,
+    not the unit's /etc/wasmgate/trust.json, and its fix wrote a file the service never
+    reads (issue 50 item 4). With no daemon answering, the unit's --config and
+    Environment= are what the service would use."""
+    etc, cache = tmp_path / "etc", tmp_path / "cache"
+    etc.mkdir()
+    write_config(etc / "config.toml", {"paths": {"bundle_dir": tmp_path / "unit-bundles"}})
+    unit = tmp_path / "wasmgate.service"
+    unit.write_text(
+        "[Service]\n"
+        f"ExecStart=/opt/wasmgate/bin/wasmgate serve --config {etc / 'config.toml'}\n"
+        f"Environment=WASMGATE_PATHS__CACHE_DIR={cache}\n"
+        f"Environment=WASMGATE_PATHS__TRUST_FILE={etc / 'trust.json'} HOME=/var/lib/wasmgate\n"
+    )
+    shell = Settings(http=HttpSettings(port=free_port()))  # nobody listens there
+    checked, finding = running_paths(shell, False, unit)
+    assert finding.level == "ok"
+    assert f"checked the installed unit's paths ({unit}: trust file {etc / 'trust.json'}" in (
+        finding.message
+    )
+    assert checked.paths.resolved_trust_file() == etc / "trust.json"
+    assert checked.paths.resolved("cache_dir") == cache
+    assert checked.paths.resolved("bundle_dir") == tmp_path / "unit-bundles"  # its --config
+    # `doctor --config FILE` checks that file's paths, whatever unit is installed
+    same, finding = running_paths(shell, True, unit)
+    assert (same, finding.level) == (shell, "skip")
