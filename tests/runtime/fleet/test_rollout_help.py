@@ -7,9 +7,12 @@ import argparse
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from wasmgate.runtime.cli import build_parser
 from wasmgate.runtime.cli._common import SubParsers
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _options(parser: argparse.ArgumentParser, *path: str) -> list[argparse.Action]:
@@ -40,3 +43,14 @@ def test_the_help_as_printed() -> None:
     text = " ".join(done.stdout.split())
     assert "(default: 600 s, 10 minutes)" in text
     assert "(default: 2592000 s, 30 days). A gateway refuses an expired document" in text
+
+
+def test_fleet_md_says_how_long_documents_live_and_how_gateways_start() -> None:
+    """docs/fleet.md named neither the documents' expiry nor how to start the gateways,
+    nor what TRUST_FILE is (issue 50 item 7); the expiry it names is the CLI's default."""
+    text = " ".join((REPO / "docs" / "fleet.md").read_text(encoding="utf-8").split())
+    (expires,) = [a for a in _options(build_parser(), "fleet", "rollout") if a.dest == "expires"]
+    assert expires.default == 30 * 86400
+    assert "valid for 30 days (`--expires`, in seconds;" in text
+    assert "Start each gateway with its config: `wasmgate serve --config gw-1.toml`" in text
+    assert "`TRUST_FILE`: the path of that gateway's trust file" in text
