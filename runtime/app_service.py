@@ -110,6 +110,7 @@ async def service_ctx(app: web.Application) -> AsyncIterator[None]:
     status.add_provider(app, "loading", lambda: registry.loading)
     status.add_provider(app, "bundles", lambda: _bundle_status(registry))
     status.add_provider(app, "trust", lambda: trust_status(store))
+    status.add_provider(app, "paths", settings.paths.effective)  # what doctor checks
     status.add_provider(app, "variables", lambda: app[VARIABLES].status(registry.table))
     try:
         yield

@@ -268,6 +268,14 @@ def check_unit(unit_path: Path | None = None) -> Finding:
             f"{unit_path}: {'; '.join(problems)}",
             "install wasmgate outside /home, /root and /tmp, then --print-unit again",
         )
+    if config is not None and not Path(config).is_file():
+        return Finding(
+            "systemd unit",
+            "error",
+            f"{unit_path}: ExecStart's --config {config} does not exist",
+            f"create it: install -D -m 644 /dev/null {config} (an empty file keeps the "
+            "built-in defaults), or take --config out of ExecStart",
+        )
     return Finding("systemd unit", "ok", f"{unit_path}: ExecStart {exec_path} is visible to it")
 
 

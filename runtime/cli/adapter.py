@@ -1,7 +1,8 @@
 """`wasmgate adapter`: build, scaffold and try adapters (no daemon, no signing needed).
 
 - ``build SRC.c|DIR --out adapter.wasm``: Zig's C compiler from PyPI, cached by content.
-- ``new DIR [--from EXAMPLE]``: copy an example (source, bundle.toml, samples) to start from.
+- ``new DIR [--from EXAMPLE]``: copy an example (source, prebuilt module, bundle.toml,
+  samples) to start from.
 - ``test ADAPTER.wasm|SRC.c|DIR``: run the adapter once per payload in the real sandbox with
   real models (``run_adapter.py``).
 """
@@ -9,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -131,7 +133,12 @@ def _new(args: argparse.Namespace) -> int:
         raise CliError(f"{e} (try: {', '.join(example_names())})", EXIT_USAGE) from e
     if dest.exists() and any(dest.iterdir()):
         raise CliError(f"{dest} exists and is not empty")
-    shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.wasm"))
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+    # The example's prebuilt module is its source's build: stamped newer than the copied
+    # source, `bundle build` uses it as is, so a core install (no `sdk` extra, no compiler)
+    # can bundle the copy; editing the source makes it older, and the next build rebuilds.
+    for module in dest.glob("*.wasm"):
+        os.utime(module)
     toml = dest / "bundle.toml"
     toml.write_text(_own_bundle_toml(toml.read_text(encoding="utf-8"), name, dest), "utf-8")
     print(f"{dest}: adapter {name!r} from example {args.example!r}. Next:")

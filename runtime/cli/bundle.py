@@ -116,6 +116,7 @@ def _refresh_adapter(directory: Path) -> None:
     name = adapter.get("file") if isinstance(adapter, dict) else None
     if not isinstance(name, str) or not name.endswith(".wasm") or "/" in name:
         return
+    why = "the source was newer" if (directory / name).is_file() else f"there was no {name}"
     try:
         built = refresh_adapter(directory, directory / name, progress=say)
     except AdapterBuildError as e:
@@ -125,7 +126,7 @@ def _refresh_adapter(directory: Path) -> None:
     except GuestAdapterError as e:
         raise CliError(str(e)) from e
     if built is not None:
-        print(f"{name}: rebuilt from source (the source was newer), sha256 {built.sha256}")
+        print(f"{name}: built from source ({why}), sha256 {built.sha256}")
 
 
 def _build(args: argparse.Namespace) -> int:

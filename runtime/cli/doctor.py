@@ -33,6 +33,7 @@ from wasmgate.runtime.cli._common import SubParsers, plain_text
 from wasmgate.runtime.cli._ep_checks import check_placement
 from wasmgate.runtime.cli._models import load_model
 from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
+from wasmgate.runtime.cli._running import running_paths
 from wasmgate.runtime.errors import BackendError, ConfigError
 from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
@@ -53,14 +54,18 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 def run_checks(config: Path | None) -> list[Finding]:
     """Every check, in the order an operator would go through them."""
+    given = config is not None
     try:
         settings = load_settings(config)
     except ConfigError as e:
-        return [Finding("config", "error", str(e), "fix the named key or variable")]
+        return [Finding("config", "error", str(e), _config_fix(config))]
     if config is None and DEFAULT_CONFIG_PATH.is_file():
         config = DEFAULT_CONFIG_PATH  # what load_settings read
     source = str(config) if config is not None else "defaults and environment"
     findings = [Finding("config", "ok", f"valid ({source})")]
+    # The files the running (else the installed) daemon really uses, not this shell's.
+    settings, daemon = running_paths(settings, given)
+    findings.append(daemon)
     findings += check_data_dir(settings)
     trust, trust_finding = load_trust_readonly(settings)
     findings.append(trust_finding)
@@ -72,6 +77,16 @@ def run_checks(config: Path | None) -> list[Finding]:
     findings.append(check_clock(settings))
     findings.append(check_unit())
     return findings
+
+
+def _config_fix(config: Path | None) -> str:
+    """How to repair an unloadable config: a missing file is created, not "fixed"."""
+    if config is not None and not config.exists():
+        return (
+            f"create it: install -D -m 644 /dev/null {config} (an empty file keeps the "
+            "built-in defaults; the keys are in docs/operator.md), or leave --config out"
+        )
+    return "fix the named key or variable"
 
 
 def _check_profile(settings: Settings) -> Iterator[Finding]:

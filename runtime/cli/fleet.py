@@ -99,13 +99,37 @@ def _register_rollout(actions: SubParsers[argparse.ArgumentParser]) -> None:
     add_broker_args(roll)
     roll.add_argument("--group", required=True, help="Gateway group to roll out to.")
     roll.add_argument("--key", type=Path, action="append", required=True, help="Fleet key.")
-    roll.add_argument("--waves", default="1,10%,100%", help="Cumulative wave sizes.")
     roll.add_argument(
-        "--abort-failed", default="10%", help="Abort when failed/done exceeds this (N or N%%)."
+        "--waves", default="1,10%,100%", help="Cumulative wave sizes (default: %(default)s)."
     )
-    roll.add_argument("--min-done", type=int, default=1, help="Finished gateways before aborting.")
-    roll.add_argument("--wave-timeout", type=float, default=600.0, metavar="SECONDS")
-    roll.add_argument("--expires", type=float, default=30 * 86400.0, metavar="SECONDS")
+    roll.add_argument(
+        "--abort-failed",
+        default="10%",
+        help="Abort when failed/done exceeds this, N or N%% (default: %(default)s).",
+    )
+    roll.add_argument(
+        "--min-done",
+        type=int,
+        default=1,
+        help="Finished gateways before aborting (default: %(default)s).",
+    )
+    roll.add_argument(
+        "--wave-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="A gateway that has not reported its wave's document after this long counts as "
+        "finished and failed (default: %(default).0f s, 10 minutes).",
+    )
+    roll.add_argument(
+        "--expires",
+        type=float,
+        default=30 * 86400.0,
+        metavar="SECONDS",
+        help="Validity of the signed desired-state documents (default: %(default).0f s, 30 "
+        "days). A gateway refuses an expired document (reported as refused); what it already "
+        "applied keeps serving. Roll out again before then to reach gateways still offline.",
+    )
     roll.add_argument(
         "--allow-downgrade",
         action="store_true",

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)wasmgate/runtime/grpc/kserve_v2_shm.proto\x12\x16wasmgate.kserve.v2.shm\"/\n\x1fSystemSharedMemoryStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xbf\x02\n SystemSharedMemoryStatusResponse\x12V\n\x07regions\x18\x01 \x03(\x0b\x32\x45.wasmgate.kserve.v2.shm.SystemSharedMemoryStatusResponse.RegionsEntry\x1aL\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x1au\n\x0cRegionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12T\n\x05value\x18\x02 \x01(\x0b\x32\x45.wasmgate.kserve.v2.shm.SystemSharedMemoryStatusResponse.RegionStatus:\x02\x38\x01\"a\n!SystemSharedMemoryRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"$\n\"SystemSharedMemoryRegisterResponse\"3\n#SystemSharedMemoryUnregisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n$SystemSharedMemoryUnregisterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)wasmgate/runtime/grpc/kserve_v2_shm.proto\x12\x16wasmgate.kserve.v2.shm\"/\n\x1fSystemSharedMemoryStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xbf\x02\n SystemSharedMemoryStatusResponse\x12V\n\x07regions\x18\x01 \x03(\x0b\x32\x45.wasmgate.kserve.v2.shm.SystemSharedMemoryStatusResponse.RegionsEntry\x1aL\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x1au\n\x0cRegionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12T\n\x05value\x18\x02 \x01(\x0b\x32\x45.wasmgate.kserve.v2.shm.SystemSharedMemoryStatusResponse.RegionStatus:\x02\x38\x01\"a\n!SystemSharedMemoryRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"$\n\"SystemSharedMemoryRegisterResponse\"3\n#SystemSharedMemoryUnregisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n$SystemSharedMemoryUnregisterResponse\"-\n\x1d\x43udaSharedMemoryStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xaf\x02\n\x1e\x43udaSharedMemoryStatusResponse\x12T\n\x07regions\x18\x01 \x03(\x0b\x32\x43.wasmgate.kserve.v2.shm.CudaSharedMemoryStatusResponse.RegionsEntry\x1a\x42\n\x0cRegionStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tdevice_id\x18\x02 \x01(\x04\x12\x11\n\tbyte_size\x18\x03 \x01(\x04\x1as\n\x0cRegionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12R\n\x05value\x18\x02 \x01(\x0b\x32\x43.wasmgate.kserve.v2.shm.CudaSharedMemoryStatusResponse.RegionStatus:\x02\x38\x01\"i\n\x1f\x43udaSharedMemoryRegisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nraw_handle\x18\x02 \x01(\x0c\x12\x11\n\tdevice_id\x18\x03 \x01(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"\"\n CudaSharedMemoryRegisterResponse\"1\n!CudaSharedMemoryUnregisterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"$\n\"CudaSharedMemoryUnregisterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SYSTEMSHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._loaded_options = None
   _globals['_SYSTEMSHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._serialized_options = b'8\001'
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._loaded_options = None
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._serialized_options = b'8\001'
   _globals['_SYSTEMSHAREDMEMORYSTATUSREQUEST']._serialized_start=69
   _globals['_SYSTEMSHAREDMEMORYSTATUSREQUEST']._serialized_end=116
   _globals['_SYSTEMSHAREDMEMORYSTATUSRESPONSE']._serialized_start=119
@@ -49,4 +51,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYSTEMSHAREDMEMORYUNREGISTERREQUEST']._serialized_end=628
   _globals['_SYSTEMSHAREDMEMORYUNREGISTERRESPONSE']._serialized_start=630
   _globals['_SYSTEMSHAREDMEMORYUNREGISTERRESPONSE']._serialized_end=668
+  _globals['_CUDASHAREDMEMORYSTATUSREQUEST']._serialized_start=670
+  _globals['_CUDASHAREDMEMORYSTATUSREQUEST']._serialized_end=715
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE']._serialized_start=718
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE']._serialized_end=1021
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSTATUS']._serialized_start=838
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSTATUS']._serialized_end=904
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._serialized_start=906
+  _globals['_CUDASHAREDMEMORYSTATUSRESPONSE_REGIONSENTRY']._serialized_end=1021
+  _globals['_CUDASHAREDMEMORYREGISTERREQUEST']._serialized_start=1023
+  _globals['_CUDASHAREDMEMORYREGISTERREQUEST']._serialized_end=1128
+  _globals['_CUDASHAREDMEMORYREGISTERRESPONSE']._serialized_start=1130
+  _globals['_CUDASHAREDMEMORYREGISTERRESPONSE']._serialized_end=1164
+  _globals['_CUDASHAREDMEMORYUNREGISTERREQUEST']._serialized_start=1166
+  _globals['_CUDASHAREDMEMORYUNREGISTERREQUEST']._serialized_end=1215
+  _globals['_CUDASHAREDMEMORYUNREGISTERRESPONSE']._serialized_start=1217
+  _globals['_CUDASHAREDMEMORYUNREGISTERRESPONSE']._serialized_end=1253
 # @@protoc_insertion_point(module_scope)

@@ -5,11 +5,14 @@ kserve_v2_shm.proto), beside the generated one: grpc asks each handler in turn f
 method path, and the generated one answers only for its own methods. Every call, and every
 ModelInfer naming a region (`peer.attachment`), is checked by `Regions.allow`: the extension on,
 a loopback peer (``context.peer()``), the token in metadata ``authorization`` when one is
-set. Errors are answered from the one table, as every RPC's.
+set. Errors are answered from the one table, as every RPC's. The CUDA extension's three
+RPCs are answered as a CPU-only Triton does (`wasmgate.runtime.shm.cuda`), under the same
+checks.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import grpc
@@ -18,13 +21,14 @@ from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.grpc import kserve_v2_shm_pb2 as pb
 from wasmgate.runtime.grpc.peer import authorization, peer_address
 from wasmgate.runtime.grpc.servicer import rpc
+from wasmgate.runtime.shm.cuda import refuse_register
 from wasmgate.runtime.shm.registry import Regions
 
 SERVICE = "inference.GRPCInferenceService"
 
 
 class SharedMemoryServicer:
-    """The three RPCs over the daemon's `Regions` (None: answered as not served)."""
+    """The six RPCs over the daemon's `Regions` (None: answered as not served)."""
 
     def __init__(self, regions: Regions | None) -> None:
         self._regions = regions
@@ -62,13 +66,34 @@ class SharedMemoryServicer:
         self._allowed(context).unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
+    @rpc
+    async def CudaSharedMemoryStatus(  # noqa: N802
+        self, _request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        self._allowed(context)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @rpc
+    async def CudaSharedMemoryRegister(  # noqa: N802
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self._allowed(context)
+        raise refuse_register(request.name)
+
+    @rpc
+    async def CudaSharedMemoryUnregister(  # noqa: N802
+        self, _request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._allowed(context)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
 
 def handler(regions: Regions | None) -> Any:
-    """The generic handler serving the three RPCs (``server.add_generic_rpc_handlers``)."""
+    """The generic handler serving the six RPCs (``server.add_generic_rpc_handlers``)."""
     servicer = SharedMemoryServicer(regions)
     methods = {}
-    for method in ("Status", "Register", "Unregister"):
-        name = f"SystemSharedMemory{method}"
+    for kind, method in itertools.product(("System", "Cuda"), ("Status", "Register", "Unregister")):
+        name = f"{kind}SharedMemory{method}"
         request, response = getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response")
         methods[name] = grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),

@@ -4,6 +4,8 @@
 - ``POST /v2/systemsharedmemory/region/{name}/register`` with ``{"key", "offset",
   "byte_size"}``
 - ``POST /v2/systemsharedmemory[/region/{name}]/unregister`` (no name: every region)
+- the same three under ``/v2/cudasharedmemory``, answered as a CPU-only Triton does
+  (`wasmgate.runtime.shm.cuda`): no region, unregister succeeds, register is refused
 
 Every call, and every inference naming a region, is checked by `Regions.allow`: the
 extension on, a loopback peer, the token when one is set (docs/shared-memory.md). The
@@ -20,6 +22,7 @@ from aiohttp import web
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.http import edge
 from wasmgate.runtime.shm.attach import Attachment
+from wasmgate.runtime.shm.cuda import refuse_register
 from wasmgate.runtime.shm.registry import Regions
 
 REGIONS = web.AppKey("shm_regions", Regions)
@@ -82,6 +85,21 @@ async def unregister(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def cuda_status(request: web.Request) -> web.Response:
+    _allowed(request)
+    return web.json_response([])
+
+
+async def cuda_register(request: web.Request) -> web.Response:
+    _allowed(request)
+    raise refuse_register(request.match_info["name"])
+
+
+async def cuda_unregister(request: web.Request) -> web.Response:
+    _allowed(request)
+    return web.json_response({})
+
+
 def setup(app: web.Application) -> None:
     """Register the routes (they answer 400 until ``app[REGIONS]`` is set)."""
     router = edge.routes(app)
@@ -91,3 +109,9 @@ def setup(app: web.Application) -> None:
     router.add_post(f"{base}/region/{{name}}/register", register)
     router.add_post(f"{base}/unregister", unregister)
     router.add_post(f"{base}/region/{{name}}/unregister", unregister)
+    cuda = "/v2/cudasharedmemory"
+    router.add_get(f"{cuda}/status", cuda_status)
+    router.add_get(f"{cuda}/region/{{name}}/status", cuda_status)
+    router.add_post(f"{cuda}/region/{{name}}/register", cuda_register)
+    router.add_post(f"{cuda}/unregister", cuda_unregister)
+    router.add_post(f"{cuda}/region/{{name}}/unregister", cuda_unregister)

@@ -13,6 +13,7 @@ given as they are; `load_settings` and `settings_from` add the environment and c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ import msgspec
 
 from wasmgate._compat import tomllib
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.ops.config_env import env_data, env_paths, merged
+from wasmgate.runtime.ops.config_env import env_data, env_paths, merged, text_problem
 from wasmgate.runtime.ops.config_local import (
     FleetSettings,
     LimitSettings,
@@ -178,6 +179,7 @@ def _message(
     blamed = next((env[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in env), None)
     if blamed is not None:
         source = f"environment variable {blamed}"
+        problem = text_problem(os.environ.get(blamed, ""), problem)
     return f"{source}: {key}: {problem}"
 
 

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 # The booleans pydantic read from text beyond the true/false/1/0 msgspec reads itself.
 _WORDS = {"on": True, "t": True, "y": True, "yes": True}
 _WORDS |= {"off": False, "f": False, "n": False, "no": False}
+_KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean (true or false)"}
+_EXPECTED = re.compile(r"Expected `([^`]+)`, got `str`")
 
 
 def env_paths(environ: Mapping[str, str] | None = None) -> dict[tuple[str, ...], str]:
@@ -175,3 +178,14 @@ def _read(raw: str, kind: type[Any]) -> Any:
         return msgspec.convert(raw, kind, strict=False)
     except msgspec.ValidationError:
         return None
+
+
+def text_problem(raw: str, problem: str) -> str:
+    """msgspec's ``Expected `int`, got `str``` said for a variable's text: every variable
+    is text, so the value is named with what it does not spell (``'abc' is not an
+    integer``); any other problem is returned as it is."""
+    found = _EXPECTED.fullmatch(problem)
+    if found is None:
+        return problem
+    names = [k.strip() for k in found.group(1).split("|") if k.strip() != "null"]
+    return f"{raw!r} is not " + " or ".join(_KINDS.get(k, f"a {k}") for k in names)

@@ -48,6 +48,16 @@ class PathSettings(Document):
     def resolved_trust_file(self) -> Path:
         return self.trust_file if self.trust_file is not None else self.data_dir / "trust.json"
 
+    def effective(self) -> dict[str, str]:
+        """Every path as the daemon uses it (defaults resolved): ``/v1/status``'s ``paths``,
+        which `wasmgate doctor` reads to check the running daemon's files, not its own."""
+        dirs = {n: str(self.resolved(n)) for n in ("bundle_dir", "state_dir", "cache_dir")}
+        return {
+            "data_dir": str(self.data_dir),
+            **dirs,
+            "trust_file": str(self.resolved_trust_file()),
+        }
+
 
 class LimitSettings(Document):
     """Daemon-wide ceilings. A manifest may ask for less, never for more."""

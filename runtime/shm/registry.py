@@ -95,7 +95,12 @@ class Regions:
     def _room_for(self, name: str, size: int) -> None:
         caps = self.settings
         if name in self._regions:
-            raise BadRequest(f"shared memory region {name!r} is already registered")
+            # Regions outlive their client (a crashed run leaves them): say how to clear one.
+            raise BadRequest(
+                f"shared memory region {name!r} is already registered (regions stay until "
+                f"unregistered or the daemon restarts, also after a client crashed): "
+                f"unregister it first, e.g. unregister_system_shared_memory({name!r})"
+            )
         if len(self._regions) >= caps.max_regions:
             raise BadRequest(
                 f"shared memory: {len(self._regions)} regions registered, the cap "

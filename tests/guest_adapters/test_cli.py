@@ -171,13 +171,35 @@ def test_bundle_build_rebuilds_an_adapter_older_than_its_source(tmp_path: Path) 
     os.utime(dest / "adapter.wasm", ns=(earlier, earlier))
     done = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "b.wgb")
     assert done.returncode == 0, done.stderr
-    assert b"adapter.wasm: rebuilt from source" in done.stdout
+    assert b"adapter.wasm: built from source (the source was newer)" in done.stdout
     new = hashlib.sha256((dest / "adapter.wasm").read_bytes()).hexdigest()
     assert new != old
     shown = wasmgate("bundle", "inspect", tmp_path / "b.wgb", "--json")
     assert json.loads(shown.stdout)["manifest"]["files"]["adapter.wasm"]["sha256"] == new
     again = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "c.wgb")
-    assert b"rebuilt" not in again.stdout  # current now: kept as built
+    assert b"built from source" not in again.stdout  # current now: kept as built
+
+
+CORE_INSTALL = (
+    "import sys; sys.modules['ziglang'] = None; "  # no `sdk` extra: Zig cannot be imported
+    "from wasmgate.runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_a_copied_example_bundles_without_the_sdk(tmp_path: Path) -> None:
+    """docs/fleet.md step 4 on a core install: `adapter new --from digits` copies the
+    prebuilt module, so `bundle build` needs no compiler (issue 50 item 7)."""
+    dest, key = tmp_path / "my-digits", tmp_path / "k.key"
+    assert wasmgate("adapter", "new", dest, "--from", "digits").returncode == 0
+    assert wasmgate("keygen", "--out", key).returncode == 0
+    core = [sys.executable, "-c", CORE_INSTALL, "bundle", "build", str(dest), "--key", str(key)]
+    done = subprocess.run([*core, "--out", str(tmp_path / "b.wgb")], capture_output=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"from source" not in done.stdout  # the example's own module, as shipped
+    (dest / "adapter.wasm").unlink()  # gone: the message says so instead of "newer"
+    done = wasmgate("bundle", "build", dest, "--key", key, "--out", tmp_path / "c.wgb")
+    assert b"adapter.wasm: built from source (there was no adapter.wasm)" in done.stdout
 
 
 def test_examples_lists_every_example() -> None:

@@ -20,7 +20,8 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 from wasmgate.runtime.cli._broker_probe import probe_broker
 from wasmgate.runtime.cli._checks import check_data_dir, check_unit
-from wasmgate.runtime.ops.config import MqttSettings, PathSettings, Settings
+from wasmgate.runtime.cli._running import running_paths
+from wasmgate.runtime.ops.config import HttpSettings, MqttSettings, PathSettings, Settings
 from wasmgate.signing import TrustStore
 from wasmgate.signing.keys import encode_public
 
@@ -80,6 +81,21 @@ def test_config_errors_name_the_variable(tmp_path: Path) -> None:
     [finding] = report["findings"]
     assert finding["level"] == "error"
     assert "WASMGATE_HTPP__PORT" in finding["message"]
+    code, report = doctor(env={"WASMGATE_HTTP__PORT": "abc"})
+    [finding] = report["findings"]
+    assert "variable WASMGATE_HTTP__PORT: http.port: 'abc' is not an integer" in finding["message"]
+    assert "Expected" not in finding["message"]  # every variable is text: msgspec's words mislead
+
+
+def test_a_missing_config_files_fix_creates_it(tmp_path: Path) -> None:
+    missing = tmp_path / "etc" / "config.toml"
+    code, report = doctor("--config", missing)
+    [finding] = report["findings"]
+    assert (code, finding["level"]) == (2, "error")
+    assert f"install -D -m 644 /dev/null {missing}" in finding["fix"]
+    command = finding["fix"].removeprefix("create it: ").split(" (")[0]
+    subprocess.run(command.split(), check=True)  # the fix as printed
+    assert by_check(doctor("--config", missing)[1])["config"]["level"] == "ok"
 
 
 def test_paths_and_unit(tmp_path: Path) -> None:
@@ -95,6 +111,14 @@ def test_paths_and_unit(tmp_path: Path) -> None:
     assert check_unit(unit).level == "error"
     assert "ProtectHome=yes" in check_unit(unit).message
     unit.write_text("[Service]\nExecStart=/usr/bin/true serve --config /etc/w.toml\n")
+    missing = check_unit(unit)  # issue 51 item 2: a --config that names no file
+    assert missing.level == "error"
+    assert "ExecStart's --config /etc/w.toml does not exist" in missing.message
+    assert "install -D -m 644 /dev/null /etc/w.toml" in missing.fix
+    # any file outside /home, /root and /tmp that exists stands for an installed config
+    unit.write_text("[Service]\nExecStart=/usr/bin/true serve --config /etc/os-release\n")
+    assert check_unit(unit).level == "ok"
+    unit.write_text("[Service]\nExecStart=/usr/bin/true serve\n")  # built-in defaults
     assert check_unit(unit).level == "ok"
 
 
@@ -206,3 +230,63 @@ def test_the_operator_docs_table_names_every_check_and_the_real_skip_texts(
     for finding in report["findings"]:
         if finding["check"] in ("registry", "samples registry"):
             assert finding["message"] in cells[finding["check"]], finding
+
+
+@pytest.mark.timeout(300)
+def test_doctor_beside_a_demo_daemon_checks_what_it_serves(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """README: start `serve --demo`, then `wasmgate doctor` (issue 50 item 4). Doctor checked
+    its own default trust file and bundle folder ("trusts no signer", "no bundle files")
+    while four demo bundles served; it now asks the running daemon for its paths."""
+    daemon = daemon_factory(extra_args=("--demo",))
+    code, report = doctor("--config", daemon.config_path)
+    found = by_check(report)
+    demo = daemon.workdir / "data" / "demo"
+    assert found["daemon"]["level"] == "ok"
+    assert f"trust file {demo / 'trust.json'}" in found["daemon"]["message"]
+    assert found["trust file"]["level"] == "ok"
+    assert found["trust file"]["message"].startswith(str(demo / "trust.json"))
+    served = {k for k, f in found.items() if k.startswith("bundle ") and f["level"] == "ok"}
+    assert served == {f"bundle {n}.wgb" for n in EXAMPLES}
+    # Nothing false: every finding is ok or skip, but the unit's, which is about where this
+    # interpreter lives (a venv linked into /root warns, rightly), not about the daemon.
+    wrong = [f for f in report["findings"] if f["level"] not in ("ok", "skip")]
+    assert [f["check"] for f in wrong] in ([], ["systemd unit"]), wrong
+    assert code == (1 if wrong else 0)
+    daemon.stop()
+    _, report = doctor("--config", daemon.config_path)  # stopped: its own paths, and says so
+    assert by_check(report)["daemon"]["level"] == "skip"
+    assert "checked the configured paths" in by_check(report)["daemon"]["message"]
+
+
+EXAMPLES = ("digits", "digits-pipeline", "digits-zig", "vibration-anomaly")
+
+
+def test_without_a_daemon_the_installed_units_paths_are_checked(tmp_path: Path) -> None:
+    """Root's `doctor` beside a unit from `--print-unit` checked /var/lib/wasmgate/trust.json,
+    not the unit's /etc/wasmgate/trust.json, and its fix wrote a file the service never
+    reads (issue 50 item 4). With no daemon answering, the unit's --config and
+    Environment= are what the service would use."""
+    etc, cache = tmp_path / "etc", tmp_path / "cache"
+    etc.mkdir()
+    write_config(etc / "config.toml", {"paths": {"bundle_dir": tmp_path / "unit-bundles"}})
+    unit = tmp_path / "wasmgate.service"
+    unit.write_text(
+        "[Service]\n"
+        f"ExecStart=/opt/wasmgate/bin/wasmgate serve --config {etc / 'config.toml'}\n"
+        f"Environment=WASMGATE_PATHS__CACHE_DIR={cache}\n"
+        f"Environment=WASMGATE_PATHS__TRUST_FILE={etc / 'trust.json'} HOME=/var/lib/wasmgate\n"
+    )
+    shell = Settings(http=HttpSettings(port=free_port()))  # nobody listens there
+    checked, finding = running_paths(shell, False, unit)
+    assert finding.level == "ok"
+    assert f"checked the installed unit's paths ({unit}: trust file {etc / 'trust.json'}" in (
+        finding.message
+    )
+    assert checked.paths.resolved_trust_file() == etc / "trust.json"
+    assert checked.paths.resolved("cache_dir") == cache
+    assert checked.paths.resolved("bundle_dir") == tmp_path / "unit-bundles"  # its --config
+    # `doctor --config FILE` checks that file's paths, whatever unit is installed
+    same, finding = running_paths(shell, True, unit)
+    assert (same, finding.level) == (shell, "skip")

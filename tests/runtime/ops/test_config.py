@@ -92,7 +92,12 @@ def test_bad_file_errors_name_file_and_key(tmp_path: Path, text: str, needle: st
             "1",
             "environment variable WASMGATE_HTTP__PROT: http.prot: unknown key",
         ),
-        ("WASMGATE_HTTP__PORT", "abc", "environment variable WASMGATE_HTTP__PORT: http.port:"),
+        (
+            "WASMGATE_HTTP__PORT",
+            "abc",
+            "environment variable WASMGATE_HTTP__PORT: http.port: 'abc' is not an integer",
+        ),
+        ("WASMGATE_HTTP__PORT", "1.5", "WASMGATE_HTTP__PORT: http.port: '1.5' is not an integer"),
         (
             "WASMGATE_HTPP__PORT",
             "9000",
@@ -119,7 +124,11 @@ def test_bad_file_errors_name_file_and_key(tmp_path: Path, text: str, needle: st
             "Lab/Samples",
             "WASMGATE_SAMPLES__OCI_REPOSITORY: samples.oci_repository: 'Lab/Samples' is not",
         ),
-        ("WASMGATE_CLOUD__DEFER", "maybe", "variable WASMGATE_CLOUD__DEFER: cloud.defer:"),
+        (
+            "WASMGATE_CLOUD__DEFER",
+            "maybe",
+            "WASMGATE_CLOUD__DEFER: cloud.defer: 'maybe' is not a boolean (true or false)",
+        ),
         ("WASMGATE_HTTP__PORT", "", "environment variable WASMGATE_HTTP__PORT: http.port:"),
     ],
 )

@@ -136,6 +136,10 @@ def test_misused_parameters_are_one_line_errors(client: Client, kind: str, regio
     client.register_system_shared_memory("p", key("p"), X.nbytes)
     message = failure(lambda: client.register_system_shared_memory("p", key("p"), X.nbytes))
     assert "shared memory region 'p' is already registered" in message
+    # a crashed run's regions stay: the message says how to clear them, and that works
+    assert "unregister it first, e.g. unregister_system_shared_memory('p')" in message
+    client.unregister_system_shared_memory("p")
+    client.register_system_shared_memory("p", key("p"), X.nbytes)
     message = failure(lambda: client.infer("double", [shm_input(kind, "nope", X.nbytes)]))
     assert "no shared memory region named 'nope' is registered" in message
     message = failure(lambda: client.infer("double", [shm_input(kind, "p", X.nbytes - 4)]))
