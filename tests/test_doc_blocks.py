@@ -88,6 +88,13 @@ WHY: dict[Block, str] = {
         for n in (1, 2, 3)
     },
     "docs/deploy.md > Install elsewhere (a virtual environment) [plain 1]": INSTALL,
+    "docs/deploy.md > Versions, upgrades and going back [plain 1]": INSTALL,
+    "docs/deploy.md > Versions, upgrades and going back [plain 2]": INSTALL,
+    "docs/openvino.md > Install: a documented extra venv [1]": (
+        ".ci/openvino-setup takes the same steps with the checkout installed editable "
+        "(tests/runtime/openvino/test_install_doc.py holds the two in step), and "
+        "tests/runtime/openvino runs daemons from that venv"
+    ),
     "docs/deploy.md > Staged releases [plain 1]": NOT_VERBATIM,
     "docs/deploy.md > Staged releases [plain 2]": NOT_VERBATIM,
     "docs/deploy.md > Bundles from an OCI registry (`bundle push`/`pull`) [plain 1]": EXAMPLE_HOSTS,

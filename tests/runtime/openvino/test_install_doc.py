@@ -18,7 +18,7 @@ def _steps() -> list[str]:
 def test_the_doc_and_the_setup_script_take_the_same_steps() -> None:
     steps = _steps()
     assert steps[1:] == [
-        "/opt/wasmgate-openvino/bin/pip install wasmgate",
+        "/opt/wasmgate-openvino/bin/pip install .",
         "/opt/wasmgate-openvino/bin/pip uninstall -y onnxruntime",
         "/opt/wasmgate-openvino/bin/pip install onnxruntime-openvino==1.24.1",
     ]
