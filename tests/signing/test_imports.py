@@ -14,7 +14,8 @@ import wasmgate.signing
 ALLOWED_THIRD_PARTY = {"nacl", "_sodium", "msgspec", "typing_extensions", "tomli"}
 # The shared document base (Struct base, strict convert, error wording): itself stdlib + msgspec;
 # and 3.11's standard library names (wasmgate._compat).
-ALLOWED_WASMGATE = {"wasmgate.typed", "wasmgate._compat"}
+# _version: the constants setuptools-scm writes at build time, read by the import root.
+ALLOWED_WASMGATE = {"wasmgate.typed", "wasmgate._compat", "wasmgate._version"}
 
 
 def test_signing_imports_only_allowed_packages() -> None:

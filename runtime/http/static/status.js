@@ -185,7 +185,7 @@ function renderRecent(recent, now) {
   }
 }
 
-const ELSEWHERE = new Set(["bundles", "fleet", "paths"]);
+const ELSEWHERE = new Set(["bundles", "fleet", "paths", "cpus"]);
 
 function renderComponents(components, now) {
   const box = document.getElementById("components");
