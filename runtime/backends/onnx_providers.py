@@ -9,6 +9,7 @@ a provider ORT dropped, one that took no nodes, a partial offload, each becomes 
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 import onnxruntime as ort
@@ -57,7 +58,11 @@ def ep_context(
         return stripped, {}
     folder = options.cache_dir / "ep-context"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{sup.model_sha256(model)}_ctx.onnx"
+    # Keyed like every derivative: the model's signed digest, the EPs and this build of ORT.
+    # The daemon writes the file for the EP and never loads it as a model, so what is on
+    # disk there (edited or planted) cannot reach a session.
+    build = hashlib.sha256(repr(([p for p, _ in providers], ort.__version__)).encode())
+    path = folder / f"{sup.model_sha256(model)}-{build.hexdigest()[:16]}_ctx.onnx"
     return settings, {"ep.context_file_path": str(path)}
 
 

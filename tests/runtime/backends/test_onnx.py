@@ -19,7 +19,7 @@ from tests.runtime.backends.models import (
 from wasmgate.device_profiles import DeviceProfile, load_profile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, onnx_support
 from wasmgate.runtime.backends.onnx import OnnxBackend, OnnxModel
-from wasmgate.runtime.backends.onnx_providers import report_fallback
+from wasmgate.runtime.backends.onnx_providers import ep_context, report_fallback
 from wasmgate.runtime.errors import BackendError
 from wasmgate.sandbox.models import InputMismatch, ModelHandle, TensorSpec, validate
 from wasmgate.signing.records import VerifiedBlob
@@ -229,6 +229,25 @@ def test_cache_key_changes_with_model(cpu_profile: DeviceProfile, tmp_path: Path
 def test_ep_context_needs_a_compiling_provider() -> None:
     model = _load(load_profile("qualcomm-qcs6490"))
     assert any("ep.context_enable ignored" in n for n in model.notes)
+
+
+def test_ep_context_file_is_keyed_by_digest_eps_and_build(tmp_path: Path) -> None:
+    """The file ORT writes for a compiling EP is named by the model's signed digest, the EPs
+    and ORT's version: another model, EP or build never shares it."""
+    options = LoadOptions(load_profile("qualcomm-qcs6490"), host=X86, cache_dir=tmp_path)
+    qnn = [("QNNExecutionProvider", {}), ("CPUExecutionProvider", {})]
+    ov = [("OpenVINOExecutionProvider", {}), ("CPUExecutionProvider", {})]
+
+    def path(model: tuple[bytes, str | None], eps: list[tuple[str, dict[str, str]]]) -> str:
+        _settings, extra = ep_context(model, options, eps, [])
+        return extra["ep.context_file_path"]
+
+    first = path((b"model", "a" * 64), qnn)
+    assert Path(first).parent == tmp_path / "ep-context"
+    assert Path(first).name.startswith("a" * 64 + "-")
+    assert path((b"model", "b" * 64), qnn) != first
+    assert path((b"model", "a" * 64), ov) != first
+    assert path((b"model", "a" * 64), qnn) == first
 
 
 def _scaled(data: bytes, factor: float) -> bytes:
