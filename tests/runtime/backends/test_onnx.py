@@ -235,8 +235,9 @@ def test_ep_context_file_is_keyed_by_digest_eps_and_build(tmp_path: Path) -> Non
     """The file ORT writes for a compiling EP is named by the model's signed digest, the EPs
     and ORT's version: another model, EP or build never shares it."""
     options = LoadOptions(load_profile("qualcomm-qcs6490"), host=X86, cache_dir=tmp_path)
-    qnn = [("QNNExecutionProvider", {}), ("CPUExecutionProvider", {})]
-    ov = [("OpenVINOExecutionProvider", {}), ("CPUExecutionProvider", {})]
+    none: dict[str, str] = {}
+    qnn = [("QNNExecutionProvider", none), ("CPUExecutionProvider", none)]
+    ov = [("OpenVINOExecutionProvider", none), ("CPUExecutionProvider", none)]
 
     def path(model: tuple[bytes, str | None], eps: list[tuple[str, dict[str, str]]]) -> str:
         _settings, extra = ep_context(model, options, eps, [])
