@@ -37,12 +37,16 @@ WALKTHROUGH = "tests/guest_adapters/test_mqtt_walkthrough.py::test_mqtt_walkthro
 FLEET = "tests/runtime/fleet/test_fleet_walkthrough.py::test_the_walkthrough_runs_as_written"
 NINE = "tests/guest_adapters/test_nine_commands.py::test_nine_commands_against_a_running_daemon"
 QUICKSTART = "tests/test_readme_install.py::test_readme_first_command_serves_the_demo"
+VENV = "tests/deploy/test_venv_doc.py::"
+VENV_BLOCKS = "docs/deploy.md > Install elsewhere (a virtual environment)"
 
 RUN: dict[Block, str] = {
     "README.md > Two commands [1]": QUICKSTART,
     "README.md > Try it [1]": WALKTHROUGH,
     **{f"docs/fleet.md > From no keys to a rolled-back group [{n}]": FLEET for n in range(1, 7)},
     "docs/mqtt-topics.md > Try it [1]": WALKTHROUGH,
+    f"{VENV_BLOCKS} [plain 1]": f"{VENV}test_the_venv_install_block_runs_and_installs_what_it_says",
+    f"{VENV_BLOCKS} [plain 2]": f"{VENV}test_removing_it_takes_exactly_what_the_doc_names",
     "guest_adapters/README.md > Try the demo first [2]": WALKTHROUGH,
     "guest_adapters/README.md > MQTT, with a broker of its own [1]": WALKTHROUGH,
     "guest_adapters/README.md > Make your own adapter (nine commands) [1]": NINE,
@@ -87,7 +91,6 @@ WHY: dict[Block, str] = {
         f"docs/deploy.md > Install on Debian 12 or Raspberry Pi OS 64-bit (the package) [plain {n}]": INSTALL  # noqa: E501
         for n in (1, 2, 3)
     },
-    "docs/deploy.md > Install elsewhere (a virtual environment) [plain 1]": INSTALL,
     "docs/deploy.md > Versions, upgrades and going back [plain 1]": INSTALL,
     "docs/deploy.md > Versions, upgrades and going back [plain 2]": INSTALL,
     "docs/openvino.md > Install: a documented extra venv [1]": (
@@ -108,7 +111,9 @@ WHY: dict[Block, str] = {
 """Blocks CI does not run as written, each with the reason."""
 
 
-COMMAND = re.compile(r"^(wasmgate|apt|pip|python3?|curl|sudo|install|bash|sh|deploy/\S+) ")
+COMMAND = re.compile(
+    r"^(wasmgate|apt|pip|python3?|curl|sudo|install|bash|sh|systemctl|deploy/\S+) "
+)
 """A block without a language is a command block when its first line starts a command."""
 
 
