@@ -35,6 +35,8 @@ NINE = "tests/guest_adapters/test_nine_commands.py::test_nine_commands_against_a
 QUICKSTART = "tests/test_readme_install.py::test_readme_first_command_serves_the_demo"
 STAGED = "tests/runtime/bundles/test_staged_release_doc.py::test_the_blocks_run_as_written"
 KEYS = "tests/runtime/fleet/test_fleet_keys_doc.py::test_the_blocks_run_as_written"
+VENV = "tests/deploy/test_venv_doc.py::"
+VENV_BLOCKS = "docs/deploy.md > Install elsewhere (a virtual environment)"
 
 RUN: dict[Block, str] = {
     "README.md > Two commands [1]": QUICKSTART,
@@ -43,6 +45,8 @@ RUN: dict[Block, str] = {
     **{f"docs/deploy.md > Staged releases [plain {n}]": STAGED for n in (1, 2)},
     **{f"docs/deploy.md > Keys and roles for a fleet [plain {n}]": KEYS for n in (1, 2)},
     "docs/mqtt-topics.md > Try it [1]": WALKTHROUGH,
+    f"{VENV_BLOCKS} [plain 1]": f"{VENV}test_the_venv_install_block_runs_and_installs_what_it_says",
+    f"{VENV_BLOCKS} [plain 2]": f"{VENV}test_removing_it_takes_exactly_what_the_doc_names",
     "guest_adapters/README.md > Try the demo first [2]": WALKTHROUGH,
     "guest_adapters/README.md > MQTT, with a broker of its own [1]": WALKTHROUGH,
     "guest_adapters/README.md > Make your own adapter (nine commands) [1]": NINE,
@@ -88,7 +92,6 @@ WHY: dict[Block, str] = {
         f"docs/deploy.md > Install on Debian 12 or Raspberry Pi OS 64-bit (the package) [plain {n}]": INSTALL  # noqa: E501
         for n in (1, 2, 3)
     },
-    "docs/deploy.md > Install elsewhere (a virtual environment) [plain 1]": INSTALL,
     "docs/deploy.md > Versions, upgrades and going back [plain 1]": INSTALL,
     "docs/deploy.md > Versions, upgrades and going back [plain 2]": INSTALL,
     "docs/openvino.md > Install: a documented extra venv [1]": (
@@ -105,7 +108,9 @@ WHY: dict[Block, str] = {
 """Blocks CI does not run as written, each with the reason."""
 
 
-COMMAND = re.compile(r"^(wasmgate|apt|pip|python3?|curl|sudo|install|bash|sh|deploy/\S+) ")
+COMMAND = re.compile(
+    r"^(wasmgate|apt|pip|python3?|curl|sudo|install|bash|sh|systemctl|deploy/\S+) "
+)
 """A block without a language is a command block when its first line starts a command."""
 
 

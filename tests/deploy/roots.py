@@ -21,6 +21,7 @@ ENV_VARS = (
     "WASMGATE_DEB_ROOT_ARM64",
     "WASMGATE_DEB_WHEELS",
     "WASMGATE_DEB_QEMU",
+    "WASMGATE_DEB_VENV_DEBS_AMD64",
 )
 # A Raspberry Pi 5 (Cortex-A76) for the emulated arm64 CPU: ONNX Runtime's cpuinfo reads the
 # file and an x86 one under an arm64 CPU makes it crash (see tests/runtime/test_arm64.py).
@@ -32,10 +33,12 @@ PI5_CPUINFO = "".join(
 )
 # No systemd runs in a chroot. This systemctl records every call; what needs a running systemd
 # (daemon-reload, start, stop, is-active) it only records, what works on the files alone
-# (preset, enable, is-enabled: deb-systemd-helper's first enable) the real one does.
+# (preset, enable, is-enabled: deb-systemd-helper's first enable) the real one does; of
+# `enable --now` / `disable --now` (the docs' venv install) it does the file part.
 SYSTEMCTL_STUB = """#!/bin/sh
 echo "$*" >> /run/systemctl.log
 case "$*" in
+  *--now*) exec /usr/bin/systemctl.real $(echo "$*" | sed 's/ *--now//') ;;
   *daemon-reload*|*start*|*stop*) exit 0 ;;
   *is-active*) exit 3 ;;
 esac
