@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.net import free_port
 from wasmgate.runtime.ops.unit import render_unit
 
 pytestmark = pytest.mark.timeout(240)
@@ -18,15 +19,21 @@ DEVICE_ID = Path(".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid")
 
 
 def doctor(home: Path, **extra: str) -> None:
-    """`wasmgate doctor` loads ONNX Runtime (its provider check) with ``home`` as HOME."""
+    """`wasmgate doctor` loads ONNX Runtime (its provider check) with ``home`` as HOME.
+
+    Its HTTP port is one nobody listens on: doctor asks a daemon on the configured port for
+    its paths, and a doc test's daemon on the default port (its tmp dir removed under it)
+    is not this test's subject. Doctor must have run its checks (exit 0 or 1, JSON out)."""
     env = {
         k: v for k, v in os.environ.items() if k not in {"ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME"}
     }
-    env.update(HOME=str(home), **extra)
-    subprocess.run(
+    env.update(HOME=str(home), WASMGATE_HTTP__PORT=str(free_port()), **extra)
+    done = subprocess.run(
         [sys.executable, "-m", "wasmgate", "doctor", "--json"],
-        env=env, capture_output=True, timeout=200, check=False,
+        env=env, capture_output=True, text=True, timeout=200, check=False,
     )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "providers: onnx" in done.stdout, done.stdout[-2000:]
 
 
 def test_wasmgate_leaves_no_onnxruntime_device_id(tmp_path: Path) -> None:
