@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     from wasmgate.runtime.http._aiohttp_private import import_lean  # noqa: PLC0415
 
     import_lean()  # first: before anything imports aiohttp (its unused CA loading skipped)
-    from wasmgate.runtime.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
+    from wasmgate.runtime.compose.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
     from wasmgate.runtime.ops.lock import data_dir_lock  # noqa: PLC0415 - keep `--help` fast
 
     try:

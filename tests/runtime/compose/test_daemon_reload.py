@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from wasmgate.runtime import daemon
+from wasmgate.runtime.compose import daemon
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.typed import convert
 

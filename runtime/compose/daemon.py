@@ -31,9 +31,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from wasmgate.runtime.app import build_app, ceilings
-from wasmgate.runtime.app_keys import DEPS, OPENING, WATCHER
-from wasmgate.runtime.app_service import load_trust
+from wasmgate.runtime.compose.app import build_app, ceilings
+from wasmgate.runtime.compose.app_keys import DEPS, OPENING, WATCHER
+from wasmgate.runtime.compose.app_service import load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
@@ -56,7 +56,8 @@ _FIELDS_AT_START = {
     "http": tuple(k for k in fields(HttpSettings) if k not in _HTTP_LIVE),  # listener
     "limits": ("workers", "batch_workers"),  # the thread pools, built once at start
 }
-"""Fields read only at start (`wasmgate.runtime.app`) of sections that otherwise apply at once."""
+"""Fields read only at start (`wasmgate.runtime.compose.app`) of sections that otherwise
+apply at once."""
 
 
 class ListenError(DaemonError):
@@ -140,9 +141,9 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
     ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
-    The HTTP listener is up before the start-up bundles are loaded (`wasmgate.runtime.opening`):
-    ``/v2/health/live`` and the status page answer at once, ``/v2/health/ready`` and
-    systemd's READY=1 wait for the loading.
+    The HTTP listener is up before the start-up bundles are loaded
+    (`wasmgate.runtime.compose.opening`): ``/v2/health/live`` and the status page answer at
+    once, ``/v2/health/ready`` and systemd's READY=1 wait for the loading.
     """
     setup_logging(settings.log.format, settings.log.level)
     cpus = _place_threads(settings.workers.cpu_affinity == "auto")
