@@ -59,6 +59,7 @@ from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.http import edge, manage, metrics, openapi, repository, status, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
+from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
     CPUS,
@@ -91,12 +92,16 @@ def build_app(
     *,
     listen_first: bool = False,
     cpus: CpuPlan | None = None,
+    forward: Forwarder | None = None,
 ) -> web.Application:
     """Build the app; nothing is started until the runner sets it up.
 
     ``listen_first`` (the daemon): the runner's setup returns before the start-up bundles
     are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.compose.opening`).
-    ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned)."""
+    ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned).
+    ``forward``: a data-plane worker's way to the supervisor (`wasmgate.runtime.http.forward`):
+    only the data plane is served here, and stage two starts no watcher, fleet member, gRPC
+    or MQTT (the supervisor's)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
     app[CPUS] = cpus = cpus or CpuPlan.current()
@@ -107,7 +112,7 @@ def build_app(
     http = settings.http
     app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
     app[TRACING] = Tracing(settings.telemetry, settings.mqtt.gateway_id or socket.gethostname())
-    edge.setup(app, guard, http.allowed_hosts, app[TRACING])
+    edge.setup(app, guard, http.allowed_hosts, app[TRACING], forward)
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)
@@ -126,8 +131,9 @@ def build_app(
     app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(service_ctx)
     # Stage two (`wasmgate.runtime.compose.app_open`): after the start-up bundles are loaded.
+    parts = stages(settings) if forward is None else []
     app[OPENING] = opening = Opening(
-        load_bundles, stages(settings), lambda a: a[SERVICE_IMPL].opened(), background=listen_first
+        load_bundles, parts, lambda a: a[SERVICE_IMPL].opened(), background=listen_first
     )
     app.cleanup_ctx.append(opening.ctx)
     return app
