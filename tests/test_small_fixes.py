@@ -15,7 +15,7 @@ import pytest
 
 from deploy.debian import DOCS, write_docs
 from deploy.debtree import WheelMeta
-from wasmgate.runtime.daemon import _listen_problem
+from wasmgate.runtime.compose.lifecycle import listen_problem as _listen_problem
 from wasmgate.runtime.ops.config import HttpSettings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """How far the start-up loading has come: for ``/v1/status`` and the status page.
 
-The daemon listens before its bundles are loaded (`wasmgate.runtime.daemon`), so an
+The daemon listens before its bundles are loaded (`wasmgate.runtime.compose.daemon`), so an
 operator who opens the status page during a long start sees the count and what is loading
 now instead of a refused connection. `StartUp` is the only writer; the event loop's
 thread is the only one (no lock needed).

@@ -91,7 +91,7 @@ def _config_fix(config: Path | None) -> str:
 
 def _check_profile(settings: Settings) -> Iterator[Finding]:
     from wasmgate.guest_adapters.examples import models_dir  # noqa: PLC0415
-    from wasmgate.runtime.app import configured_profile  # noqa: PLC0415 - the daemon's choice
+    from wasmgate.runtime.compose.app import configured_profile  # noqa: PLC0415 - the daemon's choice
 
     try:
         profile = configured_profile(settings)

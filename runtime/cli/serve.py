@@ -39,6 +39,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="Print the hardened systemd unit for this installation and exit "
         "(save it as /etc/systemd/system/wasmgate.service).",
     )
+    # A data-plane worker, started by the supervisor with its spec on stdin (not for hands).
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=_run)
 
 
@@ -70,7 +72,11 @@ def _run(args: argparse.Namespace) -> int:
     from wasmgate.runtime.http._aiohttp_private import import_lean  # noqa: PLC0415
 
     import_lean()  # first: before anything imports aiohttp (its unused CA loading skipped)
-    from wasmgate.runtime.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
+    if args.worker:
+        from wasmgate.runtime.compose.worker import read_spec, run_worker  # noqa: PLC0415
+
+        return asyncio.run(run_worker(read_spec()))
+    from wasmgate.runtime.compose.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
     from wasmgate.runtime.ops.lock import data_dir_lock  # noqa: PLC0415 - keep `--help` fast
 
     try:

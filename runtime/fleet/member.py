@@ -1,6 +1,6 @@
 """The daemon as a fleet member: one owner for the reconciler, the delivery and the report.
 
-Wiring (``runtime/app.py``)::
+Wiring (``runtime/compose/app.py``)::
 
     async with FleetMember(settings, registry, verify, pull, metrics) as fleet:
         bridge = MqttBridge(..., channels=[fleet.channel()])   # when MQTT is on

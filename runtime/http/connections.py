@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -86,6 +87,9 @@ class ConnectionGuard:
         self._by_transport: dict[Any, _Guarded] = {}
         self.refused = 0
         self.evicted = 0
+        self.closing = False
+        """Set when a data-plane worker stops accepting: each answer then closes its
+        connection, so clients reconnect to the workers still accepting."""
 
     def __len__(self) -> int:
         return len(self._open)
@@ -158,3 +162,23 @@ class GuardedSite(web.TCPSite):
         )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
+class GuardedSockSite(web.SockSite):
+    """aiohttp's site over a socket already listening (a data-plane worker's, inherited from
+    the supervisor), with `ConnectionGuard` in front of its protocol factory."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, guard: ConnectionGuard,
+                 **kw: Any) -> None:  # fmt: skip
+        super().__init__(runner, sock, **kw)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        server = self._runner.server
+        if server is None:
+            raise RuntimeError("set the runner up before starting its site")
+        self._server = await asyncio.get_running_loop().create_server(
+            self._guard.factory(server), sock=self._sock, ssl=self._ssl_context,
+            backlog=self._backlog,
+        )  # fmt: skip

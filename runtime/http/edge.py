@@ -26,6 +26,7 @@ from aiohttp import web
 
 from wasmgate.runtime.http import errors, origin, traced
 from wasmgate.runtime.http.connections import ConnectionGuard
+from wasmgate.runtime.http.forward import LOCAL_ROUTES, from_outside
 from wasmgate.runtime.ops.tracing import Tracing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -38,6 +39,9 @@ class Edge(msgspec.Struct, frozen=True):
     guard: ConnectionGuard
     check: Check
     tracing: Tracing | None
+    forward: Handler | None = None
+    """A data-plane worker's: requests from outside for routes it does not serve itself
+    (`wasmgate.runtime.http.forward`) go there."""
 
 
 EDGE = web.AppKey("edge", Edge)
@@ -48,10 +52,11 @@ def setup(
     guard: ConnectionGuard,
     allowed_hosts: Iterable[str],
     tracing: Tracing | None = None,
+    forward: Handler | None = None,
 ) -> None:
     """Set the app's edge up (before any route is added); ``tracing``: the app's tracing
-    owner (None: nothing is traced)."""
-    app[EDGE] = Edge(guard, origin.checker(allowed_hosts), tracing)
+    owner (None: nothing is traced); ``forward``: a worker's way to the control plane."""
+    app[EDGE] = Edge(guard, origin.checker(allowed_hosts), tracing, forward)
 
 
 def wrapped(edge: Edge, handler: Handler, *, traceable: bool) -> Handler:
@@ -74,10 +79,14 @@ def wrapped(edge: Edge, handler: Handler, *, traceable: bool) -> Handler:
         guard.mark(request, 1)
         try:
             if tracing is not None and tracing.wants(request.headers):
-                return await traced.around(tracing, request, answered)
-            return await answered(request)
+                response = await traced.around(tracing, request, answered)
+            else:
+                response = await answered(request)
         finally:
             guard.mark(request, -1)
+        if guard.closing:
+            response.force_close()
+        return response
 
     return at_edge
 
@@ -105,7 +114,19 @@ class Routes:
     def _wrap(self, path: str, handler: Handler) -> Handler:
         if self._edge is None:
             return handler
+        forward = self._edge.forward
+        if forward is not None and path not in LOCAL_ROUTES:
+            handler = _forwarded(handler, forward)
         return wrapped(self._edge, handler, traceable=path in traced.TRACED_ROUTES)
+
+
+def _forwarded(handler: Handler, forward: Handler) -> Handler:
+    """``handler`` on the worker's own socket, ``forward`` for a request from outside."""
+
+    async def either(request: web.Request) -> web.StreamResponse:
+        return await (forward if from_outside(request) else handler)(request)
+
+    return either
 
 
 def routes(app: web.Application) -> Routes:

@@ -38,7 +38,7 @@ _TOO_LARGE = re.compile(r"Maximum request body size (\d+) exceeded")
 def _http_exception_message(exc: web.HTTPException) -> str:
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         # Name the setting, so the one line says what to raise (the app's client_max_size
-        # is http.max_body_bytes, runtime/app.py).
+        # is http.max_body_bytes, runtime/compose/app.py).
         limit = _TOO_LARGE.search(exc.text or "")
         size = f" ({limit.group(1)} bytes)" if limit else ""
         return f"request body exceeds http.max_body_bytes{size}"

@@ -1,7 +1,7 @@
 """Typed aiohttp application keys for the objects the app owns.
 
 Routes read collaborators through these keys (``request.app[SERVICE]``); the composition
-root (`wasmgate.runtime.app`) stores them from cleanup_ctx entries before the server starts.
+root (`wasmgate.runtime.compose.app`) stores them from cleanup_ctx entries before the server starts.
 """
 
 from __future__ import annotations

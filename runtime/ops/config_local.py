@@ -252,7 +252,16 @@ class FleetSettings(Document):
 
 
 class WorkerSettings(Document):
-    """How the daemon uses the gateway's CPUs (`wasmgate.runtime.ops.cpus`)."""
+    """How the daemon uses the gateway's CPUs (`wasmgate.runtime.ops.cpus`) and processes
+    (`wasmgate.runtime.supervisor`)."""
+
+    count: Literal["auto"] | Annotated[int, Meta(ge=1, le=64)] = 1
+    """Data-plane worker processes serving HTTP. ``1``: one process does everything (the
+    default). ``N`` > 1: a supervisor (the control plane: installs, trust, fleet, MQTT,
+    gRPC, the status page and ``/metrics`` of the whole gateway) and N workers sharing the
+    HTTP port, each its own interpreter on its own CPU. ``auto``: one worker per CPU of
+    the process's affinity, fewer when the memory available would not hold them
+    (``MemAvailable`` / 256 MiB per worker; 1 on a single CPU). Restart-only."""
 
     cpu_affinity: Literal["auto", "off"] = "auto"
     """``auto``: on a process allowed on several CPUs, its Python threads share the last of

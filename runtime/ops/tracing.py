@@ -1,6 +1,6 @@
 """Traces: W3C trace context in and out of every transport, spans exported over OTLP/HTTP.
 
-`Tracing` is the owner (started and closed by ``runtime/app.py``). Each transport wraps a
+`Tracing` is the owner (started and closed by ``runtime/compose/app.py``). Each transport wraps a
 request in `Tracing.receive` with the request's carrier (HTTP headers, MQTT 5 user
 properties, gRPC metadata via `metadata_carrier`) and puts `Tracing.answer_carrier` on its
 answer; the stages below open their spans through `wasmgate.sandbox.spans`, which finds the

@@ -8,7 +8,7 @@ name. Who is allowed is the trust boundary (`Regions.allow`): the extension must
 machine; a remote caller could otherwise make the daemon open and overwrite local objects),
 and it must carry ``shared_memory.token`` when one is set.
 
-The composition root owns one `Regions` (`wasmgate.runtime.app`) and closes it at shutdown:
+The composition root owns one `Regions` (`wasmgate.runtime.compose.app`) and closes it at shutdown:
 every region is unmapped, none survives a restart.
 """
 

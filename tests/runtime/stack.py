@@ -16,13 +16,13 @@ from typing import Any
 
 from tests.runtime.bundlekit import BundleKit
 from wasmgate.device_profiles import DeviceProfile, load_profile
-from wasmgate.runtime.app import ceilings
 from wasmgate.runtime.backends.watchdog import Watchdog
 from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.cloud.policy import CloudClient
+from wasmgate.runtime.compose.app import ceilings
 from wasmgate.runtime.ops.config import LimitSettings, Settings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.serving.inline import InlinePolicy

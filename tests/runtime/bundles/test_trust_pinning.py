@@ -7,7 +7,7 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from wasmgate.runtime.app_service import open_store
+from wasmgate.runtime.compose.app_service import open_store
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config import PathSettings, Settings
 from wasmgate.signing import TrustDoc, encode_public, key_id_of, sign_trust

@@ -254,11 +254,11 @@ def test_grpc_is_off_and_never_imported_by_default(tmp_path: Path) -> None:
     finally:
         daemon.stop()
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import wasmgate.runtime.daemon"],
+        [sys.executable, "-X", "importtime", "-c", "import wasmgate.runtime.compose.daemon"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in done.stderr.splitlines()]
-    assert "wasmgate.runtime.app" in imported
+    assert "wasmgate.runtime.compose.app" in imported
     assert not [
         m for m in imported if m == "grpc" or m.startswith(("grpc.", "wasmgate.runtime.grpc"))
     ]

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from tests.runtime.bundlekit import BundleKit
 from tests.runtime.test_manage import make_settings
-from wasmgate.runtime.app import build_app
+from wasmgate.runtime.compose.app import build_app
 from wasmgate.runtime.ops.config import Settings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from wasmgate.runtime.app import build_app
+from wasmgate.runtime.compose.app import build_app
 from wasmgate.runtime.http.openapi import document
 from wasmgate.runtime.ops.config import Settings
 

@@ -226,7 +226,7 @@ def test_serve_with_bad_config_exits_2(tmp_path: Path) -> None:
 def test_spare_instances_reach_the_sandbox_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """``limits.spare_instances`` is the engine's ceiling (0 turns spares off); out of range
     is refused like any other field."""
-    from wasmgate.runtime.app import ceilings  # noqa: PLC0415 - the daemon's composition root
+    from wasmgate.runtime.compose.app import ceilings  # noqa: PLC0415 - the daemon's composition root
 
     monkeypatch.setenv("WASMGATE_LIMITS__SPARE_INSTANCES", "0")
     assert ceilings(load_settings(None)).spare_instances == 0

@@ -165,7 +165,7 @@ def test_grpc_metadata_becomes_a_carrier() -> None:
 _PROBE = """
 import asyncio, json, sys, urllib.request
 from aiohttp import web
-from wasmgate.runtime.app import build_app
+from wasmgate.runtime.compose.app import build_app
 from wasmgate.runtime.ops.config import settings_from
 
 async def main() -> None:

@@ -1,21 +1,5 @@
-"""The daemon's lifecycle: build the app, serve, reload on SIGHUP, drain on SIGTERM, stop.
-
-The HTTP listener comes up first, then the start-up bundles load (the status page shows
-how far; ``/v2/health/ready`` is 503 until done). systemd (``Type=notify``): ``READY=1``
-once the start-up bundles are loaded and every listener is up;
-``WATCHDOG=1`` from the event loop while serving; ``RELOADING=1`` … ``READY=1``
-around a reload; ``STOPPING=1`` when the drain starts.
-
-SIGHUP re-reads the config file: the log level, management token, limits (but the
-thread counts ``limits.workers`` and ``limits.batch_workers``) and
-``[variables.<bundle>]`` apply at once;
-the trust store is re-read (bundles it no longer accepts are unloaded) and the bundle
-directory rescanned, retrying the files refused before. The trust file is also watched: a
-change on disk (``wasmgate trust add``) applies within a second or two without SIGHUP.
-Settings that need a restart (listen address, paths, MQTT, cloud, profile, the two thread
-counts) are logged and keep their running value. An invalid file changes nothing.
-SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then exit 0.
-"""
+"""What every way of running the daemon shares: signals, the wait for stage two, the
+serving loop, SIGHUP's reload and where threads run (`daemon`, `worker`, `supervised`)."""
 
 from __future__ import annotations
 
@@ -26,22 +10,18 @@ import shutil
 import signal
 import socket
 import ssl
-import time
-from pathlib import Path
+from collections.abc import Callable
 
 from aiohttp import web
 
-from wasmgate.runtime.app import build_app, ceilings
-from wasmgate.runtime.app_keys import DEPS, OPENING, WATCHER
-from wasmgate.runtime.app_service import load_trust
+from wasmgate.runtime.compose.app import ceilings
+from wasmgate.runtime.compose.app_keys import DEPS, OPENING, WATCHER
+from wasmgate.runtime.compose.app_service import load_trust
 from wasmgate.runtime.errors import ConfigError, DaemonError
-from wasmgate.runtime.http.connections import GuardedSite
-from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
+from wasmgate.runtime.http.keys import FLEET, LIVE, REGISTRY, SERVICE
 from wasmgate.runtime.http.variables import VARIABLES
-from wasmgate.runtime.ops import startgc
-from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
+from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, Settings, load_settings
 from wasmgate.runtime.ops.cpus import CpuPlan
-from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.service import InferenceService
@@ -56,14 +36,15 @@ _FIELDS_AT_START = {
     "http": tuple(k for k in fields(HttpSettings) if k not in _HTTP_LIVE),  # listener
     "limits": ("workers", "batch_workers"),  # the thread pools, built once at start
 }
-"""Fields read only at start (`wasmgate.runtime.app`) of sections that otherwise apply at once."""
+"""Fields read only at start (`wasmgate.runtime.compose.app`) of sections that otherwise
+apply at once."""
 
 
 class ListenError(DaemonError):
     """The HTTP listener cannot bind its address (in use, not permitted, not local)."""
 
 
-def _listen_problem(http: HttpSettings, err: OSError) -> ListenError:
+def listen_problem(http: HttpSettings, err: OSError) -> ListenError:
     where = f"{http.host}:{http.port}"
     if err.errno == errno.EADDRINUSE:
         # ss is iproute2's, which a minimal Debian lacks: say where it comes from then.
@@ -94,10 +75,40 @@ def check_listen(http: HttpSettings) -> None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.bind(addr)
     except OSError as e:
-        raise _listen_problem(http, e) from e
+        raise listen_problem(http, e) from e
 
 
-def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+def bind_public(settings: Settings, count: int) -> list[socket.socket]:
+    """``count`` sockets on the gateway's HTTP address, bound with ``SO_REUSEPORT`` and
+    listening, one per worker: the kernel spreads connections over them by a hash of the
+    peer's address and port. One socket shared by all workers was measured to give nearly
+    every connection to whichever worker woke first (a wrk run at 16 connections: 537 vs
+    50 CPU ticks). The supervisor keeps them open, so the connections hashed to a worker
+    that is restarting wait in its socket's backlog for the new one instead of being
+    refused. The first address ``http.host`` resolves to; port 0 is chosen once."""
+    http = settings.http
+    sockets: list[socket.socket] = []
+    try:
+        family, kind, proto, _name, addr = socket.getaddrinfo(
+            http.host or None, http.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        for _ in range(count):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(addr)
+            addr = sock.getsockname()  # port 0: the others take the port the first got
+            sock.listen(socket.SOMAXCONN)
+            sock.set_inheritable(True)
+    except OSError as e:
+        for sock in sockets:
+            sock.close()
+        raise listen_problem(http, e) from e
+    return sockets
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     cert, key = settings.http.tls_cert, settings.http.tls_key
     if cert is None or key is None:
         return None
@@ -106,7 +117,7 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
-def _place_threads(pin: bool) -> CpuPlan:
+def place_threads(pin: bool) -> CpuPlan:
     """Python threads on one CPU, before the app starts any (`wasmgate.runtime.ops.cpus`)."""
     cpus = CpuPlan.current()
     cpus = cpus.one_cpu() if pin else cpus
@@ -115,98 +126,25 @@ def _place_threads(pin: bool) -> CpuPlan:
         log.info(
             "python threads on CPU %s of %s (one interpreter runs on one CPU at a time; "
             "inference threads use all of them)",
-            _cpu_list(cpus.python),
-            _cpu_list(cpus.allowed),
+            cpu_list(cpus.python),
+            cpu_list(cpus.allowed),
         )
     return cpus
 
 
-def _cpu_list(cpus: frozenset[int]) -> str:
+def cpu_list(cpus: frozenset[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
-def _summary(app: web.Application) -> str:
+def summary(app: web.Application) -> str:
     service = app[SERVICE]
     infos = service.list_models()
     models = sum(1 for i in infos if i.kind == "model")
     return f"serving {len(service.adapter_names())} adapters, {models} models"
 
 
-def _tell(notifier: Notifier, status: str) -> None:
+def tell(notifier: Notifier, status: str) -> None:
     notifier.status(status)  # a lost datagram is not worth more than systemd's next one
-
-
-async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
-    """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
-
-    ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
-    The HTTP listener is up before the start-up bundles are loaded (`wasmgate.runtime.opening`):
-    ``/v2/health/live`` and the status page answer at once, ``/v2/health/ready`` and
-    systemd's READY=1 wait for the loading.
-    """
-    setup_logging(settings.log.format, settings.log.level)
-    cpus = _place_threads(settings.workers.cpu_affinity == "auto")
-    notifier = Notifier()
-    app = build_app(
-        settings, LiveSettings(settings, config_path), notifier, listen_first=True, cpus=cpus
-    )
-    # keepalive_timeout is also aiohttp's only bound on a request's headers arriving.
-    runner = web.AppRunner(
-        app,
-        shutdown_timeout=settings.drain_s,
-        access_log=None,
-        keepalive_timeout=settings.http.header_timeout_s,
-    )
-    notifier.status("starting")
-    check_listen(settings.http)
-    started = time.monotonic()
-    await _listen(runner, settings)
-    log.info(
-        "listening",
-        extra={
-            "addresses": [_host_port(a) for a in runner.addresses],
-            "startup_s": round(time.monotonic() - started, 2),
-        },
-    )
-    log.info("status page: %s (ready once the bundles are loaded)", status_url(settings, runner))
-    signals = _Signals()
-    try:
-        if await _opened(app, signals.stop):
-            log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
-            notifier.ready(_summary(app))
-            # STATUS= follows installs and removals (folder, API, fleet), not only reloads.
-            app[REGISTRY].on_change.append(lambda: _tell(notifier, _summary(app)))
-            startgc.serving()  # what the start made is out of every later collection
-            await _serve(app, notifier, signals)
-    finally:
-        notifier.stopping()
-        service = app[SERVICE]
-        if isinstance(service, InferenceService):
-            service.start_draining()
-        log.info("stopping", extra={"drain_s": settings.drain_s})
-        await runner.cleanup()
-        log.info("stopped")
-    return 0
-
-
-async def _listen(runner: web.AppRunner, settings: Settings) -> None:
-    """Set the runner up (stage one: quick) and start the HTTP listener."""
-    try:
-        await runner.setup()
-        site = GuardedSite(
-            runner,
-            settings.http.host,
-            settings.http.port,
-            runner.app[CONNECTIONS],
-            ssl_context=_ssl_context(settings),
-        )
-        try:
-            await site.start()
-        except OSError as e:
-            raise _listen_problem(settings.http, e) from e
-    except BaseException:
-        await runner.cleanup()
-        raise
 
 
 def status_url(settings: Settings, runner: web.AppRunner) -> str:
@@ -224,7 +162,7 @@ def status_url(settings: Settings, runner: web.AppRunner) -> str:
     return f"{scheme}://{host}:{port}/"
 
 
-class _Signals:
+class Signals:
     """SIGTERM/SIGINT set ``stop``, SIGHUP sets ``hup``; from the listener on, so a stop
     while the bundles load ends the start at once (what has not loaded is not waited for).
     The handlers stay for the whole drain: a second SIGTERM must not kill the drain."""
@@ -237,7 +175,7 @@ class _Signals:
         loop.add_signal_handler(signal.SIGHUP, self.hup.set)
 
 
-async def _opened(app: web.Application, stop: asyncio.Event) -> bool:
+async def opened(app: web.Application, stop: asyncio.Event) -> bool:
     """Wait for stage two; False when a stop came first. Raises what made stage two fail."""
     done = app[OPENING].done
     assert done is not None  # set by the runner's setup  # noqa: S101
@@ -253,7 +191,7 @@ async def _opened(app: web.Application, stop: asyncio.Event) -> bool:
     return False
 
 
-def _host_port(address: object) -> str:
+def host_port(address: object) -> str:
     """``127.0.0.1:8080`` / ``[::1]:8080`` for a socket address (a path for a Unix one)."""
     if isinstance(address, tuple) and len(address) >= 2:
         host, port = str(address[0]), address[1]
@@ -261,7 +199,17 @@ def _host_port(address: object) -> str:
     return str(address)
 
 
-async def _serve(app: web.Application, notifier: Notifier, signals: _Signals) -> None:
+async def serve(
+    app: web.Application,
+    notifier: Notifier,
+    signals: Signals,
+    after_reload: Callable[[], None] | None = None,
+    share: Share | None = None,
+    *,
+    worker: bool = False,
+) -> None:
+    """Serve until ``signals.stop``; SIGHUP reloads (then ``after_reload``: the supervisor
+    passes it on to its workers)."""
     stop, hup = signals.stop, signals.hup
     async with notifier.watchdog():
         while not stop.is_set():
@@ -272,11 +220,13 @@ async def _serve(app: web.Application, notifier: Notifier, signals: _Signals) ->
             if hup.is_set() and not stop.is_set():
                 hup.clear()
                 notifier.reloading()
-                await reload(app)
-                notifier.ready(_summary(app))
+                await reload(app, share, worker=worker)
+                if after_reload is not None:
+                    after_reload()
+                notifier.ready(summary(app))
 
 
-def _keep_restart_only(old: Settings, new: Settings) -> Settings:
+def keep_restart_only(old: Settings, new: Settings) -> Settings:
     """``new``, except the settings that need a restart keep their running value."""
     kept: dict[str, object] = {}
     for section in _RESTART_ONLY:
@@ -292,12 +242,22 @@ def _keep_restart_only(old: Settings, new: Settings) -> Settings:
     return replace(new, **kept)
 
 
-async def reload(app: web.Application) -> bool:
-    """Apply the config file again (see the module docstring); False when it was refused."""
+Share = Callable[[LimitSettings], LimitSettings]
+"""A worker's part of the gateway's caps (`wasmgate.runtime.supervisor.pool.shares`)."""
+
+
+async def reload(app: web.Application, share: Share | None = None, *, worker: bool = False) -> bool:
+    """Apply the config file again (`wasmgate.runtime.compose.daemon`'s docstring says what);
+    False when it was refused. ``share``: this process's part of the gateway's caps (with
+    workers). A ``worker`` applies the settings of its own (log, limits, ceilings, variables)
+    and leaves trust, the bundle folder and the fleet document to the supervisor, whose
+    changes reach it as a replacement."""
     live = app[LIVE]
     old = live.settings
     try:
-        new = _keep_restart_only(old, load_settings(live.config_path))
+        new = keep_restart_only(old, load_settings(live.config_path))
+        if share is not None:
+            new = replace(new, limits=share(new.limits))
         trust = load_trust(new)
     except (ConfigError, SigningError) as e:
         log.error("reload refused, keeping the running configuration: %s", e)  # noqa: TRY400
@@ -309,6 +269,9 @@ async def reload(app: web.Application) -> bool:
         service.update_limits(new.limits)
     app[DEPS].engine.apply_ceilings(ceilings(new))  # memory_mb, max_output_bytes, ... at once
     app[VARIABLES].reconfigure(app[REGISTRY].table, new.variables)
+    if worker:
+        log.info("reloaded")
+        return True
     try:
         app[REGISTRY].expiry = new.trust.expiry
         unloaded = await app[REGISTRY].apply_trust(trust)

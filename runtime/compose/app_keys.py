@@ -1,7 +1,7 @@
 """The composition root's own application keys (the routes' are in `wasmgate.runtime.http.keys`).
 
-Shared by the two stages of the start (`wasmgate.runtime.app`, `wasmgate.runtime.app_open`)
-and the daemon's lifecycle (`wasmgate.runtime.daemon`).
+Shared by the two stages of the start (`wasmgate.runtime.compose.app`,
+`wasmgate.runtime.compose.app_open`) and the daemon's lifecycle (`wasmgate.runtime.compose.daemon`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from aiohttp import web
 
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.watcher import DirWatcher
+from wasmgate.runtime.compose.opening import Opening
 from wasmgate.runtime.field.store import Store
-from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService

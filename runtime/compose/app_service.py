@@ -1,6 +1,6 @@
-"""The bundle side of the composition root (`wasmgate.runtime.app`): the trust store, the
+"""The bundle side of the composition root (`wasmgate.runtime.compose.app`): the trust store, the
 bundle store, the registry and the service built over them (empty: stage two fills them,
-`wasmgate.runtime.app_open`), and what changes when the trust file does."""
+`wasmgate.runtime.compose.app_open`), and what changes when the trust file does."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from wasmgate.runtime.app_keys import BUNDLE_STORE, CLOUD, DEPS, POOL, SERVICE_IMPL, STORE, WATCHER
-from wasmgate.runtime.app_open import deferrer
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import DirWatcher
+from wasmgate.runtime.compose.app_keys import (
+    BUNDLE_STORE,
+    CLOUD,
+    DEPS,
+    POOL,
+    SERVICE_IMPL,
+    STORE,
+    WATCHER,
+)
+from wasmgate.runtime.compose.app_open import deferrer
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field.events import StoredEvents
 from wasmgate.runtime.field.samples import StoredSamples

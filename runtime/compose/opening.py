@@ -1,12 +1,12 @@
 """The daemon's start in two stages: listen first, load after.
 
-Stage one is the app's ``cleanup_ctx`` chain (`wasmgate.runtime.app`): every resource that
+Stage one is the app's ``cleanup_ctx`` chain (`wasmgate.runtime.compose.app`): every resource that
 is quick to make, up to an empty registry and its service. Stage two, `Opening`, loads the
 start-up bundles (seconds to minutes: module compiles, model sessions) and then enters what
 needs them loaded, in order: the bundle watcher and expiry checks, the gRPC listener, the
 fleet member, the MQTT bridge (closed in reverse).
 
-With ``background`` (what `wasmgate.runtime.daemon.run_daemon` uses) stage two runs in a
+With ``background`` (what `wasmgate.runtime.compose.daemon.run_daemon` uses) stage two runs in a
 task of its own once the runner is set up, so the HTTP listener — health, the status page
 with the loading progress — answers while the bundles load. Until stage two is done the
 service is not ready (``/v2/health/ready`` 503, systemd gets no READY=1): `done` resolves

@@ -14,8 +14,8 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    the cloud fallback client, when ``cloud.url`` is set;
 3. the shared-memory regions clients register (`wasmgate.runtime.shm`), none at start,
    all unmapped after the service drained; bundle store + registry + `InferenceService`,
-   empty (`wasmgate.runtime.app_service`); on close the service drains, then unloads;
-4. stage two (`wasmgate.runtime.opening`; the daemon listens before it, so the status page
+   empty (`wasmgate.runtime.compose.app_service`); on close the service drains, then unloads;
+4. stage two (`wasmgate.runtime.compose.opening`; the daemon listens before it, so the status page
    shows its progress): the start-up bundles loaded, then the bundle-directory watcher and
    expiry checks, the gRPC listener when ``grpc.port`` is set (grpc is imported only then),
    the fleet member (`FleetMember`: reconcile, delivery, report), which resumes the
@@ -33,7 +33,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
-from wasmgate.runtime.app_keys import (
+from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.batching.dispatch import BatchDispatcher
+from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
+from wasmgate.runtime.bundles.kv import StateDb
+from wasmgate.runtime.bundles.loader import LoaderDeps
+from wasmgate.runtime.bundles.variables import FILE_NAME as VARIABLES_FILE
+from wasmgate.runtime.bundles.variables import Variables
+from wasmgate.runtime.compose.app_keys import (
     CLOUD,
     DEPS,
     NOTIFIER,
@@ -42,15 +49,9 @@ from wasmgate.runtime.app_keys import (
     SERVICE_IMPL,
     STORE,
 )
-from wasmgate.runtime.app_open import load_bundles, stages
-from wasmgate.runtime.app_service import service_ctx
-from wasmgate.runtime.backends.watchdog import Watchdog
-from wasmgate.runtime.batching.dispatch import BatchDispatcher
-from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
-from wasmgate.runtime.bundles.kv import StateDb
-from wasmgate.runtime.bundles.loader import LoaderDeps
-from wasmgate.runtime.bundles.variables import FILE_NAME as VARIABLES_FILE
-from wasmgate.runtime.bundles.variables import Variables
+from wasmgate.runtime.compose.app_open import load_bundles, stages
+from wasmgate.runtime.compose.app_service import service_ctx
+from wasmgate.runtime.compose.opening import Opening
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field import setup as field_setup
 from wasmgate.runtime.field.setup import build_store
@@ -58,6 +59,7 @@ from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.http import edge, manage, metrics, openapi, repository, status, v2
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
+from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.http.keys import (
     CONNECTIONS,
     CPUS,
@@ -68,7 +70,6 @@ from wasmgate.runtime.http.keys import (
 )
 from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
-from wasmgate.runtime.opening import Opening
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
@@ -91,12 +92,16 @@ def build_app(
     *,
     listen_first: bool = False,
     cpus: CpuPlan | None = None,
+    forward: Forwarder | None = None,
 ) -> web.Application:
     """Build the app; nothing is started until the runner sets it up.
 
     ``listen_first`` (the daemon): the runner's setup returns before the start-up bundles
-    are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.opening`).
-    ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned)."""
+    are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.compose.opening`).
+    ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned).
+    ``forward``: a data-plane worker's way to the supervisor (`wasmgate.runtime.http.forward`):
+    only the data plane is served here, and stage two starts no watcher, fleet member, gRPC
+    or MQTT (the supervisor's)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
     app[CPUS] = cpus = cpus or CpuPlan.current()
@@ -107,7 +112,7 @@ def build_app(
     http = settings.http
     app[CONNECTIONS] = guard = ConnectionGuard(http.max_connections, http.max_connections_per_peer)
     app[TRACING] = Tracing(settings.telemetry, settings.mqtt.gateway_id or socket.gethostname())
-    edge.setup(app, guard, http.allowed_hosts, app[TRACING])
+    edge.setup(app, guard, http.allowed_hosts, app[TRACING], forward)
     v2.setup(app)
     metrics.setup(app)
     status.setup(app)
@@ -125,9 +130,10 @@ def build_app(
         app.cleanup_ctx.append(_cloud_ctx)
     app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(service_ctx)
-    # Stage two (`wasmgate.runtime.app_open`): after the start-up bundles are loaded.
+    # Stage two (`wasmgate.runtime.compose.app_open`): after the start-up bundles are loaded.
+    parts = stages(settings) if forward is None else []
     app[OPENING] = opening = Opening(
-        load_bundles, stages(settings), lambda a: a[SERVICE_IMPL].opened(), background=listen_first
+        load_bundles, parts, lambda a: a[SERVICE_IMPL].opened(), background=listen_first
     )
     app.cleanup_ctx.append(opening.ctx)
     return app

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from wasmgate.runtime import daemon
+from wasmgate.runtime.compose import lifecycle
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.typed import convert
 
@@ -22,7 +22,7 @@ def test_pool_sizes_keep_their_running_value_and_say_so(caplog: pytest.LogCaptur
     old = _settings(workers=4, batch_workers=2, max_in_flight=64)
     new = _settings(workers=2, batch_workers=1, max_in_flight=8)
     with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
-        kept = daemon._keep_restart_only(old, new)  # noqa: SLF001 - the reload rule itself
+        kept = lifecycle.keep_restart_only(old, new)
     assert (kept.limits.workers, kept.limits.batch_workers) == (4, 2)
     assert kept.limits.max_in_flight == 8  # the other limits apply at once
     warned = [r.getMessage() for r in caplog.records]
@@ -33,7 +33,7 @@ def test_pool_sizes_keep_their_running_value_and_say_so(caplog: pytest.LogCaptur
 def test_unchanged_pool_sizes_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
     old = _settings(workers=4, max_in_flight=64)
     with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
-        kept = daemon._keep_restart_only(old, _settings(workers=4, max_in_flight=32))  # noqa: SLF001
+        kept = lifecycle.keep_restart_only(old, _settings(workers=4, max_in_flight=32))
     assert kept.limits.max_in_flight == 32
     assert not [r for r in caplog.records if "limits." in r.getMessage()]
 
@@ -44,6 +44,6 @@ def test_the_listener_waits_for_a_restart_and_the_token_applies_at_once(
     old = convert({"http": {"port": 8080, "management_token": "old"}}, Settings, strict=False)
     new = convert({"http": {"port": 9090, "management_token": "new"}}, Settings, strict=False)
     with caplog.at_level(logging.WARNING, logger="wasmgate.daemon"):
-        kept = daemon._keep_restart_only(old, new)  # noqa: SLF001
+        kept = lifecycle.keep_restart_only(old, new)
     assert (kept.http.port, kept.http.management_token) == (8080, "new")
     assert "http.port changed: takes effect after a restart" in caplog.messages

@@ -28,7 +28,7 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.stack import host_profile_name
 
 NAMES = ("alpha", "beta", "gamma")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

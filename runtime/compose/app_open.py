@@ -1,4 +1,4 @@
-"""Stage two of the daemon's start (`wasmgate.runtime.opening`): what needs the bundles.
+"""Stage two of the daemon's start (`wasmgate.runtime.compose.opening`): what needs the bundles.
 
 `load_bundles` fills the registry (the store's bundles, then the bundle directory's files);
 `stages` are entered after it, in order, and closed in reverse: the bundle-directory
@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from wasmgate.runtime.app_keys import BUNDLE_STORE, CLOUD, DEPS, NOTIFIER, STORE, WATCHER
 from wasmgate.runtime.bundles.expiry import expiry_watch
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import bundle_files
+from wasmgate.runtime.compose.app_keys import BUNDLE_STORE, CLOUD, DEPS, NOTIFIER, STORE, WATCHER
+from wasmgate.runtime.compose.opening import Stage
 from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.field.deferral import StoredDeferrals
 from wasmgate.runtime.fleet.member import FleetMember, fleet_verifier, registry_pull
@@ -35,7 +36,6 @@ from wasmgate.runtime.http.keys import (
 )
 from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
-from wasmgate.runtime.opening import Stage
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.memory import trim_heap
 from wasmgate.sandbox import SandboxEngine

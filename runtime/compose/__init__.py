@@ -1,0 +1,1 @@
+"""The daemon's assembly: the composition root (`app`), its stages and the lifecycle (`daemon`)."""

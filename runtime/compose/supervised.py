@@ -1,0 +1,118 @@
+"""The supervisor's life (``[workers] count`` > 1; `wasmgate.runtime.supervisor`).
+
+The supervisor binds the gateway's HTTP port but never accepts on it: its workers do, on
+the socket they inherit. It runs the single daemon's app on a private Unix socket (in a
+0700 directory of its own) for what the workers forward, with everything that must have
+one owner: installs and the state files, trust, the bundle folder's watcher, the fleet
+member, gRPC and MQTT, systemd's notify and watchdog. READY=1 once its bundles are loaded
+and every worker serves. A change of what serves (an install, a removal, a promotion, a
+trust change) replaces the workers one at a time; SIGHUP reloads the supervisor, then each
+worker; SIGTERM stops the workers (each finishes what it has), then the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from wasmgate.runtime.compose.app import build_app
+from wasmgate.runtime.compose.lifecycle import (
+    Signals,
+    bind_public,
+    opened,
+    serve,
+    summary,
+    tell,
+)
+from wasmgate.runtime.http.keys import REGISTRY, SERVICE
+from wasmgate.runtime.ops import startgc
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.cpus import CpuPlan
+from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.supervisor.gateway import install
+from wasmgate.runtime.supervisor.plan import WorkerPlan
+from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
+from wasmgate.typed import replace
+
+__all__ = ["run_supervised"]
+
+log = logging.getLogger("wasmgate.supervisor")
+
+
+async def run_supervised(
+    settings: Settings, config_path: Path | None, plan: WorkerPlan, cpus: CpuPlan
+) -> int:
+    parts = plan.count + 1
+    own = replace(settings, limits=share_limits(settings.limits, 0, parts))
+    notifier = Notifier()
+    run_dir = Path(tempfile.mkdtemp(prefix="wasmgate-"))  # 0700: the sockets' only door
+    listeners = bind_public(settings, plan.count)
+    pool = WorkerPool(plan, settings, config_path, listeners, run_dir)
+    app = build_app(own, LiveSettings(own, config_path), notifier, listen_first=True, cpus=cpus)
+    install(app, pool)
+    runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
+    notifier.status("starting")
+    started = time.monotonic()
+    try:
+        await runner.setup()
+        await web.UnixSite(runner, pool.control).start()
+        address = listeners[0].getsockname()
+        log.info("listening", extra={"address": f"{address[0]}:{address[1]}", "workers": plan.count,
+                                     "why": plan.why})  # fmt: skip
+        signals = Signals()
+        if await opened(app, signals.stop):
+            await pool.start()
+            log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
+            notifier.ready(f"{summary(app)}, {plan.count} workers")
+            app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
+            async with _rolling(app, pool):
+                startgc.serving()
+                await serve(app, notifier, signals, after_reload=pool.hup,
+                            share=lambda lim: share_limits(lim, 0, parts))  # fmt: skip
+    finally:
+        notifier.stopping()
+        log.info("stopping", extra={"drain_s": settings.drain_s})
+        await pool.stop(settings.drain_s)
+        service = app[SERVICE]
+        if isinstance(service, InferenceService):
+            service.start_draining()
+        await runner.cleanup()
+        for sock in listeners:
+            sock.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        log.info("stopped")
+    return 0
+
+
+class _rolling:  # noqa: N801 - used as ``async with``
+    """Replace the workers after every change of what serves (a burst of changes: once)."""
+
+    def __init__(self, app: web.Application, pool: WorkerPool) -> None:
+        self._app, self._pool = app, pool
+        self._wanted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> None:
+        self._app[REGISTRY].on_change.append(self._wanted.set)
+        self._task = asyncio.create_task(self._run(), name="worker-roll")
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wanted.wait()
+            await asyncio.sleep(0.2)  # an install is several changes in a row
+            self._wanted.clear()
+            log.info("what serves changed: replacing the workers one at a time")
+            await self._pool.roll()

@@ -1,0 +1,110 @@
+"""A data-plane worker's life (``[workers] count`` > 1; `wasmgate.runtime.supervisor`).
+
+Started by the supervisor as ``wasmgate serve --worker`` with its `WorkerSpec` on stdin.
+It builds the same app as the single daemon, minus what the supervisor owns (the bundle
+folder's watcher, the fleet member, gRPC, MQTT: `build_app`'s ``forward``), listens on its
+private Unix socket at once (the supervisor's probes), loads the bundles from the store the
+supervisor wrote, and only then accepts on the gateway's port (the inherited socket), so a
+worker that is still loading never takes a connection. Its Python threads run on the CPU
+the plan gives it; ONNX Runtime's pools on every allowed CPU.
+
+SIGTERM (a stop, or a replacement): it stops accepting, answers what its open connections
+still send with ``Connection: close`` until they are gone (at most ``drain_s``), then drains
+and exits. SIGHUP re-reads the config file's live settings, with its share of the caps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from wasmgate.runtime.compose.app import build_app
+from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_context
+from wasmgate.runtime.http.connections import GuardedSockSite
+from wasmgate.runtime.http.forward import Forwarder
+from wasmgate.runtime.http.keys import CONNECTIONS, SERVICE
+from wasmgate.runtime.ops import startgc
+from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.ops.cpus import CpuPlan
+from wasmgate.runtime.ops.live import LiveSettings
+from wasmgate.runtime.ops.logs import setup_logging
+from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.supervisor.children import WorkerSpec, decode_spec
+from wasmgate.runtime.supervisor.pool import share_limits
+
+__all__ = ["read_spec", "run_worker"]
+
+log = logging.getLogger("wasmgate.worker")
+
+
+def read_spec() -> WorkerSpec:
+    """The spec the supervisor wrote on this process's stdin."""
+    return decode_spec(sys.stdin.buffer.read())
+
+
+async def run_worker(spec: WorkerSpec) -> int:
+    settings = spec.settings
+    setup_logging(settings.log.format, settings.log.level)
+    cpus = _place(spec, pin=settings.workers.cpu_affinity == "auto")
+    config = None if spec.config_path is None else Path(spec.config_path)
+    live = LiveSettings(settings, config)
+
+    def share(limits: LimitSettings) -> LimitSettings:
+        return share_limits(limits, spec.part, spec.parts)
+
+    async with Forwarder(spec.control, settings.drain_s + 60) as forward:
+        app = build_app(settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward)
+        runner = web.AppRunner(
+            app, shutdown_timeout=settings.drain_s, access_log=None,
+            keepalive_timeout=settings.http.header_timeout_s,
+        )  # fmt: skip
+        await runner.setup()
+        signals = Signals()
+        try:
+            await web.UnixSite(runner, spec.private).start()
+            if await opened(app, signals.stop):
+                public = GuardedSockSite(
+                    runner, socket.socket(fileno=spec.listen_fd), app[CONNECTIONS],
+                    ssl_context=ssl_context(settings),
+                )  # fmt: skip
+                await public.start()
+                log.info("worker %d serving", spec.index, extra={"cpu": spec.cpu})
+                startgc.serving()
+                await serve(app, Notifier({}), signals, share=share, worker=True)
+                await _stop_accepting(app, public, settings.drain_s)
+        finally:
+            service = app[SERVICE]
+            if isinstance(service, InferenceService):
+                service.start_draining()
+            await runner.cleanup()
+    return 0
+
+
+def _place(spec: WorkerSpec, *, pin: bool) -> CpuPlan:
+    """The gateway's CPUs for native pools, this worker's one for its Python threads (the
+    supervisor's pinned affinity is what the process inherited: widened first)."""
+    allowed = frozenset(spec.allowed)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, allowed)
+    cpus = CpuPlan(allowed, frozenset({spec.cpu}) if pin and len(allowed) > 1 else allowed)
+    cpus.apply()
+    return cpus
+
+
+async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: float) -> None:
+    """Stop taking connections; let the open ones go (each answer closes its connection)."""
+    guard = app[CONNECTIONS]
+    guard.closing = True
+    await public.stop()
+    deadline = time.monotonic() + drain_s
+    # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
+    while len(guard) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)

@@ -1,0 +1,172 @@
+"""The worker processes: started, watched, restarted, replaced and stopped by the supervisor.
+
+A worker is ``python -m wasmgate serve --worker`` with its `WorkerSpec` on stdin and the
+gateway's listening socket inherited as a file descriptor (`Worker.spawn`). The supervisor
+talks to it over its private Unix socket (`Worker.private`, a 0700 directory of the
+supervisor's): readiness (``/v2/health/ready``) before it counts as serving, liveness
+(``/v2/health/live``) every second as the watchdog — a worker whose event loop does not
+answer for `HUNG_S` is killed — and the management calls every worker must apply.
+
+A worker that exits unexpectedly is started again at once; one that dies within
+`QUICK_EXIT_S` of its start again and again backs off (0.5 s doubling to 30 s) and shows
+as ``crashing`` in the status document until a start lasts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.typed import convert, plain
+
+__all__ = ["HUNG_S", "QUICK_EXIT_S", "Worker", "WorkerSpec", "decode_spec", "unix_session"]
+
+log = logging.getLogger("wasmgate.supervisor")
+
+HUNG_S = 5.0
+"""A worker whose event loop has not answered its liveness probe for this long is killed."""
+QUICK_EXIT_S = 10.0
+"""An exit this soon after the start counts towards the crash back-off."""
+_PROBE_S = 1.0
+_BACKOFF_MAX_S = 30.0
+
+
+class WorkerSpec(msgspec.Struct, frozen=True):
+    """What a worker is told at start (on its stdin, so no secret lands in its environment)."""
+
+    index: int
+    settings: Settings
+    config_path: str | None
+    control: str
+    """The supervisor's Unix socket: what the worker does not serve itself goes there."""
+    private: str
+    """The worker's own Unix socket (the supervisor's probes and fan-out)."""
+    listen_fd: int
+    allowed: list[int]
+    """The CPUs the gateway may use (the supervisor's own threads are pinned to one)."""
+    cpu: int
+    part: int
+    """This worker's share of the gateway's caps: part ``part`` of ``parts``."""
+    parts: int
+
+
+def decode_spec(data: bytes) -> WorkerSpec:
+    """The spec from what `Worker.spawn` wrote (paths and durations as the config has them)."""
+    return convert(msgspec.json.decode(data), WorkerSpec, strict=False, whole="worker spec")
+
+
+def unix_session(path: str, timeout_s: float) -> aiohttp.ClientSession:
+    """A client over one Unix socket (the host in its URLs is only a name)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.UnixConnector(path=path),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    )
+
+
+@dataclass
+class Worker:
+    """One worker slot: its current process and its history."""
+
+    index: int
+    private: str
+    pid: int | None = None
+    state: str = "starting"
+    started_at: float = 0.0
+    restarts: int = 0
+    quick_exits: int = 0
+    last_exit: str = ""
+    proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+    async def spawn(self, spec: WorkerSpec, listener: int) -> None:
+        """Start the process (``listener``: the fd it inherits, as ``spec.listen_fd``)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_SUPERVISOR_ONLY)}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "wasmgate", "serve", "--worker",
+            stdin=asyncio.subprocess.PIPE, pass_fds=(listener,), env=env,
+        )  # fmt: skip
+        assert self.proc.stdin is not None  # noqa: S101 - asked for above
+        self.proc.stdin.write(msgspec.json.encode(plain(spec)))
+        self.proc.stdin.close()
+        self.pid, self.state, self.started_at = self.proc.pid, "starting", time.monotonic()
+        log.info("worker %d started", self.index, extra={"pid": self.pid})
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Wait until the worker answers ready on its private socket (or exits, or times out)."""
+        deadline = time.monotonic() + timeout_s
+        async with unix_session(self.private, 2.0) as http:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.returncode is not None:
+                    return False
+                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                    async with http.get("http://localhost/v2/health/ready") as answer:
+                        if answer.status == 200:
+                            self.state = "serving"
+                            return True
+                await asyncio.sleep(0.05)
+        return False
+
+    async def watch(self) -> None:
+        """The watchdog: kill the worker when its loop stops answering for `HUNG_S`."""
+        last_ok = time.monotonic()
+        async with unix_session(self.private, _PROBE_S * 2) as http:
+            while self.proc is not None and self.proc.returncode is None:
+                await asyncio.sleep(_PROBE_S)
+                try:
+                    async with http.get("http://localhost/v2/health/live") as answer:
+                        if answer.status == 200:
+                            last_ok = time.monotonic()
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    pass
+                if time.monotonic() - last_ok > HUNG_S and self.state == "serving":
+                    log.error("worker %d hung: no answer for %.0f s, killed", self.index, HUNG_S)
+                    self.last_exit = f"killed by the watchdog: no answer for {HUNG_S:.0f} s"
+                    self.signal(signal.SIGKILL)
+                    return
+
+    def exited(self, code: int) -> float:
+        """Record an exit; returns the back-off before the next start."""
+        lived = time.monotonic() - self.started_at
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if not self.last_exit.startswith("killed by the watchdog"):
+            self.last_exit = how
+        self.restarts += 1
+        self.quick_exits = self.quick_exits + 1 if lived < QUICK_EXIT_S else 0
+        self.state = "crashing" if self.quick_exits > 1 else "restarting"
+        self.pid = None
+        if self.quick_exits <= 1:
+            return 0.0
+        return float(min(_BACKOFF_MAX_S, 0.5 * 2.0 ** (self.quick_exits - 2)))
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "pid": self.pid,
+            "state": self.state,
+            "uptime_s": round(time.monotonic() - self.started_at, 1) if self.pid else 0,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+        }
+
+
+_SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
+"""systemd's variables are the supervisor's: a worker must not notify or claim its sockets."""
+
+
+def private_socket(run_dir: Path, index: int, generation: int) -> str:
+    return str(run_dir / f"w{index}-{generation}.sock")

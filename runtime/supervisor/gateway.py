@@ -1,0 +1,86 @@
+"""What the supervisor adds to its app so it answers for the whole gateway.
+
+The supervisor's app is the single daemon's, on a private Unix socket the workers forward
+to. Two steps wrap its handlers (aiohttp middlewares: they see every forwarded request):
+a management call that changes what a worker holds in memory (`FAN_OUT`) is applied here,
+then on every worker (`WorkerPool.fan_out`); ``GET /metrics`` adds the workers' counts to
+the supervisor's (`merge_expositions`); ``GET /v1/status`` adds their traffic and failures
+(`merge_status`) and gains ``components.workers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from wasmgate.runtime.http import status
+from wasmgate.runtime.supervisor.children import unix_session
+from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
+from wasmgate.runtime.supervisor.pool import Call, WorkerPool
+from wasmgate.runtime.supervisor.status_merge import merge_status
+
+__all__ = ["FAN_OUT", "install"]
+
+FAN_OUT = re.compile(
+    r"^/v2/repository/models/[^/]+/(load|unload)$"
+    r"|^/v2/(system|cuda)sharedmemory/(region/[^/]+/)?(register|unregister)$"
+    r"|^/v1/bundles/[^/]+/variables$"
+)
+"""Calls that change a worker's memory, not the store: each worker must apply them too."""
+_KEPT_HEADERS = ("Authorization", "Content-Type", "Host")
+
+
+def install(app: web.Application, pool: WorkerPool) -> None:
+    """Wrap ``app`` (before its runner is set up) to answer for ``pool``'s gateway."""
+
+    @web.middleware
+    async def fan_out(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method not in ("POST", "PUT", "DELETE") or not FAN_OUT.match(request.path):
+            return await handler(request)
+        body = await request.read()  # kept by aiohttp: the handler reads it again
+        answer = await handler(request)
+        if answer.status < 300:
+            headers = {k: request.headers[k] for k in _KEPT_HEADERS if k in request.headers}
+            await pool.fan_out(Call(request.method, request.path_qs, body, headers))
+        return answer
+
+    @web.middleware
+    async def gateway_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+        answer = await handler(request)
+        if request.path != "/metrics" or answer.status != 200:
+            return answer
+        assert isinstance(answer, web.Response)  # noqa: S101 - the metrics route's
+        own = answer.body if isinstance(answer.body, bytes) else b""
+        texts = await asyncio.gather(*(_scrape(w.private, "/metrics") for w in pool.workers))
+        merged = merge_expositions(own.decode(), [t for t in texts if t])
+        return web.Response(body=merged, headers={"Content-Type": answer.headers["Content-Type"]})
+
+    @web.middleware
+    async def gateway_status(request: web.Request, handler: Handler) -> web.StreamResponse:
+        answer = await handler(request)
+        if request.path != "/v1/status" or answer.status != 200:
+            return answer
+        assert isinstance(answer, web.Response)  # noqa: S101 - the status route's
+        own = json.loads(answer.body if isinstance(answer.body, bytes) else b"{}")
+        texts = await asyncio.gather(*(_scrape(w.private, "/v1/status") for w in pool.workers))
+        merged = merge_status(own, [json.loads(t) for t in texts if t])
+        return web.json_response(merged, headers={"Cache-Control": "no-store"})
+
+    app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
+    status.add_provider(app, "workers", pool.describe)
+
+
+async def _scrape(private: str, path: str) -> str:
+    try:
+        async with (
+            unix_session(private, 5.0) as http,
+            http.get(f"http://localhost{path}") as answer,
+        ):
+            return await answer.text() if answer.status == 200 else ""
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return ""  # a worker restarting: its counts return with it (they start at 0)

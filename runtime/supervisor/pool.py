@@ -1,0 +1,236 @@
+"""The supervisor's workers as one pool: start them, keep them running, replace them all
+when what they serve changes, pass signals and management calls on, stop them.
+
+What they serve changes through the supervisor only (an install, a removal, a promotion, a
+trust change): the registry's change hook asks for a `roll`, which replaces the workers one
+at a time — a new worker loads the bundles from the store and starts accepting, then the
+old one stops accepting, finishes what it has and exits — so at every moment some worker
+serves and none serves a mix. Calls that change a worker's memory but not the store (the
+repository API's load/unload, shared-memory regions, bundle variables) are applied by the
+supervisor, then sent to every worker (`fan_out`) and replayed to each new one in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from wasmgate.runtime.ops.config import LimitSettings, Settings
+from wasmgate.runtime.ops.tasks import background
+from wasmgate.runtime.supervisor.children import (
+    Worker,
+    WorkerSpec,
+    private_socket,
+    unix_session,
+)
+from wasmgate.runtime.supervisor.plan import WorkerPlan
+from wasmgate.typed import replace
+
+__all__ = ["Call", "WorkerPool", "share_limits", "shares"]
+
+log = logging.getLogger("wasmgate.supervisor")
+
+_READY_S = 300.0
+"""How long a new worker may take to load the bundles before the start (or a roll) gives up."""
+_REPLAY_MAX = 1000
+
+
+@dataclass(frozen=True)
+class Call:
+    """A management call every worker must apply, as the supervisor received it."""
+
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def shares(total: int, parts: int, index: int) -> int:
+    """``index``'s share of a gateway-wide cap split over ``parts`` (the shares add up to
+    ``total`` when it is at least ``parts``; each at least 1)."""
+    return max(1, total // parts + (1 if index < total % parts else 0))
+
+
+def share_limits(limits: LimitSettings, part: int, parts: int) -> LimitSettings:
+    """Part ``part`` of the gateway's admission caps (in flight, queued)."""
+    queue = shares(limits.queue_size, parts, part) if limits.queue_size else 0
+    return replace(
+        limits, max_in_flight=shares(limits.max_in_flight, parts, part), queue_size=queue
+    )
+
+
+class WorkerPool:
+    """N workers, worker ``i`` accepting on listening socket ``i`` (which it inherits)."""
+
+    def __init__(
+        self,
+        plan: WorkerPlan,
+        settings: Settings,
+        config_path: Path | None,
+        listeners: list[socket.socket],
+        run_dir: Path,
+    ) -> None:
+        self._plan, self._settings, self._config = plan, settings, config_path
+        self._listeners, self._run_dir = listeners, run_dir
+        self.control = str(run_dir / "control.sock")
+        self.workers = [Worker(i, private_socket(run_dir, i, 0)) for i in range(plan.count)]
+        self._generation = 0
+        self._replay: list[Call] = []
+        self._rolling = asyncio.Lock()
+        self._stopping = False
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.on_state: list[Callable[[], None]] = []
+
+    def spec(self, index: int, private: str) -> WorkerSpec:
+        """A worker's settings: the supervisor's, with its share of the gateway's caps (the
+        supervisor, serving MQTT and gRPC, takes a share too)."""
+        parts = self._plan.count + 1
+        return WorkerSpec(
+            index=index,
+            settings=replace(
+                self._settings, limits=share_limits(self._settings.limits, index + 1, parts)
+            ),
+            config_path=str(self._config) if self._config is not None else None,
+            control=self.control,
+            private=private,
+            listen_fd=self._listeners[index].fileno(),
+            allowed=sorted(self._plan.cpus.allowed),
+            cpu=min(self._plan.cpu_of(index)),
+            part=index + 1,
+            parts=parts,
+        )
+
+    async def start(self) -> None:
+        """Start every worker and wait until each serves (or gives up: the log says why)."""
+        for worker in self.workers:
+            await self._launch(worker)
+        results = await asyncio.gather(*(w.ready(_READY_S) for w in self.workers))
+        for worker, ok in zip(self.workers, results, strict=True):
+            if ok:
+                await self._replay_to(worker)
+                self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
+            else:
+                log.error("worker %d did not become ready", worker.index)
+                self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
+
+    async def _launch(self, worker: Worker) -> None:
+        spec = self.spec(worker.index, worker.private)
+        await worker.spawn(spec, spec.listen_fd)
+
+    async def _keep(self, worker: Worker) -> None:
+        """Restart ``worker`` whenever its process ends, until the pool stops."""
+        while not self._stopping:
+            proc = worker.proc
+            assert proc is not None  # noqa: S101 - launched before kept
+            async with background(worker.watch(), f"watchdog-{worker.index}"):
+                code = await proc.wait()
+            if self.stopping() or worker.proc is not proc:
+                return  # stopped, or replaced by a roll (which keeps the new one)
+            pause = worker.exited(code)
+            log.error(
+                "worker %d ended (%s): %s",
+                worker.index, worker.last_exit,
+                f"restarting in {pause:.1f} s" if pause else "restarting",
+            )  # fmt: skip
+            self._changed()
+            await asyncio.sleep(pause)
+            if self.stopping():
+                return
+            await self._launch(worker)
+            if await worker.ready(_READY_S):
+                await self._replay_to(worker)
+            self._changed()
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def _changed(self) -> None:
+        for hook in self.on_state:
+            hook()
+
+    async def roll(self) -> None:
+        """Replace every worker, one at a time (see the module docstring)."""
+        async with self._rolling:
+            self._generation += 1
+            for worker in self.workers:
+                if self._stopping:
+                    return
+                await self._replace(worker)
+
+    async def _replace(self, worker: Worker) -> None:
+        old = worker.proc
+        fresh = Worker(worker.index, private_socket(self._run_dir, worker.index, self._generation))
+        await self._launch(fresh)
+        if not await fresh.ready(_READY_S):
+            log.error("worker %d: its replacement did not become ready; kept", worker.index)
+            fresh.signal(signal.SIGKILL)
+            return
+        await self._replay_to(fresh)
+        worker.proc, worker.private, worker.pid = fresh.proc, fresh.private, fresh.pid
+        worker.started_at, worker.state = fresh.started_at, "serving"
+        self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
+        if old is not None:
+            with contextlib.suppress(ProcessLookupError):
+                old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
+            await asyncio.shield(old.wait())
+
+    def hup(self) -> None:
+        for worker in self.workers:
+            worker.signal(signal.SIGHUP)
+
+    async def stop(self, drain_s: float) -> None:
+        """SIGTERM every worker; SIGKILL those still running after ``drain_s`` + 5 s."""
+        self._stopping = True
+        for worker in self.workers:
+            worker.signal(signal.SIGTERM)
+        procs = [w.proc for w in self.workers if w.proc is not None]
+        waits = [asyncio.ensure_future(p.wait()) for p in procs]
+        if waits:
+            _done, late = await asyncio.wait(waits, timeout=drain_s + 5)
+            for worker in self.workers:
+                if worker.proc is not None and worker.proc.returncode is None and late:
+                    worker.signal(signal.SIGKILL)
+            await asyncio.gather(*waits, return_exceptions=True)
+        for task in self._tasks.values():
+            task.cancel()
+
+    async def fan_out(self, call: Call) -> None:
+        """Apply ``call`` on every serving worker, and on every later one."""
+        self._replay.append(call)
+        del self._replay[:-_REPLAY_MAX]
+        await asyncio.gather(*(self._send(w.private, call) for w in self.workers))
+
+    async def _replay_to(self, worker: Worker) -> None:
+        for call in list(self._replay):
+            await self._send(worker.private, call)
+
+    async def _send(self, private: str, call: Call) -> None:
+        try:
+            async with (
+                unix_session(private, 10.0) as http,
+                http.request(
+                    call.method,
+                    f"http://localhost{call.path}",
+                    data=call.body,
+                    headers=call.headers,
+                ) as answer,
+            ):
+                if answer.status >= 300:
+                    log.warning("worker refused %s %s: %s", call.method, call.path, answer.status)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            log.warning("worker unreachable for %s %s: %s", call.method, call.path, e)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "count": self._plan.count,
+            "why": self._plan.why,
+            "workers": [w.describe() for w in self.workers],
+        }
