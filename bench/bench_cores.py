@@ -47,6 +47,7 @@ from bench.cores_report import (
     MQTT_ONE,
     ONE_CPU,
     TWO_DAEMONS,
+    WORKERS,
     Cell,
     Key,
 )
@@ -77,11 +78,15 @@ def pin(pid: int, cpus: str) -> None:
                    capture_output=True)  # fmt: skip
 
 
-def measured(pid: int, run: Callable[[], tuple[int, float, float, float, float]]) -> Cell:
-    """``run()`` -> (requests, seconds, p50, p99, overtaken p99), with the daemon's cost."""
-    cpu0, sw0 = cpu_seconds(pid), switches(pid)
+def measured(
+    pid: int | Sequence[int], run: Callable[[], tuple[int, float, float, float, float]]
+) -> Cell:
+    """``run()`` -> (requests, seconds, p50, p99, overtaken p99), with the daemon's cost
+    (summed over its processes: a supervisor and its workers)."""
+    pids = [pid] if isinstance(pid, int) else list(pid)
+    cpu0, sw0 = sum(map(cpu_seconds, pids)), sum(map(switches, pids))
     n, seconds, p50, p99, overtaken = run()
-    cpu, sw = cpu_seconds(pid) - cpu0, switches(pid) - sw0
+    cpu, sw = sum(map(cpu_seconds, pids)) - cpu0, sum(map(switches, pids)) - sw0
     return Cell(n / seconds, p50, p99, cpu / n * 1e6, sw / n, overtaken)
 
 
@@ -97,7 +102,9 @@ def _target(daemon: Daemon, path: str) -> tuple[str, bytes]:
     return f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
 
 
-def http_cell(daemon: Daemon, pid: int, path: str, conns: int, seconds: float) -> Cell:
+def http_cell(
+    daemon: Daemon, pid: int | Sequence[int], path: str, conns: int, seconds: float
+) -> Cell:
     url, body = _target(daemon, path)
 
     def run() -> tuple[int, float, float, float, float]:
@@ -122,10 +129,22 @@ def http_rounds(root: Path, broker: Broker, seconds: float, rounds: int) -> dict
                         warm(daemon, path, conns)
                         cell = http_cell(daemon, pid, path, conns, seconds)
                     cells.setdefault((path, cpus, conns), []).append(cell)
+        for path in ("adapter", "model"):
+            with fresh_daemon(root, broker, BOTH_CPUS, workers=2) as (daemon, pid):
+                warm(daemon, path, 16)
+                pids = [pid, *_worker_pids(daemon)]
+                cells.setdefault((path, WORKERS, 16), []).append(
+                    http_cell(daemon, pids, path, 16, seconds)
+                )
         cells.setdefault(("adapter", TWO_DAEMONS, 16), []).append(
             two_daemons(root, broker, 16, seconds)
         )
     return cells
+
+
+def _worker_pids(daemon: Daemon) -> list[int]:
+    workers = daemon.get_json("/v1/status")["components"]["workers"]["workers"]
+    return [int(w["pid"]) for w in workers if w["pid"] is not None]
 
 
 def warm(daemon: Daemon, path: str, conns: int) -> None:
@@ -245,13 +264,15 @@ def start_demo(
     gateway: str,
     env: dict[str, str] | None = None,
     prefix: tuple[str, ...] = (),
+    *,
+    workers: int = 1,
 ) -> Daemon:
     """``wasmgate serve --demo`` on a free port, its MQTT bridge on broker ``port`` as
     ``gateway`` (``env``: e.g. a PYTHONPATH with another version of the package; ``prefix``:
     what it runs under, e.g. ``taskset -c 1``)."""
     mqtt = {"host": "127.0.0.1", "port": port, "gateway_id": gateway}
     root.mkdir(parents=True, exist_ok=True)
-    config = {"mqtt": mqtt, "log": {"level": "WARNING"}}
+    config = {"mqtt": mqtt, "log": {"level": "WARNING"}, "workers": {"count": workers}}
     daemon = Daemon(root, config, ("--demo",), env, prefix)
     daemon.start(timeout=180)
     return daemon
@@ -259,12 +280,12 @@ def start_demo(
 
 @contextmanager
 def fresh_daemon(
-    root: Path, broker: Broker, cpus: str, name: str = "daemon"
+    root: Path, broker: Broker, cpus: str, name: str = "daemon", workers: int = 1
 ) -> Iterator[tuple[Daemon, int]]:
     """A new ``serve --demo`` process started on ``cpus`` (its data dir, hence its caches,
     kept between cells: the process is new, the compiled modules are not), stopped after."""
     daemon = start_demo(root / name, broker.port, GATEWAY if name == "daemon" else name,
-                        prefix=("taskset", "-c", cpus))  # fmt: skip
+                        prefix=("taskset", "-c", cpus), workers=workers)  # fmt: skip
     try:
         yield daemon, daemon.proc.pid if daemon.proc is not None else 0
     finally:

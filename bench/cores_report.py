@@ -8,6 +8,8 @@ from bench.common import Figure
 
 LOAD_CPU, ONE_CPU, BOTH_CPUS = "0", "1", "0,1"
 TWO_DAEMONS = "two daemons"
+WORKERS = "0,1 2 workers"
+"""HTTP cells of one daemon on both CPUs with ``[workers] count = 2``."""
 MQTT_ONE = "mqtt 1cpu"
 """MQTT cells of a daemon started on CPU 1 only (``mqtt``: on both CPUs)."""
 CONNECTIONS = (1, 16)
@@ -51,6 +53,12 @@ def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
                "CPU 1 only", a1.p99 * 1e3),
         f("HTTP adapter c16 req/s, 2 daemon processes, 1 CPU each (worker-process ceiling)",
           m["adapter", TWO_DAEMONS, 16], a1, "one daemon, CPU 1 only"),
+        f("HTTP adapter c16 req/s, 2 CPUs, 2 workers (goal ratio >= 1.6)",
+          m["adapter", WORKERS, 16], a1, "CPU 1 only"),
+        f("HTTP V2 JSON c16 req/s, 2 CPUs, 2 workers (goal ratio >= 1.5)",
+          m["model", WORKERS, 16], v1, "CPU 1 only"),
+        Figure("cores", "HTTP adapter c16 p99, 2 CPUs, 2 workers (goal ratio <= 1.0)",
+               m["adapter", WORKERS, 16].p99 * 1e3, "ms", "CPU 1 only", a1.p99 * 1e3),
         # Issue 42's, kept: the adapter against the model path and against itself.
         f("HTTP adapter c16 req/s (goal >= 0.5)", a2, v2, "V2 JSON model c16"),
         f("HTTP adapter c16 req/s (goal >= 1.0)", a2, m["adapter", BOTH_CPUS, 1], "adapter c1"),
@@ -71,6 +79,8 @@ def _peer(key: Key) -> tuple[Key, str]:
     if where == "mqtt":
         other = "adapter" if path == "echo" else "echo"
         return (other, "mqtt", n), f"{other} mqtt x{n}"
+    if where == WORKERS:
+        return (path, ONE_CPU, n), f"{path} cpu {ONE_CPU} x{n}"
     cpus = BOTH_CPUS if where == ONE_CPU else ONE_CPU
     return (path, cpus, n), f"{path} cpu {cpus} x{n}"
 
@@ -86,7 +96,7 @@ def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
         p = m.get(peer_key)
         if p is None:
             continue
-        named = where in ("mqtt", MQTT_ONE, TWO_DAEMONS)
+        named = where in ("mqtt", MQTT_ONE, TWO_DAEMONS, WORKERS)
         label = f"{path} {where if named else 'cpu ' + where} x{n}"
         out += [
             Figure(label, "req/s", c.rps, "/s", peer, p.rps, lower_is_better=False),
@@ -113,6 +123,11 @@ def tables(m: dict[Key, Cell]) -> str:
             lines.append(f"| {label} | {names[path]} | {c1.rps:,.0f}, {c1.p50 * 1e6:,.0f} µs "
                          f"| {c16.rps:,.0f}, {c16.p50 * 1e3:.1f} ms "
                          f"| {c16.cpu_us:.0f} / {c16.switches:.1f} |")  # fmt: skip
+    for path in ("adapter", "model"):
+        c16 = m[path, WORKERS, 16]
+        lines.append(f"| both CPUs, 2 workers | {names[path]} | - "
+                     f"| {c16.rps:,.0f}, {c16.p50 * 1e3:.1f} ms "
+                     f"| {c16.cpu_us:.0f} / {c16.switches:.1f} |")  # fmt: skip
     two = m["adapter", TWO_DAEMONS, 16]
     lines.append(f"| two daemons, one per CPU | HTTP raw adapter, sandboxed | - "
                  f"| {two.rps:,.0f}, {two.p50 * 1e3:.1f} ms "
