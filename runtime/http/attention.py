@@ -12,7 +12,8 @@ the status page's header and a monitoring script read the same list:
 - ``mqtt``: the broker link is down (or was never up), with the broker and the last error;
 - ``bundles``: bundle files refused (their names);
 - ``fleet``: the last fleet document failed to apply, or was refused;
-- ``cloud``: the cloud fallback's breaker is open.
+- ``cloud``: the cloud fallback's breaker is open;
+- ``workers``: a data-plane worker keeps crashing (it waits longer before each start).
 """
 
 from __future__ import annotations
@@ -54,7 +55,25 @@ def _cloud(section: Mapping[str, Any]) -> str | None:
     return f"cloud fallback breaker {state}" if state not in (None, "closed") else None
 
 
-_CHECKS = {"mqtt": _mqtt, "bundles": _bundles, "fleet": _fleet, "cloud": _cloud}
+def _workers(section: Mapping[str, Any]) -> str | None:
+    crashing = [w for w in section.get("workers") or [] if w.get("state") == "crashing"]
+    if not crashing:
+        return None
+    worst = max(crashing, key=lambda w: int(w.get("restarts") or 0))
+    which = ", ".join(str(w.get("index")) for w in crashing)
+    return (
+        f"worker {which} crashing: restarted {worst.get('restarts')} times, "
+        f"last exit {worst.get('last_exit') or '?'}"
+    )
+
+
+_CHECKS = {
+    "mqtt": _mqtt,
+    "bundles": _bundles,
+    "fleet": _fleet,
+    "cloud": _cloud,
+    "workers": _workers,
+}
 
 
 def attention(components: Mapping[str, Any]) -> list[dict[str, str]]:

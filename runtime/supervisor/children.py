@@ -154,10 +154,13 @@ class Worker:
                 self.proc.send_signal(sig)
 
     def describe(self) -> dict[str, object]:
+        state = self.state
+        if self.quick_exits > 1 and time.monotonic() - self.started_at < QUICK_EXIT_S:
+            state = "crashing"  # until a start lasts: a loop must not look healthy between
         return {
             "index": self.index,
             "pid": self.pid,
-            "state": self.state,
+            "state": state,
             "uptime_s": round(time.monotonic() - self.started_at, 1) if self.pid else 0,
             "restarts": self.restarts,
             "last_exit": self.last_exit,

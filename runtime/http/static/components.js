@@ -207,7 +207,25 @@
     return c;
   }
 
-  const KNOWN = { mqtt, store, trust, variables, samples, cloud };
+  // Data-plane worker processes ([workers] count > 1): one row each, the bad ones marked.
+  const WORKER_STATE = { serving: "ok", starting: "warn", restarting: "warn", crashing: "bad" };
+
+  function workers(doc) {
+    const list = doc.workers || [];
+    const down = list.filter((w) => w.state !== "serving").length;
+    const c = card("Workers", badge(down ? `${down} of ${list.length} not serving` : `${list.length} serving`,
+      down ? "warn" : "ok"));
+    c.append(facts([["why", doc.why]]));
+    c.append(table(["worker", "state", "pid", "up", "restarts", "last exit"],
+      list.map((w) => [num(String(w.index)), badge(w.state, WORKER_STATE[w.state] || "warn"),
+        el("span", w.pid === null ? "–" : String(w.pid), "ident"),
+        num(w.pid === null ? "–" : duration(w.uptime_s)),
+        num(count(w.restarts)), el("span", w.last_exit || "–", "text")]),
+      new Set([0, 3, 4])));
+    return c;
+  }
+
+  const KNOWN = { mqtt, store, trust, variables, samples, cloud, workers };
 
   window.wgComponents = {
     render(name, doc, now) {

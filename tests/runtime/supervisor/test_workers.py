@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
+from tests.runtime.http.cdp import probe
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[3]
@@ -229,3 +230,47 @@ def _ppid(proc: Path) -> int:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+@pytest.mark.parametrize("width", [1280, 390])  # a laptop and a phone
+def test_the_page_shows_the_workers(gateway: Daemon, tmp_path: Path, width: int) -> None:
+    until_serving(gateway, 2)
+    shot = tmp_path / f"workers-{width}.png"
+    found = probe(tmp_path, f"{gateway.url}/", width, shot)
+    assert not found["hscroll"], "the page scrolls sideways"
+    assert found["rawNumbers"] == [], "an unformatted number (a pid as a count?)"
+    assert found["words"] == [], "raw JSON values on the page"
+    texts = [b["text"] for b in found["badges"]]
+    assert "2 serving" in texts
+    assert texts.count("serving") == 2
+
+
+def test_a_crash_loop_backs_off_and_needs_attention(gateway: Daemon) -> None:
+    """A worker killed again and again right after each start waits longer before the next
+    and is named in ``attention`` (the page's header) until a start lasts."""
+    pid = until_serving(gateway, 2)[1]["pid"]
+    for _ in range(4):
+        os.kill(int(str(pid)), signal.SIGKILL)
+        pid = _next_pid(gateway, pid)
+    status = gateway.get_json("/v1/status")
+    worker = status["components"]["workers"]["workers"][1]
+    assert worker["state"] == "crashing", worker
+    messages = [a["message"] for a in status["attention"] if a["what"] == "workers"]
+    assert messages, status["attention"]
+    assert messages[0].startswith("worker 1 crashing: restarted")
+    assert "signal 9" in messages[0]
+    # The others serve meanwhile; it comes back after its pause (0.5 s doubling: ≤ 2 s here).
+    assert all(call(gateway, "/v1/adapters/digits", SAMPLE) == 200 for _ in range(10))
+    assert _next_pid(gateway, None) == pid  # back, and the same process
+    until_serving(gateway, 2, timeout=30)  # a start that lasts ends the crash loop
+
+
+def _next_pid(gateway: Daemon, pid: object, timeout: float = 30.0) -> object:
+    """Worker 1's pid once it is another than ``pid`` (None: once it has one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = gateway.get_json("/v1/status")["components"]["workers"]["workers"][1]["pid"]
+        if now not in (None, pid):
+            return now
+        time.sleep(0.05)
+    raise TimeoutError(f"worker 1 not restarted after {pid}")
