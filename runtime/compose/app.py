@@ -56,7 +56,16 @@ from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.field import setup as field_setup
 from wasmgate.runtime.field.setup import build_store
 from wasmgate.runtime.field.store import StoreError
-from wasmgate.runtime.http import edge, manage, metrics, openapi, repository, status, v2
+from wasmgate.runtime.http import (
+    edge,
+    manage,
+    metrics,
+    openapi,
+    outcomes,
+    repository,
+    status,
+    v2,
+)
 from wasmgate.runtime.http import variables as variable_routes
 from wasmgate.runtime.http.connections import ConnectionGuard
 from wasmgate.runtime.http.forward import Forwarder
@@ -120,6 +129,8 @@ def build_app(
     repository.setup(app)
     variable_routes.setup(app)
     openapi.setup(app)
+    if forward is not None:
+        outcomes.setup(app)  # the supervisor's gates read it (a worker's socket only)
     edge.finish(app)  # the catch-all, after every route
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)

@@ -36,8 +36,10 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.supervisor.gateway import install
+from wasmgate.runtime.supervisor.outcomes import Outcomes
 from wasmgate.runtime.supervisor.plan import WorkerPlan
 from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
 from wasmgate.typed import replace
@@ -73,7 +75,8 @@ async def run_supervised(
             log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
             notifier.ready(f"{summary(app)}, {plan.count} workers")
             app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
-            async with _rolling(app, pool):
+            outcomes = Outcomes(app[REGISTRY].table, pool)
+            async with _rolling(app, pool), background(outcomes.run(), "worker-outcomes"):
                 startgc.serving()
                 await serve(app, notifier, signals, after_reload=pool.hup,
                             share=lambda lim: share_limits(lim, 0, parts))  # fmt: skip

@@ -37,6 +37,7 @@ LOCAL_ROUTES = frozenset(
         "/v2/models/{model}/versions/{version}",
         "/v2/models/{model}/versions/{version}/ready",
         "/v2/models/{model}/versions/{version}/config",
+        "/v1/outcomes",
     }
 )
 """What a worker answers itself, from its own copy of what the gateway serves."""
