@@ -84,7 +84,7 @@ async def run_supervised(
         notifier.stopping()
         log.info("stopping", extra={"drain_s": settings.drain_s})
         await pool.stop(settings.drain_s)
-        service = app[SERVICE]
+        service = app.get(SERVICE)  # absent when the start failed before the service
         if isinstance(service, InferenceService):
             service.start_draining()
         await runner.cleanup()

@@ -16,8 +16,10 @@ and exits. SIGHUP re-reads the config file's live settings, with its share of th
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -46,8 +48,25 @@ log = logging.getLogger("wasmgate.worker")
 
 
 def read_spec() -> WorkerSpec:
-    """The spec the supervisor wrote on this process's stdin."""
+    """The spec the supervisor wrote on this process's stdin; from here on this process
+    dies with the supervisor (`_die_with_parent`)."""
+    _die_with_parent()
     return decode_spec(sys.stdin.buffer.read())
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this worker when the supervisor ends, however it ends (a SIGKILL included):
+    an orphaned worker would go on accepting on the gateway's port beside the next
+    supervisor's workers, with what it loaded from a store it no longer follows."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        log.warning("cannot ask to die with the supervisor: errno %d", ctypes.get_errno())
+    if os.getppid() != parent:  # the supervisor ended before the request took effect
+        os._exit(1)
 
 
 async def run_worker(spec: WorkerSpec) -> int:

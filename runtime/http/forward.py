@@ -12,6 +12,8 @@ locally: that is how the supervisor applies a management call on every worker.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
@@ -19,7 +21,7 @@ from aiohttp import web
 from wasmgate._compat import Self
 from wasmgate.runtime.errors import NotReady
 
-__all__ = ["LOCAL_ROUTES", "Forwarder"]
+__all__ = ["LOCAL_ROUTES", "PEER_HEADER", "Forwarder", "from_outside", "peer_address"]
 
 log = logging.getLogger("wasmgate.forward")
 
@@ -46,8 +48,20 @@ _HOP = frozenset(
     {
         "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer",
         "proxy-authorization", "proxy-authenticate", "content-length", "content-encoding",
+        "x-wasmgate-peer",
     }
 )  # fmt: skip
+FAN_OUT = re.compile(
+    r"^/v2/repository/models/[^/]+/(load|unload)$"
+    r"|^/v2/(system|cuda)sharedmemory/(region/[^/]+/)?(register|unregister)$"
+    r"|^/v1/bundles/[^/]+/variables$"
+)
+"""Calls that change a worker's memory, not the store: once the supervisor applied one, it
+sends it to every worker (``POST`` `FAN_OUT_PATH` on its socket, with the body as sent)."""
+FAN_OUT_PATH = "/v1/fan-out"
+REPLAY_HEADERS = ("Authorization", "Content-Type", "Host")
+PEER_HEADER = "X-Wasmgate-Peer"
+"""The client's address, set by the worker that forwarded a request (never the client's)."""
 
 
 class Forwarder:
@@ -70,25 +84,69 @@ class Forwarder:
         if self._http is not None:
             await self._http.close()
 
+    async def _fan_out(self, request: web.Request, headers: dict[str, str], body: bytes) -> None:
+        """Ask the supervisor to apply the call it just answered on every worker (this one
+        included) before the client hears back, so its next request finds it anywhere."""
+        assert self._http is not None  # noqa: S101 - checked by the caller
+        replay = {k: headers[k] for k in (*REPLAY_HEADERS, PEER_HEADER) if k in headers}
+        replay |= {"X-Wasmgate-Method": request.method, "X-Wasmgate-Path": request.path_qs}
+        async with self._http.post(
+            f"http://gateway{FAN_OUT_PATH}", headers=replay, data=body
+        ) as answer:
+            if answer.status >= 300:
+                log.warning(
+                    "fan-out of %s %s refused: %s", request.method, request.path, answer.status
+                )
+
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if self._http is None:
             raise NotReady("the worker is stopping")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        peer = request.remote or ""
-        headers["X-Forwarded-For"] = peer
-        body = request.content.iter_chunked(1 << 16) if request.body_exists else None
-        if request.content_length is not None:
-            headers["Content-Length"] = str(request.content_length)
+        headers[PEER_HEADER] = peer_address(request) or ""
+        body = await _body(request)
         try:
             async with self._http.request(
                 request.method, f"http://gateway{request.path_qs}", headers=headers, data=body
             ) as answer:
                 data = await answer.read()
                 out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
-                return web.Response(status=answer.status, body=data, headers=out)
+                status = answer.status
+            if status < 300 and isinstance(body, bytes | None) and _fans_out(request):
+                await self._fan_out(request, headers, body or b"")
+            return web.Response(status=status, body=data, headers=out)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             log.warning("control plane unreachable: %s", e)
             raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
+
+
+_READ_WHOLE = 1 << 20
+
+
+async def _body(request: web.Request) -> bytes | AsyncIterator[bytes] | None:
+    """Small bodies whole (most calls); a large one (a bundle upload) streamed as it comes."""
+    if not request.body_exists:
+        return None
+    size = request.content_length
+    if size is not None and size <= _READ_WHOLE:
+        return await request.content.readexactly(size) if size else b""
+    return request.content.iter_chunked(1 << 16)
+
+
+def peer_address(request: web.Request) -> str | None:
+    """The client's IP address: the socket's on the gateway's port; on a private Unix socket
+    (a 0700 directory only the supervisor and its workers reach) the address the worker
+    that took the connection wrote in `PEER_HEADER`."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    if transport is not None and isinstance(transport.get_extra_info("sockname"), str):
+        return request.headers.get(PEER_HEADER) or None
+    return None
+
+
+def _fans_out(request: web.Request) -> bool:
+    return request.method in ("POST", "PUT", "DELETE") and bool(FAN_OUT.match(request.path))
 
 
 def from_outside(request: web.Request) -> bool:

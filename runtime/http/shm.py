@@ -9,7 +9,8 @@
 
 Every call, and every inference naming a region, is checked by `Regions.allow`: the
 extension on, a loopback peer, the token when one is set (docs/shared-memory.md). The
-peer is the socket's, never a forwarded header.
+peer is the socket's, never a client's header (with workers, the one the worker that took
+the connection wrote: `wasmgate.runtime.http.forward.peer_address`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.http import edge
+from wasmgate.runtime.http.forward import peer_address
 from wasmgate.runtime.shm.attach import Attachment
 from wasmgate.runtime.shm.cuda import refuse_register
 from wasmgate.runtime.shm.registry import Regions
@@ -32,9 +34,7 @@ MAX_REGISTER_BYTES = 4096
 
 
 def _peer(request: web.Request) -> str | None:
-    transport = request.transport
-    peer = transport.get_extra_info("peername") if transport is not None else None
-    return str(peer[0]) if isinstance(peer, tuple) and peer else None
+    return peer_address(request)
 
 
 def attachment(request: web.Request) -> Attachment:

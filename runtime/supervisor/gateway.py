@@ -2,37 +2,31 @@
 
 The supervisor's app is the single daemon's, on a private Unix socket the workers forward
 to. Two steps wrap its handlers (aiohttp middlewares: they see every forwarded request):
-a management call that changes what a worker holds in memory (`FAN_OUT`) is applied here,
-then on every worker (`WorkerPool.fan_out`); ``GET /metrics`` adds the workers' counts to
-the supervisor's (`merge_expositions`); ``GET /v1/status`` adds their traffic and failures
-(`merge_status`) and gains ``components.workers``.
+a management call that changes what a worker holds in memory
+(`wasmgate.runtime.http.forward.FAN_OUT`), once applied here, comes back from the worker
+that forwarded it as ``POST /v1/fan-out`` and goes to every worker (`WorkerPool.fan_out`);
+``GET /metrics`` adds the workers' counts to the supervisor's (`merge_expositions`);
+``GET /v1/status`` adds their traffic and failures (`merge_status`) and gains
+``components.workers``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from wasmgate.runtime.http import status
+from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, REPLAY_HEADERS
 from wasmgate.runtime.supervisor.children import unix_session
 from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
-__all__ = ["FAN_OUT", "install"]
-
-FAN_OUT = re.compile(
-    r"^/v2/repository/models/[^/]+/(load|unload)$"
-    r"|^/v2/(system|cuda)sharedmemory/(region/[^/]+/)?(register|unregister)$"
-    r"|^/v1/bundles/[^/]+/variables$"
-)
-"""Calls that change a worker's memory, not the store: each worker must apply them too."""
-_KEPT_HEADERS = ("Authorization", "Content-Type", "Host")
+__all__ = ["install"]
 
 
 def install(app: web.Application, pool: WorkerPool) -> None:
@@ -40,14 +34,23 @@ def install(app: web.Application, pool: WorkerPool) -> None:
 
     @web.middleware
     async def fan_out(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method not in ("POST", "PUT", "DELETE") or not FAN_OUT.match(request.path):
+        if request.path != FAN_OUT_PATH:
             return await handler(request)
-        body = await request.read()  # kept by aiohttp: the handler reads it again
-        answer = await handler(request)
-        if answer.status < 300:
-            headers = {k: request.headers[k] for k in _KEPT_HEADERS if k in request.headers}
-            await pool.fan_out(Call(request.method, request.path_qs, body, headers))
-        return answer
+        method, path = (
+            request.headers.get("X-Wasmgate-Method"),
+            request.headers.get("X-Wasmgate-Path"),
+        )
+        if (
+            request.method != "POST"
+            or method is None
+            or path is None
+            or not FAN_OUT.match(path.partition("?")[0])
+        ):
+            raise web.HTTPBadRequest(text="not a call every worker applies")
+        keep = (*REPLAY_HEADERS, PEER_HEADER)
+        headers = {k: request.headers[k] for k in keep if k in request.headers}
+        await pool.fan_out(Call(method, path, await request.read(), headers))
+        return web.Response(status=204)
 
     @web.middleware
     async def gateway_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:

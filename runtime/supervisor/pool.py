@@ -23,7 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
-from wasmgate.runtime.ops.config import LimitSettings, Settings
+from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, Settings
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.supervisor.children import (
     Worker,
@@ -96,7 +96,9 @@ class WorkerPool:
         return WorkerSpec(
             index=index,
             settings=replace(
-                self._settings, limits=share_limits(self._settings.limits, index + 1, parts)
+                self._settings,
+                limits=share_limits(self._settings.limits, index + 1, parts),
+                http=self._connections(index),
             ),
             config_path=str(self._config) if self._config is not None else None,
             control=self.control,
@@ -106,6 +108,17 @@ class WorkerPool:
             cpu=min(self._plan.cpu_of(index)),
             part=index + 1,
             parts=parts,
+        )
+
+    def _connections(self, index: int) -> HttpSettings:
+        """The worker's part of the gateway's connection caps (only workers take HTTP
+        connections); a peer's connections spread over the workers by port, so a peer may
+        meet its share on one worker before its total."""
+        http, count = self._settings.http, self._plan.count
+        return replace(
+            http,
+            max_connections=shares(http.max_connections, count, index),
+            max_connections_per_peer=shares(http.max_connections_per_peer, count, index),
         )
 
     async def start(self) -> None:

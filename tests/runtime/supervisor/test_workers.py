@@ -274,3 +274,31 @@ def _next_pid(gateway: Daemon, pid: object, timeout: float = 30.0) -> object:
             return now
         time.sleep(0.05)
     raise TimeoutError(f"worker 1 not restarted after {pid}")
+
+
+def test_workers_die_with_a_killed_supervisor_and_the_next_start_serves(tmp_path: Path) -> None:
+    """A SIGKILLed supervisor takes its workers with it (none is left accepting on the port
+    beside the next start's), and a restart on the same port and data serves at once."""
+    daemon = Daemon(tmp_path, {"workers": {"count": 2}}, ("--demo",))
+    daemon.start(timeout=240)
+    pids = [int(str(w["pid"])) for w in until_serving(daemon, 2)]
+    daemon.kill()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), "a worker outlived its supervisor"
+    daemon.start(timeout=240)
+    try:
+        again = until_serving(daemon, 2)
+        assert not {w["pid"] for w in again} & set(pids)
+        assert {call(daemon, "/v1/adapters/digits", SAMPLE) for _ in range(20)} == {200}
+    finally:
+        daemon.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
