@@ -47,6 +47,7 @@ from wasmgate.runtime.compose.app_keys import (
     OPENING,
     POOL,
     SERVICE_IMPL,
+    SLOTS,
     STORE,
 )
 from wasmgate.runtime.compose.app_open import load_bundles, stages
@@ -87,6 +88,7 @@ from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.scheduler import FairPool
+from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.shm.registry import Regions
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
@@ -102,6 +104,7 @@ def build_app(
     listen_first: bool = False,
     cpus: CpuPlan | None = None,
     forward: Forwarder | None = None,
+    slots: GatewaySlots | None = None,
 ) -> web.Application:
     """Build the app; nothing is started until the runner sets it up.
 
@@ -110,9 +113,12 @@ def build_app(
     ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned).
     ``forward``: a data-plane worker's way to the supervisor (`wasmgate.runtime.http.forward`):
     only the data plane is served here, and stage two starts no watcher, fleet member, gRPC
-    or MQTT (the supervisor's)."""
+    or MQTT (the supervisor's). ``slots``: the gateway's running slots, shared by the
+    supervisor and its workers."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
+    if slots is not None:
+        app[SLOTS] = slots
     app[CPUS] = cpus = cpus or CpuPlan.current()
     status.add_provider(app, "cpus", cpus.describe)
     app[LIVE] = live or LiveSettings(settings)

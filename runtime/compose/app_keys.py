@@ -17,6 +17,7 @@ from wasmgate.runtime.field.store import Store
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.signing.store import BundleStore
 
 if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url
@@ -30,6 +31,7 @@ __all__ = [
     "OPENING",
     "POOL",
     "SERVICE_IMPL",
+    "SLOTS",
     "STORE",
     "WATCHER",
 ]
@@ -44,3 +46,5 @@ BUNDLE_STORE = web.AppKey("bundle_store", BundleStore)
 SERVICE_IMPL = web.AppKey("inference_service", InferenceService)
 """The service as built here (``SERVICE`` holds it as the protocol the routes use)."""
 OPENING = web.AppKey("opening", Opening)
+SLOTS = web.AppKey("gateway_slots", GatewaySlots)
+"""The gateway's running slots, with workers (`wasmgate.runtime.serving.slots`)."""

@@ -18,6 +18,7 @@ from wasmgate.runtime.compose.app_keys import (
     DEPS,
     POOL,
     SERVICE_IMPL,
+    SLOTS,
     STORE,
     WATCHER,
 )
@@ -98,7 +99,7 @@ async def service_ctx(app: web.Application) -> AsyncIterator[None]:
     status.add_provider(app, "samples", samples.status)
     service = InferenceService(
         registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m,
-        events=events, deferrer=deferrer(app), samples=samples,
+        events=events, deferrer=deferrer(app), samples=samples, slots=app.get(SLOTS),
     )  # fmt: skip
     service.opening()  # not ready before stage two is done, loaded or not
     bundle_dir = settings.paths.resolved("bundle_dir")

@@ -38,6 +38,7 @@ from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.supervisor.gateway import install
 from wasmgate.runtime.supervisor.outcomes import Outcomes
 from wasmgate.runtime.supervisor.plan import WorkerPlan
@@ -57,8 +58,11 @@ async def run_supervised(
     notifier = Notifier()
     run_dir = Path(tempfile.mkdtemp(prefix="wasmgate-"))  # 0700: the sockets' only door
     listeners = bind_public(settings, plan.count)
-    pool = WorkerPool(plan, settings, config_path, listeners, run_dir)
-    app = build_app(own, LiveSettings(own, config_path), notifier, listen_first=True, cpus=cpus)
+    slots = GatewaySlots(run_dir / "slots", 0)
+    pool = WorkerPool(plan, settings, config_path, listeners, run_dir, slots=slots)
+    app = build_app(
+        own, LiveSettings(own, config_path), notifier, listen_first=True, cpus=cpus, slots=slots
+    )
     install(app, pool)
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
     notifier.status("starting")
@@ -90,6 +94,7 @@ async def run_supervised(
         await runner.cleanup()
         for sock in listeners:
             sock.close()
+        slots.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         log.info("stopped")
     return 0

@@ -39,6 +39,7 @@ from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.service import InferenceService
+from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.supervisor.children import WorkerSpec, decode_spec
 from wasmgate.runtime.supervisor.pool import share_limits
 
@@ -79,8 +80,12 @@ async def run_worker(spec: WorkerSpec) -> int:
     def share(limits: LimitSettings) -> LimitSettings:
         return share_limits(limits, spec.part, spec.parts)
 
+    slots = GatewaySlots(Path(spec.slots), spec.slot_column)
     async with Forwarder(spec.control, settings.drain_s + 60) as forward:
-        app = build_app(settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward)
+        app = build_app(
+            settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward,
+            slots=slots,
+        )  # fmt: skip
         runner = web.AppRunner(
             app, shutdown_timeout=settings.drain_s, access_log=None,
             keepalive_timeout=settings.http.header_timeout_s,
@@ -104,6 +109,7 @@ async def run_worker(spec: WorkerSpec) -> int:
             if isinstance(service, InferenceService):
                 service.start_draining()
             await runner.cleanup()
+    slots.close()
     return 0
 
 

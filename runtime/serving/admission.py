@@ -19,6 +19,9 @@ from typing import Any
 
 from wasmgate._compat import timeout
 from wasmgate.runtime.errors import Busy, DeadlineExceeded
+from wasmgate.runtime.serving.slots import GatewaySlots
+
+_POLL_S = 0.005
 
 
 @dataclass
@@ -38,9 +41,14 @@ class Gate:
         max_in_flight: int,
         queue_size: int,
         on_change: Callable[[str, GateStats], None] | None = None,
+        slots: GatewaySlots | None = None,
     ) -> None:
+        """``slots``: the gateway's slot table when several processes serve (workers):
+        ``max_in_flight`` then counts the running requests of every process."""
         self.name = name
         self._on_change = on_change
+        self._slots = slots
+        self._polling = False
         self._max = max_in_flight
         self._queue_size = queue_size
         self._running = 0
@@ -58,7 +66,7 @@ class Gate:
     async def enter(self, deadline: float | None) -> float:
         """Take a running slot, queueing for one (`Busy` if the queue is full); the seconds
         spent queued (0 without waiting). Pair with `leave`."""
-        if self._running < self._max and not self._waiters:
+        if self._running < self._max and not self._waiters and self._take():
             self._running += 1
             self._changed()
             return 0.0
@@ -70,6 +78,7 @@ class Gate:
     def leave(self) -> None:
         """Give back the slot `enter` took."""
         self._running -= 1
+        self._give()
         self._wake()
         self._changed()
 
@@ -91,11 +100,14 @@ class Gate:
             _ = work.cancelled() or work.exception()
             return
         self._running += 1
+        if self._slots is not None:
+            self._slots.force(self.name)
         self._changed()
 
         def release(done: asyncio.Future[Any]) -> None:
             _ = done.cancelled() or done.exception()
             self._running -= 1
+            self._give()
             self._wake()
             self._changed()
 
@@ -110,6 +122,8 @@ class Gate:
             raise Busy(f"{self.name}: busy ({self._running} running, {len(self._waiters)} queued)")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
+        if self._slots is not None:
+            self._wake()  # free here, taken elsewhere: start looking for a freed slot
         self._changed()
         wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
@@ -118,6 +132,7 @@ class Gate:
         except BaseException as e:
             if fut.done():  # woken in the same instant: give the slot we were handed back
                 self._running -= 1
+                self._give()
                 self._wake()
             else:
                 fut.cancel()
@@ -127,6 +142,22 @@ class Gate:
             raise
 
     def _wake(self) -> None:
-        while self._waiters and self._running < self._max:
+        while self._waiters and self._running < self._max and self._take():
             self._waiters.pop(0).set_result(None)
             self._running += 1  # the slot belongs to the woken waiter from now on
+        if self._waiters and self._slots is not None and not self._polling:
+            # A slot freed by another process wakes no one here: look again shortly.
+            self._polling = True
+            asyncio.get_running_loop().call_later(_POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        self._polling = False
+        self._wake()
+        self._changed()
+
+    def _take(self) -> bool:
+        return self._slots is None or self._slots.take(self.name, self._max)
+
+    def _give(self) -> None:
+        if self._slots is not None:
+            self._slots.give(self.name)

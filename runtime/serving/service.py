@@ -44,6 +44,7 @@ from wasmgate.runtime.serving.inline import (
     InlinePolicy,
 )
 from wasmgate.runtime.serving.scheduler import FairPool
+from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.serving.tenants import Tenants
 from wasmgate.sandbox.errors import GuestTrap
 from wasmgate.sandbox.models import InputMismatch, validate
@@ -67,9 +68,11 @@ class InferenceService:
         deferrer: Deferrer | None = None,
         samples: SampleKeeper | None = None,
         inline_adapters: InlinePolicy | None = None,
+        slots: GatewaySlots | None = None,
     ) -> None:
         """``inline_adapters`` decides which adapter runs stay on the event loop (default:
-        `InlinePolicy` with ``ADAPTER_CAP_S``; ``InlinePolicy(cap_s=0)``: none)."""
+        `InlinePolicy` with ``ADAPTER_CAP_S``; ``InlinePolicy(cap_s=0)``: none).
+        ``slots``: the gateway's running slots when several processes serve (workers)."""
         self._table = table
         self._events = events
         self._samples = samples
@@ -79,7 +82,7 @@ class InferenceService:
         self._model_calls = metrics.model_calls.add if metrics is not None else None
         observe = metrics.observe_fallback if metrics else None
         self._fallback = FallbackRunner(cloud, observe, deferrer)
-        self._tenants = Tenants(pool, limits)
+        self._tenants = Tenants(pool, limits, slots)
         if metrics is not None:
             metrics.watch_gates(self._tenants.gate_figures)
         self._inline = InlinePolicy()

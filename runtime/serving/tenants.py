@@ -16,6 +16,7 @@ from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.served.loaded import AdmissionLimits
 from wasmgate.runtime.serving.admission import Gate
 from wasmgate.runtime.serving.scheduler import FairPool, TenantExecutor
+from wasmgate.runtime.serving.slots import GatewaySlots
 
 _MAX_DISTINCT_LIMITS = 4096
 
@@ -35,8 +36,11 @@ class Tenant:
 class Tenants:
     """Gates and executors by tenant key (owned by the service; event loop only)."""
 
-    def __init__(self, pool: FairPool, limits: LimitSettings) -> None:
+    def __init__(
+        self, pool: FairPool, limits: LimitSettings, slots: GatewaySlots | None = None
+    ) -> None:
         self._pool = pool
+        self._slots = slots
         self._limits = limits
         self._tenants: dict[str, Tenant] = {}
         self._capped: dict[AdmissionLimits, AdmissionLimits] = {}
@@ -60,7 +64,7 @@ class Tenants:
         gate resized and executor re-weighted when the limits changed (a new version)."""
         tenant = self._tenants.get(key)
         if tenant is None:
-            gate = Gate(key, admission.max_in_flight, admission.queue_size)
+            gate = Gate(key, admission.max_in_flight, admission.queue_size, slots=self._slots)
             tenant = Tenant(key, gate, self._pool.for_tenant(key, admission.weight), admission,
                             {"wasmgate.tenant": key})  # fmt: skip
             self._tenants[key] = tenant

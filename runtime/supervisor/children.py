@@ -57,8 +57,11 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     """The CPUs the gateway may use (the supervisor's own threads are pinned to one)."""
     cpu: int
     part: int
-    """This worker's share of the gateway's caps: part ``part`` of ``parts``."""
+    """This worker's share of the gateway's queue: part ``part`` of ``parts``."""
     parts: int
+    slots: str
+    """The gateway's running-slot table (`wasmgate.runtime.serving.slots`)."""
+    slot_column: int
 
 
 def decode_spec(data: bytes) -> WorkerSpec:
@@ -86,6 +89,8 @@ class Worker:
     restarts: int = 0
     quick_exits: int = 0
     last_exit: str = ""
+    column: int = 0
+    """Its column in the gateway's slot table."""
     proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     async def spawn(self, spec: WorkerSpec, listener: int) -> None:

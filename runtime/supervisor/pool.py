@@ -25,6 +25,7 @@ import aiohttp
 
 from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, Settings
 from wasmgate.runtime.ops.tasks import background
+from wasmgate.runtime.serving.slots import COLUMNS, GatewaySlots
 from wasmgate.runtime.supervisor.children import (
     Worker,
     WorkerSpec,
@@ -60,11 +61,10 @@ def shares(total: int, parts: int, index: int) -> int:
 
 
 def share_limits(limits: LimitSettings, part: int, parts: int) -> LimitSettings:
-    """Part ``part`` of the gateway's admission caps (in flight, queued)."""
+    """Part ``part`` of the gateway's queue (``max_in_flight`` is counted over all the
+    processes exactly: `wasmgate.runtime.serving.slots`)."""
     queue = shares(limits.queue_size, parts, part) if limits.queue_size else 0
-    return replace(
-        limits, max_in_flight=shares(limits.max_in_flight, parts, part), queue_size=queue
-    )
+    return replace(limits, queue_size=queue)
 
 
 class WorkerPool:
@@ -77,9 +77,13 @@ class WorkerPool:
         config_path: Path | None,
         listeners: list[socket.socket],
         run_dir: Path,
+        *,
+        slots: GatewaySlots,
     ) -> None:
         self._plan, self._settings, self._config = plan, settings, config_path
         self._listeners, self._run_dir = listeners, run_dir
+        self._slots = slots
+        self._columns = set(range(1, COLUMNS))  # 0 is the supervisor's
         self.control = str(run_dir / "control.sock")
         self.workers = [Worker(i, private_socket(run_dir, i, 0)) for i in range(plan.count)]
         self._generation = 0
@@ -89,7 +93,7 @@ class WorkerPool:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.on_state: list[Callable[[], None]] = []
 
-    def spec(self, index: int, private: str) -> WorkerSpec:
+    def spec(self, index: int, private: str, column: int) -> WorkerSpec:
         """A worker's settings: the supervisor's, with its share of the gateway's caps (the
         supervisor, serving MQTT and gRPC, takes a share too)."""
         parts = self._plan.count + 1
@@ -108,6 +112,8 @@ class WorkerPool:
             cpu=min(self._plan.cpu_of(index)),
             part=index + 1,
             parts=parts,
+            slots=str(self._run_dir / "slots"),
+            slot_column=column,
         )
 
     def _connections(self, index: int) -> HttpSettings:
@@ -135,8 +141,15 @@ class WorkerPool:
                 self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
 
     async def _launch(self, worker: Worker) -> None:
-        spec = self.spec(worker.index, worker.private)
+        worker.column = min(self._columns)
+        self._columns.discard(worker.column)
+        spec = self.spec(worker.index, worker.private, worker.column)
         await worker.spawn(spec, spec.listen_fd)
+
+    def _ended(self, column: int) -> None:
+        """A worker process is gone: its running slots with it (it ran nothing more)."""
+        self._slots.forget(column)
+        self._columns.add(column)
 
     async def _keep(self, worker: Worker) -> None:
         """Restart ``worker`` whenever its process ends, until the pool stops."""
@@ -146,7 +159,8 @@ class WorkerPool:
             async with background(worker.watch(), f"watchdog-{worker.index}"):
                 code = await proc.wait()
             if self.stopping() or worker.proc is not proc:
-                return  # stopped, or replaced by a roll (which keeps the new one)
+                return  # stopped, or replaced by a roll (which frees the old column)
+            self._ended(worker.column)
             pause = worker.exited(code)
             log.error(
                 "worker %d ended (%s): %s",
@@ -185,15 +199,20 @@ class WorkerPool:
         if not await fresh.ready(_READY_S):
             log.error("worker %d: its replacement did not become ready; kept", worker.index)
             fresh.signal(signal.SIGKILL)
+            if fresh.proc is not None:
+                await fresh.proc.wait()
+            self._ended(fresh.column)
             return
         await self._replay_to(fresh)
+        old_column = worker.column
         worker.proc, worker.private, worker.pid = fresh.proc, fresh.private, fresh.pid
-        worker.started_at, worker.state = fresh.started_at, "serving"
+        worker.started_at, worker.state, worker.column = fresh.started_at, "serving", fresh.column
         self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
         if old is not None:
             with contextlib.suppress(ProcessLookupError):
                 old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
             await asyncio.shield(old.wait())
+        self._ended(old_column)
 
     def hup(self) -> None:
         for worker in self.workers:

@@ -58,10 +58,13 @@ def test_the_shares_of_a_cap_add_up_to_the_gateways_cap(total: int, parts: int) 
     assert max(got) - min(got) <= 1
 
 
-def test_share_limits_splits_in_flight_and_queue_and_keeps_the_rest() -> None:
-    limits = settings_from({"limits": {"max_in_flight": 10, "queue_size": 0, "memory_mb": 99}})
+def test_share_limits_splits_the_queue_and_keeps_the_rest() -> None:
+    """``max_in_flight`` is counted over every process (the slot table), not split."""
+    limits = settings_from({"limits": {"max_in_flight": 10, "queue_size": 7, "memory_mb": 99}})
     part = share_limits(limits.limits, 1, 3)
-    assert (part.max_in_flight, part.queue_size, part.memory_mb) == (3, 0, 99)
+    assert (part.max_in_flight, part.queue_size, part.memory_mb) == (10, 2, 99)
+    none = settings_from({"limits": {"queue_size": 0}})
+    assert share_limits(none.limits, 1, 3).queue_size == 0
 
 
 def test_a_worker_that_keeps_crashing_backs_off() -> None:
