@@ -12,7 +12,6 @@ worker; SIGTERM stops the workers (each finishes what it has), then the supervis
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 import tempfile
@@ -43,6 +42,7 @@ from wasmgate.runtime.supervisor.gateway import install
 from wasmgate.runtime.supervisor.outcomes import Outcomes
 from wasmgate.runtime.supervisor.plan import WorkerPlan
 from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
+from wasmgate.runtime.supervisor.rolling import Rolling
 from wasmgate.typed import replace
 
 __all__ = ["run_supervised"]
@@ -64,6 +64,8 @@ async def run_supervised(
         own, LiveSettings(own, config_path), notifier, listen_first=True, cpus=cpus, slots=slots
     )
     install(app, pool)
+    rolling = Rolling(pool)
+    app.middlewares.append(rolling.middleware())
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
     notifier.status("starting")
     started = time.monotonic()
@@ -75,22 +77,26 @@ async def run_supervised(
                                      "why": plan.why})  # fmt: skip
         signals = Signals()
         if await opened(app, signals.stop):
-            await pool.start()
-            log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
-            notifier.ready(f"{summary(app)}, {plan.count} workers")
-            app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
+            # Hooked before the workers start: the first one to serve may take an install
+            # while the others load, and that change must reach them all (a roll waits for
+            # the start).
+            app[REGISTRY].on_change.append(rolling.changed)
             outcomes = Outcomes(app[REGISTRY].table, pool)
-            async with _rolling(app, pool), background(outcomes.run(), "worker-outcomes"):
+            async with rolling, background(outcomes.run(), "worker-outcomes"):
+                await pool.start()
+                log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
+                notifier.ready(f"{summary(app)}, {plan.count} workers")
+                app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
                 startgc.serving()
                 await serve(app, notifier, signals, after_reload=pool.hup,
                             share=lambda lim: share_limits(lim, 0, parts))  # fmt: skip
     finally:
         notifier.stopping()
         log.info("stopping", extra={"drain_s": settings.drain_s})
-        await pool.stop(settings.drain_s)
         service = app.get(SERVICE)  # absent when the start failed before the service
         if isinstance(service, InferenceService):
-            service.start_draining()
+            service.start_draining()  # gRPC and MQTT refuse new work as the workers do
+        await pool.stop(settings.drain_s)
         await runner.cleanup()
         for sock in listeners:
             sock.close()
@@ -98,29 +104,3 @@ async def run_supervised(
         shutil.rmtree(run_dir, ignore_errors=True)
         log.info("stopped")
     return 0
-
-
-class _rolling:  # noqa: N801 - used as ``async with``
-    """Replace the workers after every change of what serves (a burst of changes: once)."""
-
-    def __init__(self, app: web.Application, pool: WorkerPool) -> None:
-        self._app, self._pool = app, pool
-        self._wanted = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> None:
-        self._app[REGISTRY].on_change.append(self._wanted.set)
-        self._task = asyncio.create_task(self._run(), name="worker-roll")
-
-    async def __aexit__(self, *_exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await self._wanted.wait()
-            await asyncio.sleep(0.2)  # an install is several changes in a row
-            self._wanted.clear()
-            log.info("what serves changed: replacing the workers one at a time")
-            await self._pool.roll()

@@ -104,6 +104,8 @@ class Forwarder:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         headers[PEER_HEADER] = peer_address(request) or ""
         body = await _body(request)
+        if request.content_length is not None and not isinstance(body, bytes):
+            headers["Content-Length"] = str(request.content_length)  # not chunked: as sent
         try:
             async with self._http.request(
                 request.method, f"http://gateway{request.path_qs}", headers=headers, data=body
@@ -123,11 +125,13 @@ _READ_WHOLE = 1 << 20
 
 
 async def _body(request: web.Request) -> bytes | AsyncIterator[bytes] | None:
-    """Small bodies whole (most calls); a large one (a bundle upload) streamed as it comes."""
+    """A call every worker applies: whole (the supervisor sends it on; such bodies are
+    small). Anything else streamed as it comes, so the supervisor sees an upload while it
+    arrives (its caps on uploads in progress hold) and never waits for a stalled one here."""
     if not request.body_exists:
         return None
     size = request.content_length
-    if size is not None and size <= _READ_WHOLE:
+    if _fans_out(request) and size is not None and size <= _READ_WHOLE:
         return await request.content.readexactly(size) if size else b""
     return request.content.iter_chunked(1 << 16)
 

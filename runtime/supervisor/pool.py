@@ -91,6 +91,7 @@ class WorkerPool:
         self._rolling = asyncio.Lock()
         self._stopping = False
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._reaping: set[asyncio.Task[None]] = set()
         self.on_state: list[Callable[[], None]] = []
 
     def spec(self, index: int, private: str, column: int) -> WorkerSpec:
@@ -128,7 +129,12 @@ class WorkerPool:
         )
 
     async def start(self) -> None:
-        """Start every worker and wait until each serves (or gives up: the log says why)."""
+        """Start every worker and wait until each serves (or gives up: the log says why).
+        A roll asked for meanwhile waits for the start, then replaces them."""
+        async with self._rolling:
+            await self._start()
+
+    async def _start(self) -> None:
         for worker in self.workers:
             await self._launch(worker)
         results = await asyncio.gather(*(w.ready(_READY_S) for w in self.workers))
@@ -208,11 +214,20 @@ class WorkerPool:
         worker.proc, worker.private, worker.pid = fresh.proc, fresh.private, fresh.pid
         worker.started_at, worker.state, worker.column = fresh.started_at, "serving", fresh.column
         self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
-        if old is not None:
-            with contextlib.suppress(ProcessLookupError):
-                old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
-            await asyncio.shield(old.wait())
-        self._ended(old_column)
+        if old is None:
+            self._ended(old_column)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
+        # Not awaited here: the old worker may be relaying the very call that waits for
+        # this roll (an install through the API), and it ends only once that is answered.
+        reap = asyncio.create_task(self._reap(old, old_column))
+        self._reaping.add(reap)
+        reap.add_done_callback(self._reaping.discard)
+
+    async def _reap(self, old: asyncio.subprocess.Process, column: int) -> None:
+        await old.wait()
+        self._ended(column)
 
     def hup(self) -> None:
         for worker in self.workers:
@@ -233,6 +248,8 @@ class WorkerPool:
             await asyncio.gather(*waits, return_exceptions=True)
         for task in self._tasks.values():
             task.cancel()
+        if self._reaping:
+            await asyncio.wait(self._reaping, timeout=drain_s + 5)
 
     async def fan_out(self, call: Call) -> None:
         """Apply ``call`` on every serving worker, and on every later one."""

@@ -1,0 +1,83 @@
+"""Replace the workers after every change of what serves (`WorkerPool.roll`), and let a
+management call that made the change wait until every worker serves it.
+
+An install, removal, promotion or abort through the API answers only once the workers
+that serve the gateway's port have been replaced, so a client that installs and then asks
+is answered by the new version whichever worker takes its request, as with one process.
+Changes from elsewhere (the bundle folder, the fleet, expiry) roll the same way; nobody
+waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from wasmgate._compat import Self, timeout
+from wasmgate.runtime.supervisor.pool import WorkerPool
+
+__all__ = ["CHANGES", "Rolling"]
+
+log = logging.getLogger("wasmgate.supervisor")
+
+CHANGES = re.compile(r"^/v1/bundles(/[^/]+(/promote|/abort)?)?$")
+"""The management calls that change what serves (PUT, POST or DELETE on these paths)."""
+_SETTLE_S = 300.0
+
+
+class Rolling:
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+        self._wanted = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def changed(self) -> None:
+        """The registry's change hook: a roll is due."""
+        self._idle.clear()
+        self._wanted.set()
+
+    async def settled(self) -> None:
+        """Until no roll is due or running (at most `_SETTLE_S`)."""
+        try:
+            async with timeout(_SETTLE_S):
+                await self._idle.wait()
+        except TimeoutError:
+            log.warning("workers not replaced after %.0f s; answering anyway", _SETTLE_S)
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._run(), name="worker-roll")
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wanted.wait()
+            await asyncio.sleep(0.2)  # an install is several changes in a row
+            self._wanted.clear()
+            log.info("what serves changed: replacing the workers one at a time")
+            await self._pool.roll()
+            if not self._wanted.is_set():
+                self._idle.set()
+
+    def middleware(self) -> Middleware:
+        """Answer a change made through the API once every worker serves it."""
+
+        @web.middleware
+        async def settle(request: web.Request, handler: Handler) -> web.StreamResponse:
+            answer = await handler(request)
+            changes = request.method in ("PUT", "POST", "DELETE") and CHANGES.match(request.path)
+            if changes and answer.status < 300:
+                await self.settled()
+            return answer
+
+        return settle
