@@ -38,7 +38,7 @@ from wasmgate.runtime.errors import ConfigError, DaemonError
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, FLEET, LIVE, REGISTRY, SERVICE
 from wasmgate.runtime.http.variables import VARIABLES
-from wasmgate.runtime.ops import startgc
+from wasmgate.runtime.ops import offload, startgc
 from wasmgate.runtime.ops.config import HttpSettings, Settings, load_settings
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
@@ -146,6 +146,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     """
     setup_logging(settings.log.format, settings.log.level)
     cpus = _place_threads(settings.workers.cpu_affinity == "auto")
+    offload.install(asyncio.get_running_loop(), cpus.count)  # every thread it will have, now
     notifier = Notifier()
     app = build_app(
         settings, LiveSettings(settings, config_path), notifier, listen_first=True, cpus=cpus
