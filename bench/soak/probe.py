@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,15 +60,18 @@ def slope_per_10min(samples: list[Sample], what: str) -> float:
 
 @dataclass
 class Prober:
-    """Samples every ``every_s`` until stopped; ``phase`` is read at each sample."""
+    """Samples every ``every_s`` until stopped; ``phase`` is read at each sample.
+    ``threads``: the daemon's threads by name, read at the rest points."""
 
     pid: int
     store_db: Path
     every_s: float
+    threads: Callable[[], Counter[str]]
     began: float = field(default_factory=time.perf_counter)
     phase: str = "warm-up"
     samples: list[Sample] = field(default_factory=list)
     fds_at: dict[str, dict[str, int]] = field(default_factory=dict)
+    threads_at: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def sample(self) -> Sample:
         s = read(self.pid, self.store_db, time.perf_counter() - self.began, self.phase)
@@ -80,11 +84,12 @@ class Prober:
             await asyncio.sleep(self.every_s)
 
     def at_rest(self, label: str) -> None:
-        """A labelled sample plus the fds by kind (see `fd_kinds`)."""
+        """A labelled sample plus the fds by kind (see `fd_kinds`) and the threads by name."""
         phase, self.phase = self.phase, label
         self.sample()
         self.phase = phase
         self.fds_at[label] = fd_kinds(self.pid)
+        self.threads_at[label] = dict(self.threads())
 
     def of(self, *phases: str) -> list[Sample]:
         return [s for s in self.samples if s.phase in phases]

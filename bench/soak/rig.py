@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.fixtures.daemon import Daemon
 from tests.fixtures.models import get_models
 from tests.fixtures.mosquitto import Broker
 from tests.fixtures.net import free_port, terminate, wait_for_port
+from tests.fixtures.thread_names import every_thread, probe_env
 from tests.fixtures.zig import compile_c
 
 GATEWAY = "soak"
@@ -74,7 +76,10 @@ class Rig:
         cloud = {"url": self.cloud.url, "timeout_s": 2.0, "breaker_reset_s": 5.0}
         config: dict[str, Any] = {"mqtt": mqtt, "cloud": cloud, "grpc": {"port": self.grpc_port},
                                   "http": {"management_token": TOKEN}}  # fmt: skip
-        self.daemon: Daemon = self.kit.daemon(root / "daemon", config=config)
+        # The thread-name probe (a SIGUSR2 handler, no thread): the rest points say which
+        # threads came or went, not only how many.
+        self._probe = probe_env(root)
+        self.daemon: Daemon = self.kit.daemon(root / "daemon", config=config, env=self._probe)
         self.store_db = root / "daemon" / "data" / "state" / "store.db"
 
     def start(self) -> None:
@@ -87,6 +92,10 @@ class Rig:
         if self.daemon.proc is None:
             raise RuntimeError("the daemon is not running")
         return self.daemon.proc.pid
+
+    def threads(self) -> Counter[str]:
+        """The daemon's threads by name (`tests.fixtures.thread_names.every_thread`)."""
+        return every_thread(self.daemon, self._probe)
 
     def close(self) -> None:
         try:

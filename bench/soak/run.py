@@ -89,7 +89,7 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
     mqtt = MqttLink(asyncio.get_running_loop(), ledger, rig.broker.port)
     mqtt.start()
     traffic = Traffic(Target(rig.daemon.url, rig.grpc_port), ledger, mqtt)
-    prober = Prober(rig.pid, rig.store_db, plan.sample_s)
+    prober = Prober(rig.pid, rig.store_db, plan.sample_s, rig.threads)
     sampling = asyncio.create_task(prober.run())
     sender = Sender(traffic)
     try:
@@ -123,7 +123,7 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
         await traffic.close()
         mqtt.close()
     return Result(plan, cap, rate, ledger, prober.samples, faults.done, mqtt, traffic, status,
-                  prober.fds_at)  # fmt: skip
+                  prober.fds_at, prober.threads_at)  # fmt: skip
 
 
 def _save(path: Path, figs: Sequence[Figure], meta: dict[str, Any], goals: list[Any]) -> None:
@@ -160,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     goals = verdict(result)
     meta = {"command": f"python -m bench soak --minutes {args.minutes:g}", "seconds": seconds,
             "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-            "faults": result.faults, "fds_at_rest": result.fds_at}  # fmt: skip
+            "faults": result.faults, "fds_at_rest": result.fds_at,
+            "threads_at_rest": result.threads_at}  # fmt: skip
     what = f"{args.minutes:g} min, {result.rate:.0f} req/s, faults on a schedule"
     outcome = Outcome(Scenario("soak", "bench.soak", what), seconds, figs)
     print(f"{meta['command']}  ({meta['date']}, {seconds:.0f} s)")

@@ -19,6 +19,7 @@ SIGTERM/SIGINT: new requests get 503, in-flight ones get up to ``drain_s``, then
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ from wasmgate.runtime.compose.lifecycle import (
 from wasmgate.runtime.compose.supervised import run_supervised
 from wasmgate.runtime.http.connections import GuardedSite
 from wasmgate.runtime.http.keys import CONNECTIONS, REGISTRY, SERVICE
-from wasmgate.runtime.ops import startgc
+from wasmgate.runtime.ops import offload, startgc
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
@@ -68,6 +69,7 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
     setup_logging(settings.log.format, settings.log.level)
     plan = plan_workers(settings, CpuPlan.current())
     cpus = place_threads(settings.workers.cpu_affinity == "auto")
+    offload.install(asyncio.get_running_loop(), cpus.count)  # every thread it will have, now
     if plan.count > 1:
         return await run_supervised(settings, config_path, plan, cpus)
     notifier = Notifier()

@@ -32,7 +32,7 @@ from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_conte
 from wasmgate.runtime.http.connections import GuardedSockSite
 from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.http.keys import CONNECTIONS, SERVICE
-from wasmgate.runtime.ops import startgc
+from wasmgate.runtime.ops import offload, startgc
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
@@ -74,6 +74,7 @@ async def run_worker(spec: WorkerSpec) -> int:
     settings = spec.settings
     setup_logging(settings.log.format, settings.log.level)
     cpus = _place(spec, pin=settings.workers.cpu_affinity == "auto")
+    offload.install(asyncio.get_running_loop(), cpus.count)  # every thread it will have, now
     config = None if spec.config_path is None else Path(spec.config_path)
     live = LiveSettings(settings, config)
 
