@@ -88,7 +88,7 @@ async def run_worker(spec: WorkerSpec) -> int:
             slots=slots,
         )  # fmt: skip
         runner = web.AppRunner(
-            app, shutdown_timeout=settings.drain_s, access_log=None,
+            app, shutdown_timeout=settings.drain_s / 2, access_log=None,
             keepalive_timeout=settings.http.header_timeout_s,
         )  # fmt: skip
         await runner.setup()
@@ -126,11 +126,13 @@ def _place(spec: WorkerSpec, *, pin: bool) -> CpuPlan:
 
 
 async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: float) -> None:
-    """Stop taking connections; let the open ones go (each answer closes its connection)."""
+    """Stop taking connections; let the open ones go (each answer closes its connection)
+    for half the drain, the other half left to the requests still running (the supervisor
+    ends a worker after ``drain_s``)."""
     guard = app[CONNECTIONS]
     guard.closing = True
     await public.stop()
-    deadline = time.monotonic() + drain_s
+    deadline = time.monotonic() + drain_s / 2
     # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
     while len(guard) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)

@@ -234,14 +234,15 @@ class WorkerPool:
             worker.signal(signal.SIGHUP)
 
     async def stop(self, drain_s: float) -> None:
-        """SIGTERM every worker; SIGKILL those still running after ``drain_s`` + 5 s."""
+        """SIGTERM every worker; SIGKILL those still running after ``drain_s`` (the
+        gateway's whole drain: a worker's own stop fits in it)."""
         self._stopping = True
         for worker in self.workers:
             worker.signal(signal.SIGTERM)
         procs = [w.proc for w in self.workers if w.proc is not None]
         waits = [asyncio.ensure_future(p.wait()) for p in procs]
         if waits:
-            _done, late = await asyncio.wait(waits, timeout=drain_s + 5)
+            _done, late = await asyncio.wait(waits, timeout=drain_s)
             for worker in self.workers:
                 if worker.proc is not None and worker.proc.returncode is None and late:
                     worker.signal(signal.SIGKILL)
