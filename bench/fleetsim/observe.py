@@ -1,0 +1,69 @@
+"""What the simulator reads from the broker: ``$SYS`` counters and live (re)reports.
+
+`Observer` holds a persistent session (clean session off, QoS 1) on every gateway's
+deployment topic: a report a gateway republishes while the observer itself is reconnecting
+after a broker restart is queued for it, so none is missed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
+from wasmgate.runtime.mqtt._paho_private import close_threaded
+
+SYS = {
+    "msgs_in": "$SYS/broker/messages/received",
+    "msgs_out": "$SYS/broker/messages/sent",
+    "bytes_in": "$SYS/broker/bytes/received",
+    "bytes_out": "$SYS/broker/bytes/sent",
+    "retained": "$SYS/broker/retained messages/count",
+}
+
+
+def sys_counters(host: str, port: int) -> dict[str, float]:
+    """The broker's counters now (``sys_interval 1``: at most a second old)."""
+    time.sleep(1.1)
+    with OperatorClient(BrokerSettings(host, port)) as client:
+        got = client.collect(["$SYS/broker/#"], 5)
+    return {k: float(got.get(t, b"0")) for k, t in SYS.items()}
+
+
+class Observer:
+    """Live (not retained) deployment reports, by gateway: the first arrival time of each."""
+
+    def __init__(self, host: str, port: int, prefix: str) -> None:
+        self.seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._topic = f"{prefix}/+/deployment"
+        self._client = paho.Client(
+            CallbackAPIVersion.VERSION2, client_id="fleetsim-observer",
+            protocol=paho.MQTTv311, clean_session=False,
+        )  # fmt: skip
+        self._client.reconnect_delay_set(1, 1)  # paho's floor: arrivals up to 1 s late
+        self._client.on_message = self._on_message
+        self._client.on_connect = lambda c, *_: c.subscribe(self._topic, qos=1)
+        self._client.connect(host, port)
+        self._client.loop_start()
+
+    def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
+        if msg.retain:
+            return
+        gw = msg.topic.split("/")[-2]
+        with self._lock:
+            self.seen.setdefault(gw, time.time())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seen = {}
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.seen)
+
+    def close(self) -> None:
+        close_threaded(self._client)
