@@ -153,7 +153,7 @@ class SimConfig:
     """Each gateway's state in ``root/<gateway>``; the shared layers in ``root/layers``."""
     group: str
     spread_s: float = 0.0
-    """How the gateways spread their reconnects (not yet a setting of the daemon)."""
+    """``mqtt.reconnect_spread_s`` (the simulator sets N / 150 s, as docs/fleet.md says)."""
 
 
 class SimGateway:
@@ -178,7 +178,7 @@ class SimGateway:
     def _settings(cfg: SimConfig, name: str) -> Settings:
         return settings_from({
             "mqtt": {"host": cfg.host, "port": cfg.port, "gateway_id": name,
-                     "client_id": f"sim-{name}" },
+                     "client_id": f"sim-{name}", "reconnect_spread_s": cfg.spread_s},
             "fleet": {"groups": [cfg.group], "retry_initial_s": 1.0, "retry_max_s": 30.0},
             "paths": {"data_dir": str(cfg.root / name)},
             "registry": {"insecure": True, "retries": 2},

@@ -152,16 +152,21 @@ class MqttClient:
 
     async def _supervise(self) -> None:
         delay = _MIN_BACKOFF_S
+        spread = True  # the first failure after a success (or at start) is spread out
         while not self._stopping:  # `stop` sets the flag and cancels: either ends it
             try:
                 await self._open()
-                delay = _MIN_BACKOFF_S
+                delay, spread = _MIN_BACKOFF_S, True
                 await self._lost.wait()
             except (OSError, TimeoutError, ConnectionError) as e:
                 self.state.failed(f"{type(e).__name__}: {e}")
-                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, delay)
+                wait = delay * random.uniform(0.8, 1.2)
+                if spread:  # the broker is gone: its whole fleet must not come back at once
+                    wait += random.uniform(0, self._settings.reconnect_spread_s)
+                    spread = False
+                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, wait)
                 self._sockets.close()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, self._settings.reconnect_max_s)
 
     async def _open(self) -> None:
