@@ -38,6 +38,8 @@ class Observer:
 
     def __init__(self, host: str, port: int, prefix: str) -> None:
         self.seen: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        """Live reports per gateway since the last `reset`."""
         self._lock = threading.Lock()
         self._topic = f"{prefix}/+/deployment"
         self._client = paho.Client(
@@ -56,14 +58,19 @@ class Observer:
         gw = msg.topic.split("/")[-2]
         with self._lock:
             self.seen.setdefault(gw, time.time())
+            self.counts[gw] = self.counts.get(gw, 0) + 1
 
     def reset(self) -> None:
         with self._lock:
-            self.seen = {}
+            self.seen, self.counts = {}, {}
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.seen)
+
+    def report_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
 
     def close(self) -> None:
         close_threaded(self._client)
