@@ -254,8 +254,11 @@ async def test_a_new_document_never_reports_the_previous_outcomes_under_its_seri
         seen: list[tuple[int | None, str | None, dict[str, tuple[int, str]]]] = []
 
         def note() -> None:
-            bundles = {n: (b.version, b.state) for n, b in rec.bundles.items()}
-            seen.append((rec.record.serial, rec.state, bundles))
+            bundles: dict[str, tuple[int, str]] = {
+                n: (b.version, b.state) for n, b in rec.bundles.items()
+            }
+            state: str | None = rec.state
+            seen.append((rec.record.serial, state, bundles))
 
         rec.on_change.append(note)
         await rec.offer(document(2, shelf.put("probe", 2)), "test")
