@@ -66,10 +66,24 @@ def _cli(o: Outcome, scenario: str, run: Run, wall_goal: float) -> None:
 
 def rollout(f: SimFleet, o: Outcome, ref: str, version: int) -> None:
     before, reqs = sys_counters(f.broker.host, f.broker.port), f.registry_requests()
-    run = f.rollout(ref, "--waves", "1,1%,10%,100%", "--abort-failed", "2%",
-                    "--wave-timeout", "600")  # fmt: skip
+    observer = Observer(f.broker.host, f.broker.port, PREFIX)
+    try:
+        time.sleep(1.0)
+        observer.reset()
+        start = time.time()
+        run = f.rollout(ref, "--waves", "1,1%,10%,100%", "--abort-failed", "2%",
+                        "--wave-timeout", "600")  # fmt: skip
+        reached = observer.snapshot()
+        counts = observer.report_counts()
+    finally:
+        observer.close()
     after, reqs2 = sys_counters(f.broker.host, f.broker.port), f.registry_requests()
     _cli(o, "rollout", run, 300)
+    names = f.names()
+    for number, size in enumerate(_wave_sizes(f.n), start=1):
+        first = max((reached.get(n, start) for n in names[:size]), default=start)
+        o.add("rollout", f"wave {number} ({size} gateways) reached by", first - start, "s", 0)
+    o.add("rollout", "reports per gateway (max)", max(counts.values(), default=0), "", 4)
     for k in ("msgs_in", "msgs_out", "bytes_in", "bytes_out"):
         o.add("rollout", f"broker {k.replace('_', ' ')}", after[k] - before[k], "", f.n)
     o.add("rollout", "broker retained messages", after["retained"], "msg", f.n)
@@ -82,6 +96,12 @@ def rollout(f: SimFleet, o: Outcome, ref: str, version: int) -> None:
     o.expect(run.code == 0 and states.get("applied") == f.n, f"rollout: {run.code} {states}")
     reports = f.wait_reports(on(version), 120)
     o.expect(on(version)(reports) and len(reports) == f.n, "rollout: not every gateway on v2")
+
+
+def _wave_sizes(n: int) -> list[int]:
+    """Cumulative sizes of ``1,1%,10%,100%`` (percents round up), repeats dropped."""
+    sizes = [1, -(-n // 100), -(-n // 10), n]
+    return sorted(set(sizes))
 
 
 def abort(f: SimFleet, o: Outcome, ref: str, previous: int) -> None:
