@@ -17,8 +17,7 @@ from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
 from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 SYS = {
-    "msgs_in": "$SYS/broker/messages/received",
-    "msgs_out": "$SYS/broker/messages/sent",
+    # every packet (PINGREQ, PUBACK, ... too): the fleet's own messages are `Observer.total`
     "bytes_in": "$SYS/broker/bytes/received",
     "bytes_out": "$SYS/broker/bytes/sent",
     "retained": "$SYS/broker/retained messages/count",
@@ -41,7 +40,9 @@ class Observer:
         self.counts: dict[str, int] = {}
         """Live reports per gateway since the last `reset`."""
         self._lock = threading.Lock()
-        self._topic = f"{prefix}/+/deployment"
+        self._topic = f"{prefix}/#"
+        self.total = [0, 0]
+        """Messages and payload bytes published on the fleet's topics (live ones)."""
         self._client = paho.Client(
             CallbackAPIVersion.VERSION2, client_id="fleetsim-observer",
             protocol=paho.MQTTv311, clean_session=False,
@@ -55,6 +56,11 @@ class Observer:
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         if msg.retain:
             return
+        with self._lock:
+            self.total[0] += 1
+            self.total[1] += len(msg.payload)
+        if not msg.topic.endswith("/deployment"):
+            return
         gw = msg.topic.split("/")[-2]
         with self._lock:
             self.seen.setdefault(gw, time.time())
@@ -62,11 +68,15 @@ class Observer:
 
     def reset(self) -> None:
         with self._lock:
-            self.seen, self.counts = {}, {}
+            self.seen, self.counts, self.total = {}, {}, [0, 0]
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.seen)
+
+    def totals(self) -> tuple[int, int]:
+        with self._lock:
+            return self.total[0], self.total[1]
 
     def report_counts(self) -> dict[str, int]:
         with self._lock:

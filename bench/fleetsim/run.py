@@ -44,6 +44,8 @@ def run(n: int, per_worker: int, root: Path, offline_timeout: float) -> sc.Outco
         seed = f.rollout(refs[0], "--waves", "100%", "--wave-timeout", "600")
         o.add("setup", "seed v1 (one wave)", seed.wall_s, "s", 0)
         o.expect(seed.code == 0, f"seed: exit {seed.code}: {seed.err[-500:]}")
+        # the seed ends with the group document: every gateway applies it too (one serial)
+        f.wait_reports(lambda r: len({x.serial for x in r.values()}) == 1, 300)
         sc.rollout(f, o, refs[1], 2)
         sc.abort(f, o, refs[2], 2)
         sc.status(f, o)

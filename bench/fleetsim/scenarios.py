@@ -75,6 +75,7 @@ def rollout(f: SimFleet, o: Outcome, ref: str, version: int) -> None:
                         "--wave-timeout", "600")  # fmt: skip
         reached = observer.snapshot()
         counts = observer.report_counts()
+        messages, payload = observer.totals()
     finally:
         observer.close()
     after, reqs2 = sys_counters(f.broker.host, f.broker.port), f.registry_requests()
@@ -84,8 +85,12 @@ def rollout(f: SimFleet, o: Outcome, ref: str, version: int) -> None:
         first = max((reached.get(n, start) for n in names[:size]), default=start)
         o.add("rollout", f"wave {number} ({size} gateways) reached by", first - start, "s", 0)
     o.add("rollout", "reports per gateway (max)", max(counts.values(), default=0), "", 4)
-    for k in ("msgs_in", "msgs_out", "bytes_in", "bytes_out"):
-        o.add("rollout", f"broker {k.replace('_', ' ')}", after[k] - before[k], "", f.n)
+    o.add("rollout", "messages published on the fleet's topics", messages, "", f.n)
+    o.add("rollout", "their payload bytes", payload, "B", 0)
+    for k in ("bytes_in", "bytes_out"):
+        o.add(
+            "rollout", f"broker {k.replace('_', ' ')} (all packets)", after[k] - before[k], "B", 0
+        )
     o.add("rollout", "broker retained messages", after["retained"], "msg", f.n)
     o.add("rollout", "broker RSS", f.broker_rss_mb(), "MiB", 0)
     db = f.root / "mosquitto" / "data" / "mosquitto.db"
