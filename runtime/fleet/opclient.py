@@ -63,6 +63,8 @@ class OperatorClient:
         self._settings = settings
         self._cond = threading.Condition()
         self._messages: dict[str, bytes] = {}
+        self._changed: set[str] = set()
+        """Topics that got a message since the last `wait_for_changes` check."""
         self._marker = f"wasmgate-fleet-cli/{uuid.uuid4().hex}"
         self._client = paho.Client(
             CallbackAPIVersion.VERSION2,
@@ -109,6 +111,7 @@ class OperatorClient:
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         with self._cond:
             self._messages[msg.topic] = bytes(msg.payload)
+            self._changed.add(msg.topic)
             listeners = list(self._listeners)
             self._cond.notify_all()
         for listener in listeners:
@@ -132,6 +135,18 @@ class OperatorClient:
     def wait_for(self, predicate: Callable[[dict[str, bytes]], bool], timeout: float) -> bool:
         """Wait until ``predicate(messages)`` holds (checked on every message) or timeout."""
         return self._wait(lambda: predicate(self._messages), timeout)
+
+    def wait_for_changes(
+        self, predicate: Callable[[dict[str, bytes], set[str]], bool], timeout: float
+    ) -> bool:
+        """`wait_for`, with the topics that got a message since the previous check: a caller
+        watching thousands of topics looks at those, not at every one per message."""
+
+        def check() -> bool:  # runs under the condition's lock, as `_on_message` writes
+            changed, self._changed = self._changed, set()
+            return predicate(self._messages, changed)
+
+        return self._wait(check, timeout)
 
     def snapshot(self) -> dict[str, bytes]:
         """The latest payload of every topic seen so far (empty bytes: cleared)."""
