@@ -17,7 +17,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,8 @@ from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 _CONNECT_TIMEOUT_S = 10.0
 _QUIET_S = 0.3
+_IN_FLIGHT = 100
+"""QoS 1 messages on the wire before a PUBACK (paho's default is 20): a rollout's wave."""
 
 
 class BrokerError(Exception):
@@ -73,6 +75,7 @@ class OperatorClient:
         )
         self._client.on_message = self._on_message
         self._client.on_connect = self._on_connect
+        self._client.max_inflight_messages_set(_IN_FLIGHT)
         self._connected: bool | None = None
         self._listeners: list[Callable[[str, bytes], None]] = []
 
@@ -169,9 +172,23 @@ class OperatorClient:
 
     def publish(self, topic: str, payload: bytes, timeout: float = _CONNECT_TIMEOUT_S) -> None:
         """Publish retained at QoS 1 and wait for the broker's PUBACK."""
-        info = self._client.publish(topic, payload, qos=1, retain=True)
-        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
-            raise BrokerError(f"publish {topic}: {paho.error_string(info.rc)}")
-        info.wait_for_publish(timeout)
-        if not info.is_published():
-            raise BrokerError(f"publish {topic}: no PUBACK in {timeout}s")
+        self.publish_many([(topic, payload)], timeout)
+
+    def publish_many(
+        self, messages: Iterable[tuple[str, bytes]], timeout: float = _CONNECT_TIMEOUT_S
+    ) -> None:
+        """Publish each retained at QoS 1, then wait for every PUBACK (``timeout`` each).
+
+        Not one round trip per message: a wave of 9,000 gateway documents waited ~4 ms for
+        each PUBACK in turn (40 s at 10,000 gateways, minutes at 100,000); paho keeps up to
+        its in-flight window on the wire and queues the rest."""
+        sent = []
+        for topic, payload in messages:
+            info = self._client.publish(topic, payload, qos=1, retain=True)
+            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                raise BrokerError(f"publish {topic}: {paho.error_string(info.rc)}")
+            sent.append((topic, info))
+        for topic, info in sent:
+            info.wait_for_publish(timeout)
+            if not info.is_published():
+                raise BrokerError(f"publish {topic}: no PUBACK in {timeout}s")

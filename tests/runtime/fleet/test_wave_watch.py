@@ -1,6 +1,8 @@
-"""A wave's wait looks at the gateways whose report changed, not at every pending one on
-every message (issue 53): the check was O(pending) per message, so a last wave of N
-gateways cost ~N^2/2 verdicts: 4 * 10^9 at 90,000 gateways, hours of CLI CPU.
+"""A wave's documents leave without a round trip each, and its wait looks at the gateways
+whose report changed, not at every pending one on every message (issue 53). The check was
+O(pending) per message, so a last wave of N gateways cost ~N^2/2 verdicts: 4 * 10^9 at
+90,000 gateways, hours of CLI CPU; and each document waited for its own PUBACK, ~4 ms each
+on a loaded machine, 40 s for a wave of 9,000.
 
 Real mosquitto and the real `OperatorClient`; the reports are published one by one while
 the wave waits, as gateways finishing one after the other do.
@@ -66,3 +68,16 @@ def test_each_report_is_judged_once_not_every_pending_gateway_per_message(
     assert got == dict.fromkeys(names, Outcome.APPLIED)
     # one look at each pending gateway when the wait starts, then one per report that came
     assert len(calls) <= 2 * N + 5, len(calls)
+
+
+def test_a_wave_of_documents_is_published_and_retained_whole(mosquitto: Broker) -> None:
+    """`publish_many` (a wave's documents, a rollout's clearings) puts more than paho's
+    in-flight window on the wire before the first PUBACK and returns once each is acked:
+    every one is retained, in the order given (the last of two on one topic wins)."""
+    topics = [f"{PREFIX}/gw-{i:03d}/desired" for i in range(N * 3)]
+    settings = BrokerSettings(mosquitto.host, mosquitto.port)
+    with OperatorClient(settings) as client:
+        client.publish_many([(t, t.encode()) for t in topics] + [(topics[0], b"last")])
+    with OperatorClient(settings) as reader:
+        held = reader.collect([f"{PREFIX}/+/desired"], 10)
+    assert held == {t: t.encode() for t in topics} | {topics[0]: b"last"}
