@@ -208,10 +208,12 @@ class Rollout:
         bundles: Callable[[str], list[Wanted]],
         downgrades: Callable[[str], list[tuple[str, int]]] = lambda _: [],
     ) -> None:
-        for gw in gateways:
-            target = Target(gateways=[gw])
-            data = self._doc(serial, target, bundles(gw), plan.lifetime, downgrades(gw))
-            self._client.publish(f"{self._root}/{gw}/desired", data)
+        self._client.publish_many(
+            (f"{self._root}/{gw}/desired", self._doc(
+                serial, Target(gateways=[gw]), bundles(gw), plan.lifetime, downgrades(gw)
+            ))
+            for gw in gateways
+        )  # fmt: skip
 
     def _rollback(
         self,
@@ -233,8 +235,7 @@ class Rollout:
         bundles = with_bundle(group_prev, plan.new)
         data = self._doc(serial, Target(group=plan.group), bundles, plan.lifetime, plan.grants())
         self._client.publish(f"{self._root}/fleet/{plan.group}/desired", data)
-        for gw in members:
-            self._client.publish(f"{self._root}/{gw}/desired", b"")
+        self._client.publish_many((f"{self._root}/{gw}/desired", b"") for gw in members)
         return serial
 
 

@@ -67,6 +67,8 @@ class FleetMember:
         self.reporter = Reporter(self.reconciler, registry, self.gateway, fleet.groups, metrics)
         self.report_topic = f"{mqtt.topic_prefix.rstrip('/')}/{self.gateway}/deployment"
         self._client: Publisher | None = None
+        self._outgoing: bytes | None = None
+        """The report waiting for the end of this loop turn (see `_send`)."""
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Self:
@@ -110,10 +112,19 @@ class FleetMember:
             self.reporter.attach(self._send)
 
     def _send(self, payload: bytes) -> None:
+        """Publish the latest report once this loop turn ends: the changes one step makes
+        together (the last bundle applied, then the document) leave as one message."""
+        first = self._outgoing is None
+        self._outgoing = payload
+        if first:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
         from wasmgate.runtime.mqtt.messages import Outgoing  # noqa: PLC0415 - paho with MQTT only
 
+        payload, self._outgoing = self._outgoing, None
         client = self._client
-        if client is None or not client.connected:
+        if payload is None or client is None or not client.connected:
             return
         fut = client.publish(Outgoing(self.report_topic, payload, qos=1, retain=True))
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())

@@ -17,7 +17,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,8 @@ from wasmgate.runtime.mqtt._paho_private import close_threaded
 
 _CONNECT_TIMEOUT_S = 10.0
 _QUIET_S = 0.3
+_IN_FLIGHT = 100
+"""QoS 1 messages on the wire before a PUBACK (paho's default is 20): a rollout's wave."""
 
 
 class BrokerError(Exception):
@@ -63,6 +65,8 @@ class OperatorClient:
         self._settings = settings
         self._cond = threading.Condition()
         self._messages: dict[str, bytes] = {}
+        self._changed: set[str] = set()
+        """Topics that got a message since the last `wait_for_changes` check."""
         self._marker = f"wasmgate-fleet-cli/{uuid.uuid4().hex}"
         self._client = paho.Client(
             CallbackAPIVersion.VERSION2,
@@ -71,6 +75,7 @@ class OperatorClient:
         )
         self._client.on_message = self._on_message
         self._client.on_connect = self._on_connect
+        self._client.max_inflight_messages_set(_IN_FLIGHT)
         self._connected: bool | None = None
         self._listeners: list[Callable[[str, bytes], None]] = []
 
@@ -109,6 +114,7 @@ class OperatorClient:
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         with self._cond:
             self._messages[msg.topic] = bytes(msg.payload)
+            self._changed.add(msg.topic)
             listeners = list(self._listeners)
             self._cond.notify_all()
         for listener in listeners:
@@ -133,6 +139,18 @@ class OperatorClient:
         """Wait until ``predicate(messages)`` holds (checked on every message) or timeout."""
         return self._wait(lambda: predicate(self._messages), timeout)
 
+    def wait_for_changes(
+        self, predicate: Callable[[dict[str, bytes], set[str]], bool], timeout: float
+    ) -> bool:
+        """`wait_for`, with the topics that got a message since the previous check: a caller
+        watching thousands of topics looks at those, not at every one per message."""
+
+        def check() -> bool:  # runs under the condition's lock, as `_on_message` writes
+            changed, self._changed = self._changed, set()
+            return predicate(self._messages, changed)
+
+        return self._wait(check, timeout)
+
     def snapshot(self) -> dict[str, bytes]:
         """The latest payload of every topic seen so far (empty bytes: cleared)."""
         with self._cond:
@@ -154,9 +172,23 @@ class OperatorClient:
 
     def publish(self, topic: str, payload: bytes, timeout: float = _CONNECT_TIMEOUT_S) -> None:
         """Publish retained at QoS 1 and wait for the broker's PUBACK."""
-        info = self._client.publish(topic, payload, qos=1, retain=True)
-        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
-            raise BrokerError(f"publish {topic}: {paho.error_string(info.rc)}")
-        info.wait_for_publish(timeout)
-        if not info.is_published():
-            raise BrokerError(f"publish {topic}: no PUBACK in {timeout}s")
+        self.publish_many([(topic, payload)], timeout)
+
+    def publish_many(
+        self, messages: Iterable[tuple[str, bytes]], timeout: float = _CONNECT_TIMEOUT_S
+    ) -> None:
+        """Publish each retained at QoS 1, then wait for every PUBACK (``timeout`` each).
+
+        Not one round trip per message: a wave of 9,000 gateway documents waited ~4 ms for
+        each PUBACK in turn (40 s at 10,000 gateways, minutes at 100,000); paho keeps up to
+        its in-flight window on the wire and queues the rest."""
+        sent = []
+        for topic, payload in messages:
+            info = self._client.publish(topic, payload, qos=1, retain=True)
+            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                raise BrokerError(f"publish {topic}: {paho.error_string(info.rc)}")
+            sent.append((topic, info))
+        for topic, info in sent:
+            info.wait_for_publish(timeout)
+            if not info.is_published():
+                raise BrokerError(f"publish {topic}: no PUBACK in {timeout}s")

@@ -129,6 +129,10 @@ class Reconciler:
             await asyncio.to_thread(self._file.save, record)
             self.record = record
             log.info("fleet document %d accepted (%s)", plan.serial, source)
+        # The report of the new serial lists the new document's bundles, not the previous
+        # document's outcomes (a stale "applied" under the new serial, one message per
+        # gateway per document for nothing). `_serial` stays: `_apply` starts afresh.
+        self.bundles = {w.name: outcome(w, "applying") for w in plan.bundles}
         self._set("applying", None)  # at once: a reader never sees the old outcome as new
         self._wake.set()
         return True

@@ -157,6 +157,10 @@ class MqttClient:
                 await self._open()
                 delay = _MIN_BACKOFF_S
                 await self._lost.wait()
+                # Every gateway of a fleet loses its connection in the same instant when the
+                # broker restarts: a random share of the window keeps them from all coming
+                # back in the same second (a quick restart is over before the first try).
+                await asyncio.sleep(random.uniform(0, self._settings.reconnect_spread_s))
             except (OSError, TimeoutError, ConnectionError) as e:
                 self.state.failed(f"{type(e).__name__}: {e}")
                 log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, delay)

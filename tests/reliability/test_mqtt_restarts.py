@@ -36,6 +36,7 @@ def _mqtt(broker: Broker) -> dict[str, object]:
         "gateway_id": "gw-rel",
         "client_id": "wasmgate-rel",
         "reconnect_max_s": 0.5,
+        "reconnect_spread_s": 0,
     }
 
 

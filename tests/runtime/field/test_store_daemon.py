@@ -29,7 +29,7 @@ REQ = f"{ROOT}/adapters/probe/req"
 
 
 def _config(broker: Broker) -> dict[str, Any]:
-    return mqtt_config(broker, reconnect_max_s=0.5)
+    return mqtt_config(broker, reconnect_max_s=0.5, reconnect_spread_s=0)
 
 
 def _emit(daemon: Daemon, text: str) -> None:

@@ -80,7 +80,14 @@ def _edge(
     sections = {"params": {"broken": True}, "fallback": fallback}
     bundle = kit.build("probe", 2, sections=sections, out_dir=tmp)
     cfg = {"url": cloud.url, "breaker_reset_s": 0.5, "timeout_s": 2, **cloud_cfg}
-    return _daemon(tmp, kit, "edge", bundle, cloud=cfg, **mqtt_config(broker, reconnect_max_s=0.5))
+    return _daemon(
+        tmp,
+        kit,
+        "edge",
+        bundle,
+        cloud=cfg,
+        **mqtt_config(broker, reconnect_max_s=0.5, reconnect_spread_s=0),
+    )
 
 
 async def test_deferred_requests_are_answered_when_the_cloud_returns(

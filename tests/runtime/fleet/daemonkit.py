@@ -139,6 +139,7 @@ class Site:
                 "port": self.broker.port,
                 "gateway_id": GATEWAY,
                 "reconnect_max_s": 1,
+                "reconnect_spread_s": 0,
             },
             "fleet": {"groups": [GROUP], "retry_initial_s": 0.2, "retry_max_s": 1.0},
             "registry": {"insecure": True, "retries": 0, "backoff_s": 0.1},

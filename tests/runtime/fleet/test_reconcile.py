@@ -240,3 +240,30 @@ async def test_judge_weighs_a_document_as_offer_would_and_records_nothing(
         assert rec.refused.serial == 7
         assert seen == [rec.refused]
         assert rec.record == before
+
+
+async def test_a_new_document_never_reports_the_previous_outcomes_under_its_serial(
+    tmp_path: Path, shelf: Shelf
+) -> None:
+    """Issue 53: the "applying" of serial 2 listed serial 1's bundles as applied (v1), one
+    report per gateway per document that said nothing true; at 10,000 gateways, 20,000
+    messages a rollout."""
+    async with open_stack(tmp_path, shelf.kit) as st, reconciler(st, shelf) as rec:
+        await rec.offer(document(1, shelf.put("probe", 1)), "test")
+        await settled(rec, done)
+        seen: list[tuple[int | None, str | None, dict[str, tuple[int, str]]]] = []
+
+        def note() -> None:
+            bundles: dict[str, tuple[int, str]] = {
+                n: (b.version, b.state) for n, b in rec.bundles.items()
+            }
+            state: str | None = rec.state
+            seen.append((rec.record.serial, state, bundles))
+
+        rec.on_change.append(note)
+        await rec.offer(document(2, shelf.put("probe", 2)), "test")
+        await settled(rec, lambda r: done(r) and r.record.serial == 2)
+        under_2 = [bundles for serial, _state, bundles in seen if serial == 2]
+        assert under_2[0] == {"probe": (2, "applying")}, seen
+        assert all(b["probe"][0] == 2 for b in under_2), seen
+        assert seen[-1] == (2, "applied", {"probe": (2, "applied")})

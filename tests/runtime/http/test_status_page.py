@@ -157,7 +157,12 @@ def test_mqtt_and_process_series_follow_a_real_broker(tmp_path: Path) -> None:
     """Down at start, up, stopped, up again: the gauge and both counters follow; the page
     shows a current error while down and only dated history once connected."""
     broker = Broker(tmp_path / "mosquitto")  # not started yet: the daemon starts without it
-    mqtt = {"host": broker.host, "port": broker.port, "reconnect_max_s": 0.5}
+    mqtt = {
+        "host": broker.host,
+        "port": broker.port,
+        "reconnect_max_s": 0.5,
+        "reconnect_spread_s": 0,
+    }
     (tmp_path / "edge").mkdir()
     daemon = Daemon(tmp_path / "edge", {"mqtt": mqtt})
     before = time.time()

@@ -77,7 +77,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     paths = {"bundle_dir": setup.bundle_dir, "trust_file": setup.trust_file,
              "state_dir": setup.state_dir, "cache_dir": setup.cache_dir}  # fmt: skip
     mqtt = {"host": broker.host, "port": broker.port, "gateway_id": GATEWAY,
-            "reconnect_max_s": 0.5}  # fmt: skip
+            "reconnect_max_s": 0.5, "reconnect_spread_s": 0}  # fmt: skip
     (tmp / "edge").mkdir()
     daemon = Daemon(tmp / "edge", {"paths": paths, "profile": host_profile_name(), "mqtt": mqtt})
     try:

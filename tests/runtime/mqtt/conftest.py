@@ -36,6 +36,7 @@ def bridge_settings(port: int, **over: object) -> MqttSettings:
         "gateway_id": "gw1",
         "client_id": "wg-test",
         "reconnect_max_s": 0.5,
+        "reconnect_spread_s": 0,
         "keepalive_s": 5,
         "max_payload_bytes": 4096,
     }

@@ -1,0 +1,1 @@
+"""``python -m bench fleet-sim``: thousands of simulated gateways on the real fleet code path."""
