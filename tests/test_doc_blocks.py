@@ -65,6 +65,10 @@ WHY: dict[Block, str] = {
         "the 60-minute line is the published figures' run; the 2-minute line is CI's, run "
         "verbatim by tests/bench/test_soak.py"
     ),
+    "docs/benchmarks.md > A fleet of 10,000 gateways, simulated [1]": (
+        "the 10,000-gateway line is the published figures' run (both CPUs for ~10 minutes); "
+        "the 60-gateway line is CI's, run verbatim by tests/bench/test_fleet_sim.py"
+    ),
     "docs/grpc.md > Examples [1]": (
         "install line from PyPI (no downloads at test time); the test extra installs the "
         "same tritonclient, which the gRPC tests drive"

@@ -206,8 +206,8 @@ class SimFleet:
 def sim_fleet(
     root: Path, gateways: int, per_worker: int, spread_s: float | None = None
 ) -> Iterator[SimFleet]:
-    """The fleet; ``spread_s`` defaults to what docs/fleet.md asks of a fleet: N / 125 s."""
-    fleet = SimFleet(root, gateways, per_worker, gateways / 125 if spread_s is None else spread_s)
+    """The fleet; ``spread_s`` defaults to what docs/fleet.md asks of a fleet: N / 100 s."""
+    fleet = SimFleet(root, gateways, per_worker, gateways / 100 if spread_s is None else spread_s)
     try:
         fleet.start()
         yield fleet

@@ -153,7 +153,7 @@ class SimConfig:
     """Each gateway's state in ``root/<gateway>``; the shared layers in ``root/layers``."""
     group: str
     spread_s: float = 0.0
-    """``mqtt.reconnect_spread_s`` (the simulator sets N / 125 s, as docs/fleet.md says)."""
+    """``mqtt.reconnect_spread_s`` (the simulator sets N / 100 s, as docs/fleet.md says)."""
 
 
 class SimGateway:

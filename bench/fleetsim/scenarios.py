@@ -85,7 +85,7 @@ def rollout(f: SimFleet, o: Outcome, ref: str, version: int) -> None:
         first = max((reached.get(n, start) for n in names[:size]), default=start)
         o.add("rollout", f"wave {number} ({size} gateways) reached by", first - start, "s", 0)
     o.add("rollout", "reports per gateway (max)", max(counts.values(), default=0), "", 4)
-    o.add("rollout", "messages published on the fleet's topics", messages, "", f.n)
+    o.add("rollout", "messages on the fleet's topics while the CLI ran", messages, "", f.n)
     o.add("rollout", "their payload bytes", payload, "B", 0)
     for k in ("bytes_in", "bytes_out"):
         o.add(

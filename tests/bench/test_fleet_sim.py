@@ -11,9 +11,14 @@ still lists every gateway applied on v2, with the two refusals named.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import nacl.signing
 import pytest
@@ -21,9 +26,11 @@ import pytest
 from bench.fleetsim.fleet import PREFIX, SimFleet, sim_fleet
 from bench.fleetsim.observe import Observer
 from bench.fleetsim.scenarios import on, table_states
+from tests.fixtures.models import REPO
 from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
 
 N = 120
+DOC = REPO / "docs" / "benchmarks.md"
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +101,27 @@ def test_rollout_abort_and_attacks_end_in_the_right_tables(fleet: SimFleet) -> N
     assert {shown[gw] for gw in failing} == {("failed, rolled back", "v2")}, shown
     for gw in names[20:22]:
         assert re.search(rf"^{gw}: .*refused", status.out, re.MULTILINE), status.out[-3000:]
+
+
+def documented_command() -> list[str]:
+    """CI's line of docs/benchmarks.md's fleet-sim block, run verbatim (this interpreter
+    for ``python``)."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("python -m bench fleet-sim --gateways 60 ")]
+    argv = shlex.split(line.split("#", 1)[0])
+    return [sys.executable, *argv[1:]]
+
+
+@pytest.mark.timeout(240)
+def test_the_documented_ci_line_runs_every_scenario(tmp_path: Path) -> None:
+    """Every scenario ends in the state it must (exit 0: no WRONG line) and has figures."""
+    out = tmp_path / "sim.json"
+    done = subprocess.run(
+        [*documented_command(), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=220, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    scenarios = {f["scenario"].split()[-1] for f in doc["figures"]}
+    assert scenarios == {"setup", "rollout", "abort", "status", "restart", "offline"}
+    assert doc["problems"] == []
