@@ -147,12 +147,8 @@ class GuardedSite(web.TCPSite):
         self._guard = guard
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with the runner
-        server = self._runner.server
-        if server is None:
-            raise RuntimeError("set the runner up before starting its site")
         self._server = await asyncio.get_running_loop().create_server(
-            self._guard.factory(server),
+            await _guarded_factory(self, self._runner, self._guard),
             self._host,
             self._port,
             ssl=self._ssl_context,
@@ -174,11 +170,19 @@ class GuardedSockSite(web.SockSite):
         self._guard = guard
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with the runner
-        server = self._runner.server
-        if server is None:
-            raise RuntimeError("set the runner up before starting its site")
         self._server = await asyncio.get_running_loop().create_server(
-            self._guard.factory(server), sock=self._sock, ssl=self._ssl_context,
+            await _guarded_factory(self, self._runner, self._guard),
+            sock=self._sock, ssl=self._ssl_context,
             backlog=self._backlog,
         )  # fmt: skip
+
+
+async def _guarded_factory(
+    site: web.BaseSite, runner: web.BaseRunner, guard: ConnectionGuard
+) -> Callable[[], asyncio.Protocol]:
+    """Register ``site`` with ``runner``; the runner's protocol factory behind ``guard``."""
+    await web.BaseSite.start(site)
+    server = runner.server
+    if server is None:
+        raise RuntimeError("set the runner up before starting its site")
+    return guard.factory(server)
