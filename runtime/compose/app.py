@@ -43,9 +43,11 @@ from wasmgate.runtime.bundles.variables import Variables
 from wasmgate.runtime.compose.app_keys import (
     CLOUD,
     DEPS,
+    FORWARD,
     NOTIFIER,
     OPENING,
     POOL,
+    ROLE,
     SERVICE_IMPL,
     SLOTS,
     STORE,
@@ -105,6 +107,7 @@ def build_app(
     cpus: CpuPlan | None = None,
     forward: Forwarder | None = None,
     slots: GatewaySlots | None = None,
+    supervisor: bool = False,
 ) -> web.Application:
     """Build the app; nothing is started until the runner sets it up.
 
@@ -114,9 +117,13 @@ def build_app(
     ``forward``: a data-plane worker's way to the supervisor (`wasmgate.runtime.http.forward`):
     only the data plane is served here, and stage two starts no watcher, fleet member, gRPC
     or MQTT (the supervisor's). ``slots``: the gateway's running slots, shared by the
-    supervisor and its workers."""
+    supervisor and its workers. ``supervisor``: this app is a supervisor's (its workers
+    serve the data plane)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
+    app[ROLE] = "worker" if forward is not None else "supervisor" if supervisor else "single"
+    if forward is not None:
+        app[FORWARD] = forward
     if slots is not None:
         app[SLOTS] = slots
     app[CPUS] = cpus = cpus or CpuPlan.current()
@@ -148,7 +155,7 @@ def build_app(
     app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(service_ctx)
     # Stage two (`wasmgate.runtime.compose.app_open`): after the start-up bundles are loaded.
-    parts = stages(settings) if forward is None else []
+    parts = stages(settings, app[ROLE])
     app[OPENING] = opening = Opening(
         load_bundles, parts, lambda a: a[SERVICE_IMPL].opened(), background=listen_first
     )

@@ -6,7 +6,7 @@ Shared by the two stages of the start (`wasmgate.runtime.compose.app`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
 
@@ -14,6 +14,7 @@ from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.watcher import DirWatcher
 from wasmgate.runtime.compose.opening import Opening
 from wasmgate.runtime.field.store import Store
+from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
@@ -27,13 +28,17 @@ __all__ = [
     "BUNDLE_STORE",
     "CLOUD",
     "DEPS",
+    "FORWARD",
     "NOTIFIER",
     "OPENING",
     "POOL",
+    "ROLE",
     "SERVICE_IMPL",
     "SLOTS",
     "STORE",
     "WATCHER",
+    "WORKER_INDEX",
+    "Role",
 ]
 
 DEPS = web.AppKey("loader_deps", LoaderDeps)
@@ -48,3 +53,12 @@ SERVICE_IMPL = web.AppKey("inference_service", InferenceService)
 OPENING = web.AppKey("opening", Opening)
 SLOTS = web.AppKey("gateway_slots", GatewaySlots)
 """The gateway's running slots, with workers (`wasmgate.runtime.serving.slots`)."""
+
+Role = Literal["single", "supervisor", "worker"]
+ROLE: web.AppKey[Role] = web.AppKey("process_role")
+"""Which process this app is (`wasmgate.runtime.compose.app_open.stages` starts its parts):
+the single daemon, a supervisor (``[workers] count`` > 1) or one of its workers."""
+FORWARD = web.AppKey("supervisor_forward", Forwarder)
+"""A worker's way to its supervisor (a worker only)."""
+WORKER_INDEX = web.AppKey("worker_index", int)
+"""A worker's index among its supervisor's workers, 0-based (a worker only)."""

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from wasmgate.runtime.bundles.expiry import expiry_watch
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.bundles.watcher import bundle_files
-from wasmgate.runtime.compose.app_keys import BUNDLE_STORE, CLOUD, DEPS, NOTIFIER, STORE, WATCHER
+from wasmgate.runtime.compose.app_keys import (
+    BUNDLE_STORE,
+    CLOUD,
+    DEPS,
+    NOTIFIER,
+    STORE,
+    WATCHER,
+    Role,
+)
 from wasmgate.runtime.compose.opening import Stage
 from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.field.deferral import StoredDeferrals
@@ -45,6 +53,7 @@ __all__ = ["deferrer", "load_bundles", "stages"]
 log = logging.getLogger("wasmgate.app")
 
 _EXTEND_US = 120_000_000
+_Part = Callable[[web.Application], AsyncIterator[None]]
 
 
 async def load_bundles(app: web.Application) -> None:
@@ -171,8 +180,12 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
                 registry.on_change.remove(bridge.refresh_metadata)
 
 
-def stages(settings: Settings) -> list[Stage]:
-    """Stage two's parts for these settings, in the order they start."""
+def stages(settings: Settings, role: Role = "single") -> list[Stage]:
+    """Stage two's parts for these settings and this process, in the order they start.
+
+    A worker starts only the data plane's listeners; the supervisor everything else."""
+    if role == "worker":
+        return [contextlib.asynccontextmanager(part) for part in _worker_parts(settings)]
     parts = [_watch_ctx]
     if settings.grpc.port is not None:
         parts.append(_grpc_ctx)
@@ -180,3 +193,9 @@ def stages(settings: Settings) -> list[Stage]:
     if settings.mqtt.host is not None:
         parts.append(_mqtt_ctx)
     return [contextlib.asynccontextmanager(part) for part in parts]
+
+
+def _worker_parts(settings: Settings) -> list[_Part]:
+    """A data-plane worker's stage two (the supervisor's parts are in `stages`)."""
+    del settings
+    return []

@@ -61,8 +61,9 @@ async def run_supervised(
     slots = GatewaySlots(run_dir / "slots", 0)
     pool = WorkerPool(plan, settings, config_path, listeners, run_dir, slots=slots)
     app = build_app(
-        own, LiveSettings(own, config_path), notifier, listen_first=True, cpus=cpus, slots=slots
-    )
+        own, LiveSettings(own, config_path), notifier,
+        listen_first=True, cpus=cpus, slots=slots, supervisor=True,
+    )  # fmt: skip
     install(app, pool)
     rolling = Rolling(pool)
     app.middlewares.append(rolling.middleware())
