@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class Variables:
         """Why the last update was refused (shown in status: MQTT has no answer)."""
         self.last_refusal_at: float | None = None
         """When (POSIX time): the status page dates the refusal."""
+        self.on_document: list[Callable[[bytes], None]] = []
+        """Called with each MQTT document applied (a supervisor passes it to its workers)."""
 
     def reconfigure(
         self, table: ServingTable, configured: Mapping[str, Mapping[str, Value]]
@@ -153,6 +155,8 @@ class Variables:
             self.last_refusal, self.last_refusal_at = f"mqtt: {e}", time.time()
             log.error("variables refused, nothing changed: %s", e)  # noqa: TRY400
             return False
+        for hook in self.on_document:
+            hook(payload)
         return True
 
     def status(self, table: ServingTable) -> dict[str, Any]:
@@ -230,7 +234,8 @@ def _read(path: Path) -> dict[str, Values]:
 
 def _write(path: Path, doc: Mapping[str, Values]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # Per process: a gateway's workers apply the retained MQTT document at the same moment.
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with tmp.open("wb") as f:
         f.write(json.dumps(doc, indent=1, sort_keys=True).encode())
         f.flush()

@@ -142,8 +142,9 @@ def build_app(
     repository.setup(app)
     variable_routes.setup(app)
     openapi.setup(app)
-    if forward is not None:
-        outcomes.setup(app)  # the supervisor's gates read it (a worker's socket only)
+    if forward is not None:  # a worker's own socket only: the supervisor's calls
+        outcomes.setup(app)  # its staged releases' gates read it
+        variable_routes.setup_worker(app)  # the MQTT variables document
     edge.finish(app)  # the catch-all, after every route
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)

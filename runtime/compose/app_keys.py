@@ -6,6 +6,7 @@ Shared by the two stages of the start (`wasmgate.runtime.compose.app`,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
@@ -27,11 +28,13 @@ if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url
 __all__ = [
     "BUNDLE_STORE",
     "CLOUD",
+    "DEDUPE_TABLE",
     "DEPS",
     "FORWARD",
     "NOTIFIER",
     "OPENING",
     "POOL",
+    "REPLACES",
     "ROLE",
     "SERVICE_IMPL",
     "SLOTS",
@@ -62,3 +65,7 @@ FORWARD = web.AppKey("supervisor_forward", Forwarder)
 """A worker's way to its supervisor (a worker only)."""
 WORKER_INDEX = web.AppKey("worker_index", int)
 """A worker's index among its supervisor's workers, 0-based (a worker only)."""
+DEDUPE_TABLE = web.AppKey("mqtt_dedupe_table", Path)
+"""The MQTT dedupe table of a supervisor and its workers (`runtime.mqtt.dedupe_shared`)."""
+REPLACES = web.AppKey("replaces_pid", int)
+"""The pid of the worker this one replaces, while it finishes (a replacing worker only)."""

@@ -10,9 +10,11 @@ the fleet's topics).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -22,10 +24,14 @@ from wasmgate.runtime.bundles.watcher import bundle_files
 from wasmgate.runtime.compose.app_keys import (
     BUNDLE_STORE,
     CLOUD,
+    DEDUPE_TABLE,
     DEPS,
     NOTIFIER,
+    REPLACES,
+    ROLE,
     STORE,
     WATCHER,
+    WORKER_INDEX,
     Role,
 )
 from wasmgate.runtime.compose.opening import Stage
@@ -46,7 +52,12 @@ from wasmgate.runtime.http.shm import REGIONS
 from wasmgate.runtime.http.variables import VARIABLES
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.memory import trim_heap
+from wasmgate.runtime.ops.tasks import background, process_gone
 from wasmgate.sandbox import SandboxEngine
+
+if TYPE_CHECKING:  # paho loads only with MQTT
+    from wasmgate.runtime.mqtt import Channel
+    from wasmgate.runtime.mqtt.dedupe_shared import SharedRecent
 
 __all__ = ["deferrer", "load_bundles", "stages"]
 
@@ -136,40 +147,36 @@ async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The gateway's MQTT connection: its status, metadata, the fleet's and variables'
+    topics, the stored streams' drain, and the requests unless workers serve them."""
     from wasmgate.runtime.mqtt import Channel, MqttBridge  # noqa: PLC0415 - paho only when used
-    from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
     from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
-    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
 
     settings = app[SETTINGS]
     registry = app[REGISTRY]
-    variables = app[VARIABLES]
     fleet = app[FLEET]
-
-    def apply_variables(msg: Incoming) -> None:
-        # Retained on purpose: the broker replays the document at every (re)connect.
-        variables.apply_document(registry.table, msg.payload)
-
-    bridge_for = MqttBridge(
-        settings.mqtt,
-        app[SERVICE],
-        drain_s=settings.drain_s,
-        metrics=app[METRICS],
-        tracing=app[TRACING],
-        stored=Stored(
-            app[STORE],
-            settings.store,
-            cloud=app[CLOUD] if deferrer(app) is not None else None,
-            cloud_retry_s=settings.cloud.breaker_reset_s,
-            samples=settings.samples.sink == "mqtt",
-            samples_topic=settings.samples.mqtt_topic,
-        ),
-        channels=[
-            Channel((Topics(settings.mqtt).variables,), apply_variables),
-            Channel(**fleet.channel_args()),
-        ],
-    )
-    async with bridge_for as bridge, fleet.over_mqtt(bridge.client):
+    supervisor = app[ROLE] == "supervisor"
+    async with contextlib.AsyncExitStack() as stack:
+        bridge_for = MqttBridge(
+            settings.mqtt,
+            app[SERVICE],
+            drain_s=settings.drain_s,
+            metrics=app[METRICS],
+            tracing=app[TRACING],
+            stored=Stored(
+                app[STORE],
+                settings.store,
+                cloud=app[CLOUD] if deferrer(app) is not None else None,
+                cloud_retry_s=settings.cloud.breaker_reset_s,
+                samples=settings.samples.sink == "mqtt",
+                samples_topic=settings.samples.mqtt_topic,
+            ),
+            channels=[_variables_channel(app), Channel(**fleet.channel_args())],
+            recent=stack.enter_context(_shared_recent(app)) if supervisor else None,
+            serves_requests=not supervisor,
+        )
+        bridge = await stack.enter_async_context(bridge_for)
+        await stack.enter_async_context(fleet.over_mqtt(bridge.client))
         registry.on_change.append(bridge.refresh_metadata)
         status.add_provider(app, "mqtt", bridge.status)
         app[METRICS].watch_mqtt(lambda: bridge.state.client)
@@ -178,6 +185,64 @@ async def _mqtt_ctx(app: web.Application) -> AsyncIterator[None]:
         finally:
             with contextlib.suppress(ValueError):
                 registry.on_change.remove(bridge.refresh_metadata)
+
+
+async def _mqtt_worker_ctx(app: web.Application) -> AsyncIterator[None]:
+    """A worker's own connection: the gateway's requests through a shared subscription
+    (each reaches one worker); answers kept while the broker is away go to the store the
+    supervisor drains. The variables' document is the supervisor's: it passes it on.
+
+    A replacing worker connects once the worker it replaces has ended: both have the same
+    client id, and two connections of one id take the session from each other in turn
+    (each reconnect kicks the other off). Its requests meanwhile go to the other workers."""
+    async with background(_mqtt_worker(app), "mqtt-worker"):
+        yield
+
+
+async def _mqtt_worker(app: web.Application) -> None:
+    from wasmgate.runtime.mqtt import MqttBridge  # noqa: PLC0415 - paho only when used
+    from wasmgate.runtime.mqtt.spool import Stored  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.topics import worker_settings  # noqa: PLC0415
+
+    if REPLACES in app:
+        await process_gone(app[REPLACES])
+    settings = app[SETTINGS]
+    with _shared_recent(app) as recent:
+        bridge_for = MqttBridge(
+            worker_settings(settings.mqtt, app[WORKER_INDEX]),
+            app[SERVICE],
+            drain_s=settings.drain_s,
+            metrics=app[METRICS],
+            tracing=app[TRACING],
+            stored=Stored(app[STORE], settings.store),
+            recent=recent,
+            speaks=False,
+        )
+        async with bridge_for as bridge:
+            status.add_provider(app, "mqtt", bridge.status)
+            await asyncio.Event().wait()  # until the worker stops (a cancel)
+
+
+def _variables_channel(app: web.Application) -> Channel:
+    from wasmgate.runtime.mqtt import Channel  # noqa: PLC0415 - paho only when used
+    from wasmgate.runtime.mqtt.messages import Incoming  # noqa: PLC0415
+    from wasmgate.runtime.mqtt.topics import Topics  # noqa: PLC0415
+
+    registry, variables = app[REGISTRY], app[VARIABLES]
+
+    def apply_variables(msg: Incoming) -> None:
+        # Retained on purpose: the broker replays the document at every (re)connect.
+        variables.apply_document(registry.table, msg.payload)
+
+    return Channel((Topics(app[SETTINGS].mqtt).variables,), apply_variables)
+
+
+def _shared_recent(app: web.Application) -> contextlib.closing[SharedRecent]:
+    from wasmgate.runtime.mqtt.dedupe_shared import SharedRecent  # noqa: PLC0415
+
+    mqtt = app[SETTINGS].mqtt
+    table = SharedRecent(app[DEDUPE_TABLE], mqtt.dedupe_window_s, mqtt.dedupe_max_entries)
+    return contextlib.closing(table)
 
 
 def stages(settings: Settings, role: Role = "single") -> list[Stage]:
@@ -197,5 +262,7 @@ def stages(settings: Settings, role: Role = "single") -> list[Stage]:
 
 def _worker_parts(settings: Settings) -> list[_Part]:
     """A data-plane worker's stage two (the supervisor's parts are in `stages`)."""
-    del settings
-    return []
+    parts: list[_Part] = []
+    if settings.mqtt.host is not None:
+        parts.append(_mqtt_worker_ctx)
+    return parts

@@ -21,6 +21,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.compose.app import build_app
+from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE
 from wasmgate.runtime.compose.lifecycle import (
     Signals,
     bind_public,
@@ -38,7 +39,7 @@ from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
-from wasmgate.runtime.supervisor.gateway import install
+from wasmgate.runtime.supervisor.gateway import install, relay_variables
 from wasmgate.runtime.supervisor.outcomes import Outcomes
 from wasmgate.runtime.supervisor.plan import WorkerPlan
 from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
@@ -64,6 +65,7 @@ async def run_supervised(
         own, LiveSettings(own, config_path), notifier,
         listen_first=True, cpus=cpus, slots=slots, supervisor=True,
     )  # fmt: skip
+    app[DEDUPE_TABLE] = pool.dedupe
     install(app, pool)
     rolling = Rolling(pool)
     app.middlewares.append(rolling.middleware())
@@ -82,6 +84,7 @@ async def run_supervised(
             # while the others load, and that change must reach them all (a roll waits for
             # the start).
             app[REGISTRY].on_change.append(rolling.changed)
+            relay_variables(app, pool)
             outcomes = Outcomes(app[REGISTRY].table, pool)
             async with rolling, background(outcomes.run(), "worker-outcomes"):
                 await pool.start()

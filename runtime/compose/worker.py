@@ -28,7 +28,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.compose.app import build_app
-from wasmgate.runtime.compose.app_keys import WORKER_INDEX
+from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, REPLACES, WORKER_INDEX
 from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_context
 from wasmgate.runtime.http.connections import GuardedSockSite
 from wasmgate.runtime.http.forward import Forwarder
@@ -88,7 +88,9 @@ async def run_worker(spec: WorkerSpec) -> int:
             settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward,
             slots=slots,
         )  # fmt: skip
-        app[WORKER_INDEX] = spec.index
+        app[WORKER_INDEX], app[DEDUPE_TABLE] = spec.index, Path(spec.dedupe)
+        if spec.replaces is not None:
+            app[REPLACES] = spec.replaces
         runner = web.AppRunner(
             app, shutdown_timeout=settings.drain_s / 2, access_log=None,
             keepalive_timeout=settings.http.header_timeout_s,

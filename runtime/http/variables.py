@@ -17,11 +17,13 @@ from aiohttp import web
 from wasmgate.runtime.bundles.variables import Variables
 from wasmgate.runtime.errors import BadRequest, PayloadTooLarge
 from wasmgate.runtime.http import edge
+from wasmgate.runtime.http.forward import from_outside
 from wasmgate.runtime.http.keys import REGISTRY
 from wasmgate.runtime.http.manage import guarded
 
 VARIABLES = web.AppKey("variables", Variables)
 MAX_BODY = 64 * 1024
+DOCUMENT_PATH = "/v1/variables/document"
 
 
 async def get_variables(request: web.Request) -> web.Response:
@@ -45,6 +47,21 @@ async def put_variables(request: web.Request) -> web.Response:
     variables = request.app[VARIABLES]
     variables.update(slot.versions(), values)
     return web.json_response({"variables": variables.describe(slot.current)})
+
+
+async def post_document(request: web.Request) -> web.Response:
+    """A worker's own socket only: the MQTT document its supervisor applied (the supervisor
+    alone subscribes to it), applied here by the same all-or-nothing rule."""
+    if from_outside(request):
+        raise web.HTTPNotFound
+    table = request.app[REGISTRY].table
+    applied = request.app[VARIABLES].apply_document(table, await request.read())
+    return web.Response(status=204 if applied else 409)
+
+
+def setup_worker(app: web.Application) -> None:
+    """The supervisor's route on a worker's app."""
+    edge.routes(app).add_post(DOCUMENT_PATH, post_document)
 
 
 def setup(app: web.Application) -> None:

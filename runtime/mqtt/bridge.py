@@ -36,7 +36,7 @@ from wasmgate.runtime import errors
 from wasmgate.runtime.dataplane.plane import DataPlane
 from wasmgate.runtime.mqtt.client import MqttClient
 from wasmgate.runtime.mqtt.connection import ClientState
-from wasmgate.runtime.mqtt.dedupe import RecentRequests
+from wasmgate.runtime.mqtt.dedupe import Recent, RecentRequests
 from wasmgate.runtime.mqtt.inbound import Inbound
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.mqtt.metadata import MetadataPublisher
@@ -78,7 +78,14 @@ class MqttBridge:
         channels: Sequence[Channel] = (),
         tracing: Tracing | None = None,
         stored: Stored | None = None,
+        recent: Recent | None = None,
+        serves_requests: bool = True,
+        speaks: bool = True,
     ) -> None:
+        """``recent``: the dedupe table (default: this process's own). ``serves_requests``:
+        subscribe to the request topics (False in a supervisor whose workers serve them).
+        ``speaks``: this connection is the gateway's voice: its status (and will),
+        metadata and the drain of stored streams (False in a worker: the supervisor's)."""
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
         self._settings = settings
@@ -87,7 +94,10 @@ class MqttBridge:
         self._channels = tuple(channels)
         self.topics = Topics(settings)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
+        if recent is None:  # not `or`: an empty table has len() 0
+            recent = RecentRequests(settings.dedupe_window_s, settings.dedupe_max_entries)
+        self._recent: Recent = recent
+        self._serves_requests, self._speaks = serves_requests, speaks
         self._heap = HeapKeeper()
         self._closing = False
         self._client: MqttClient | None = None
@@ -102,7 +112,9 @@ class MqttBridge:
 
     async def __aenter__(self) -> Self:
         client_id = self._settings.client_id or f"wasmgate-{self.state.gateway}"
-        will = Outgoing(self.topics.status, b"offline", qos=1, retain=True)
+        will = (
+            Outgoing(self.topics.status, b"offline", qos=1, retain=True) if self._speaks else None
+        )
         self._client = MqttClient(
             self._settings,
             client_id,
@@ -111,12 +123,17 @@ class MqttBridge:
             on_message=self._on_message,
         )
         self.state.client = self._client.state
-        self._metadata = MetadataPublisher(self._client, self.topics, self._service)
+        if self._speaks:
+            self._metadata = MetadataPublisher(self._client, self.topics, self._service)
         if self._stored is not None:
             self._spool = Spool(
-                self._stored, self._client, self.topics, self._settings, self._delivered
-            )
-            await self._spool.load()  # before any request can be redelivered to us
+                self._stored, self._client, self.topics, self._settings, self._delivered,
+                drain=self._speaks,
+            )  # fmt: skip
+            if self._speaks:
+                await self._spool.load()  # before any request can be redelivered to us
+                for key in self._spool.held_keys():
+                    self._recent.hold(key)  # the workers' copies are only acked
             await self._stack.enter_async_context(self._spool.running())
         self._inbound = Inbound(
             self._settings, self.topics, self.state, self._work,
@@ -138,7 +155,7 @@ class MqttBridge:
         await self._stack.aclose()
         if self._client is not None:
             offline = Outgoing(self.topics.status, b"offline", qos=1, retain=True)
-            await self._client.stop(offline)
+            await self._client.stop(offline if self._speaks else None)
 
     async def wait_connected(self) -> None:
         """Wait until connected and subscribed (wrap in ``asyncio.timeout``)."""
@@ -173,10 +190,13 @@ class MqttBridge:
 
     def _on_connect(self, session_present: bool) -> None:
         log.info("mqtt connected (session present: %s)", session_present)
-        self._mqtt.subscribe(self.topics.subscriptions(), self._settings.qos)
+        if self._serves_requests:
+            self._mqtt.subscribe(self.topics.subscriptions(), self._settings.qos)
         for channel in self._channels:
             self._mqtt.subscribe(list(channel.filters), self._settings.qos)
-        _detach(self._mqtt.publish(Outgoing(self.topics.status, b"online", qos=1, retain=True)))
+        if self._speaks:
+            status = Outgoing(self.topics.status, b"online", qos=1, retain=True)
+            _detach(self._mqtt.publish(status))
         if self._metadata is not None:
             self._metadata.publish()
         for channel in self._channels:
@@ -219,8 +239,7 @@ class MqttBridge:
 
     def _delivered(self, key: bytes) -> None:
         """A stored answer reached the broker: its request's dedupe window starts now."""
-        _ = self._recent.remember(key)
-        self._recent.answered(key)
+        self._recent.delivered(key)
 
 
 def _detach(fut: asyncio.Future[None]) -> None:

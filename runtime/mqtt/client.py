@@ -66,7 +66,7 @@ class MqttClient:
         settings: MqttSettings,
         client_id: str,
         *,
-        will: Outgoing,
+        will: Outgoing | None,
         on_connect: Callable[[bool], None],
         on_message: Callable[[Incoming], None],
     ) -> None:

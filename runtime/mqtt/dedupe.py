@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
+from typing import Protocol
 
 
 class NotAnswered(Exception):
@@ -52,6 +53,17 @@ def dedupe_key(
 KEY_BYTES = 32
 
 
+class Recent(Protocol):
+    """What the bridge asks of its recently seen requests: `RecentRequests` in one process,
+    `wasmgate.runtime.mqtt.dedupe_shared.SharedRecent` across a gateway's workers."""
+
+    def claim(self, key: bytes) -> asyncio.Future[None] | None: ...
+    def answered(self, key: bytes) -> None: ...
+    def hold(self, key: bytes) -> None: ...
+    def delivered(self, key: bytes) -> None: ...
+    def forget(self, key: bytes, why: str) -> None: ...
+
+
 class RecentRequests:
     """Keys seen within ``window_s``, oldest first (insertion order = expiry order)."""
 
@@ -73,6 +85,23 @@ class RecentRequests:
             del self._seen[oldest]
         entry = self._seen.get(key)
         return entry[1] if entry is not None else None
+
+    def claim(self, key: bytes) -> asyncio.Future[None] | None:
+        """None when ``key`` is new (remembered now: the caller works the request); else
+        the first copy's answer future."""
+        seen = self.recall(key)
+        if seen is None:
+            _ = self.remember(key)
+        return seen
+
+    def hold(self, key: bytes) -> None:
+        """The answer waits in the store (the spool answers for it until delivered)."""
+        self.answered(key)
+
+    def delivered(self, key: bytes) -> None:
+        """A stored answer reached the broker: its window starts now."""
+        _ = self.remember(key)
+        self.answered(key)
 
     def remember(self, key: bytes) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.mqtt.client import MqttClient, NotPublished
-from wasmgate.runtime.mqtt.dedupe import NotAnswered, RecentRequests, dedupe_key
+from wasmgate.runtime.mqtt.dedupe import NotAnswered, Recent, dedupe_key
 from wasmgate.runtime.mqtt.messages import Incoming, json_object, request_id
 from wasmgate.runtime.mqtt.requests import Reply, Requests
 from wasmgate.runtime.mqtt.spool import Spool
@@ -28,6 +28,9 @@ from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.logs import Throttled
 
 log = logging.getLogger("wasmgate.mqtt")
+
+Answered = Literal[True, False, "stored"]
+"""How a request was answered: published, kept in the store (the broker was away), or not."""
 
 
 class Inbound:
@@ -40,7 +43,7 @@ class Inbound:
         state: BridgeState,
         work: Requests,
         *,
-        recent: RecentRequests,
+        recent: Recent,
         client: MqttClient,
         spool: Spool | None,
     ) -> None:
@@ -74,26 +77,25 @@ class Inbound:
             reply.topic, reply.correlation, reply.rid, msg.payload, request_topic=msg.topic
         )
         if key is None:
-            return await self._answer_or_drop(msg, route, obj, reply)
+            return bool(await self._answer_or_drop(msg, route, obj, reply))
         if self._spool is not None and self._spool.holds(key):
             self._state.duplicates += 1  # its answer waits in the store: ack, do not re-work
             return True
-        seen = self._recent.recall(key)
-        if seen is not None:
-            self._state.duplicates += 1
-            try:
-                await asyncio.shield(seen)
-            except NotAnswered:
-                return False
-            return True
-        return await self._first(msg, route, obj, reply, key)
+        seen = self._recent.claim(key)
+        if seen is None:
+            return await self._first(msg, route, obj, reply, key)
+        self._state.duplicates += 1
+        try:
+            await asyncio.shield(seen)
+        except NotAnswered:
+            return False
+        return True
 
     async def _first(
         self, msg: Incoming, route: Route, obj: dict[str, Any] | None, reply: Reply, key: bytes
     ) -> bool:
-        """A request not seen within the window: remembered while it is worked, so a copy
-        waits for this answer instead of working it again."""
-        _ = self._recent.remember(key)
+        """A request not seen within the window (claimed: remembered while it is worked, so a
+        copy waits for this answer instead of working it again)."""
         if msg.dup:
             self._state.redelivered += 1
         try:
@@ -101,11 +103,13 @@ class Inbound:
         except BaseException as e:
             self._recent.forget(key, repr(e))
             raise
-        if answered:
+        if answered == "stored":
+            self._recent.hold(key)
+        elif answered:
             self._recent.answered(key)
         else:
             self._recent.forget(key, "answer neither published nor stored")
-        return answered
+        return bool(answered)
 
     def _refusal(self, msg: Incoming) -> tuple[str, str] | None:
         """What kind of request ``msg`` is that is ignored (acked, never worked nor
@@ -153,14 +157,13 @@ class Inbound:
         obj: dict[str, Any] | None,
         reply: Reply,
         key: bytes | None = None,
-    ) -> bool:
+    ) -> Answered:
         """False when the answer was neither published nor stored: leave the request unacked."""
         try:
-            await self._work_and_answer(msg, route, obj, reply, key)
+            return await self._work_and_answer(msg, route, obj, reply, key)
         except (NotPublished, StoreError) as e:
             log.warning("mqtt answer on %s not delivered: %s", route.name, e)
             return False
-        return True
 
     async def _work_and_answer(
         self,
@@ -169,7 +172,7 @@ class Inbound:
         obj: dict[str, Any] | None,
         reply: Reply,
         key: bytes | None,
-    ) -> None:
+    ) -> Answered:
         # The adapter's events went to the store in the service (one path for every
         # transport); only the answer is the bridge's.
         result = await self._work.result(msg, route, obj, reply)
@@ -179,7 +182,8 @@ class Inbound:
             self._state.errors += 1
         answer = self._work.message(route, reply, result)
         if answer is None:
-            return
+            return True
+        kept: Answered = True
         try:
             await self._client.publish(answer)
         except NotPublished:
@@ -187,4 +191,6 @@ class Inbound:
                 raise
             await self._spool.keep_answer(answer, key)
             self._state.stored += 1
+            kept = "stored"
         self._state.answered += 1
+        return kept

@@ -39,7 +39,7 @@ class _ClosingSSLSocket(ssl.SSLSocket):
             raise
 
 
-def build_client(settings: MqttSettings, client_id: str, will: Outgoing) -> BufferedClient:
+def build_client(settings: MqttSettings, client_id: str, will: Outgoing | None) -> BufferedClient:
     """A persistent-session paho client (manual acks, no reconnect of its own), not connected."""
     s = settings
     client = BufferedClient(
@@ -61,7 +61,8 @@ def build_client(settings: MqttSettings, client_id: str, will: Outgoing) -> Buff
     # paho reports socket errors only through its logger; without this a broker that
     # refuses our TLS client certificate shows up only as "Unspecified error".
     client.enable_logger(log.getChild("paho"))
-    client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+    if will is not None:
+        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
     return client
 
 

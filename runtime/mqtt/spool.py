@@ -106,8 +106,12 @@ class Spool:
         topics: Topics,
         mqtt: MqttSettings,
         on_answer_delivered: Callable[[bytes], None],
+        *,
+        drain: bool = True,
     ) -> None:
-        store, drain = stored.store, stored.settings
+        """``drain`` False (a worker's spool): answers are kept, never sent from here (the
+        supervisor's spool drains the store every process writes)."""
+        store = stored.store
         self._store = store
         self._client = client
         self._topics = topics
@@ -115,6 +119,15 @@ class Spool:
         self._delivered_cb = on_answer_delivered
         self._held: dict[bytes, int] = {}
         """Dedupe keys of stored answers -> their store id."""
+        self.forwarders: dict[str, Forwarder] = {}
+        self.deferred: DeferredSender | None = None
+        if drain:
+            self._drains(stored, client, topics, mqtt)
+
+    def _drains(
+        self, stored: Stored, client: MqttClient, topics: Topics, mqtt: MqttSettings
+    ) -> None:
+        store, drain = stored.store, stored.settings
         pace = Pace(drain.drain_rate, drain.drain_window)
         link = client.link
         self.forwarders = {
@@ -132,7 +145,6 @@ class Spool:
             self.forwarders[SAMPLES] = Forwarder(
                 store, SAMPLES, self._send_sample, link, window=drain.drain_window, pace=pace
             )
-        self.deferred: DeferredSender | None = None
         if stored.cloud is not None:  # one at a time: the cloud sees them in order
             self.deferred = DeferredSender(
                 stored.cloud, client.publish, topics.deferred,
@@ -190,9 +202,15 @@ class Spool:
             return False
         return True
 
+    def held_keys(self) -> list[bytes]:
+        """The dedupe keys of the answers waiting in the store."""
+        return list(self._held)
+
     def _answer_delivered(self, rec: Record) -> None:
+        # Any stored answer, not only those this process kept: a worker's go out here too.
         key = _dedupe_of(rec)
-        if key is not None and self._held.pop(key, None) is not None:
+        if key is not None:
+            self._held.pop(key, None)
             self._delivered_cb(key)
 
     def _send_answer(self, rec: Record) -> asyncio.Future[None]:

@@ -8,6 +8,7 @@ from typing import Literal
 from paho.mqtt.client import topic_matches_sub
 
 from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.typed import replace
 
 Kind = Literal["adapter", "model"]
 
@@ -30,6 +31,18 @@ class Route:
 
 def gateway_id(settings: MqttSettings) -> str:
     return settings.resolved_gateway_id()
+
+
+def worker_settings(settings: MqttSettings, index: int) -> MqttSettings:
+    """A data-plane worker's own connection (``[workers] count`` > 1): its client id,
+    ``<client_id>-w<index>`` (the broker keeps each worker's session, so a restarted worker
+    gets back what it had not acknowledged), and the request topics through a shared
+    subscription, ``mqtt.shared_group`` or else ``wasmgate-<gateway_id>``, so the broker
+    hands each request to one worker of the gateway."""
+    gateway = gateway_id(settings)
+    base = settings.client_id or f"wasmgate-{gateway}"
+    group = settings.shared_group or f"wasmgate-{gateway}"
+    return replace(settings, client_id=f"{base}-w{index}", shared_group=group)
 
 
 class Topics:

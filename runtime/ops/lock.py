@@ -39,3 +39,16 @@ def data_dir_lock(directory: Path) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def flocked(fd: int) -> Iterator[None]:
+    """``fd``'s file locked exclusively for the block: the tables the gateway's processes
+    share (`wasmgate.runtime.serving.slots`, the MQTT dedupe table). The kernel drops the
+    lock of a process that dies inside the block. Not a lock between one process's threads
+    (they share the descriptor): callers use it from their event loop only."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)

@@ -12,13 +12,15 @@ a few microseconds against the hundreds a request takes.
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import hashlib
 import logging
 import mmap
 import os
 import struct
 from pathlib import Path
+
+from wasmgate.runtime.ops.lock import flocked
 
 __all__ = ["GatewaySlots"]
 
@@ -92,8 +94,8 @@ class GatewaySlots:
 
     # -- internals -------------------------------------------------------------------
 
-    def _locked(self) -> _Lock:
-        return _Lock(self._fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return flocked(self._fd)
 
     def _row(self, key: str) -> int | None:
         """The row of ``key``, claimed on first use (open addressing; None: table full)."""
@@ -120,14 +122,3 @@ class GatewaySlots:
         at = row * _ROW + 8 + 4 * column
         (now,) = struct.unpack_from("<i", self._map, at)
         struct.pack_into("<i", self._map, at, max(0, now + delta))
-
-
-class _Lock:
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def __enter__(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *_exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)

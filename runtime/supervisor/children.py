@@ -62,6 +62,11 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     slots: str
     """The gateway's running-slot table (`wasmgate.runtime.serving.slots`)."""
     slot_column: int
+    dedupe: str
+    """The gateway's MQTT dedupe table (`wasmgate.runtime.mqtt.dedupe_shared`)."""
+    replaces: int | None = None
+    """The pid of the worker this one replaces, still finishing its work: this worker's
+    MQTT connection (the same client id, the same broker session) waits for it to end."""
 
 
 def decode_spec(data: bytes) -> WorkerSpec:

@@ -21,12 +21,13 @@ from aiohttp.typedefs import Handler
 
 from wasmgate.runtime.http import status
 from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, REPLAY_HEADERS
+from wasmgate.runtime.http.variables import DOCUMENT_PATH, VARIABLES
 from wasmgate.runtime.supervisor.children import unix_session
 from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
-__all__ = ["install"]
+__all__ = ["install", "relay_variables"]
 
 
 def install(app: web.Application, pool: WorkerPool) -> None:
@@ -76,6 +77,20 @@ def install(app: web.Application, pool: WorkerPool) -> None:
 
     app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
     status.add_provider(app, "workers", pool.describe)
+
+
+def relay_variables(app: web.Application, pool: WorkerPool) -> None:
+    """The MQTT variables document the supervisor applied goes to every worker, now and
+    later (its workers never subscribe to it: one applier, whatever their connections)."""
+    sending: set[asyncio.Task[None]] = set()
+
+    def relay(document: bytes) -> None:
+        call = Call("POST", DOCUMENT_PATH, document, {})
+        task = asyncio.get_running_loop().create_task(pool.fan_out(call))
+        sending.add(task)
+        task.add_done_callback(sending.discard)
+
+    app[VARIABLES].on_document.append(relay)
 
 
 async def _scrape(private: str, path: str) -> str:

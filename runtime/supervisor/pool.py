@@ -85,6 +85,8 @@ class WorkerPool:
         self._slots = slots
         self._columns = set(range(1, COLUMNS))  # 0 is the supervisor's
         self.control = str(run_dir / "control.sock")
+        self.dedupe = run_dir / "mqtt-dedupe"
+        """The MQTT dedupe table the supervisor and its workers share."""
         self.workers = [Worker(i, private_socket(run_dir, i, 0)) for i in range(plan.count)]
         self._generation = 0
         self._replay: list[Call] = []
@@ -94,7 +96,9 @@ class WorkerPool:
         self._reaping: set[asyncio.Task[None]] = set()
         self.on_state: list[Callable[[], None]] = []
 
-    def spec(self, index: int, private: str, column: int) -> WorkerSpec:
+    def spec(
+        self, index: int, private: str, column: int, replaces: int | None = None
+    ) -> WorkerSpec:
         """A worker's settings: the supervisor's, with its share of the gateway's caps (the
         supervisor, serving MQTT and gRPC, takes a share too)."""
         parts = self._plan.count + 1
@@ -115,6 +119,8 @@ class WorkerPool:
             parts=parts,
             slots=str(self._run_dir / "slots"),
             slot_column=column,
+            dedupe=str(self.dedupe),
+            replaces=replaces,
         )
 
     def _connections(self, index: int) -> HttpSettings:
@@ -146,10 +152,10 @@ class WorkerPool:
                 log.error("worker %d did not become ready", worker.index)
                 self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
 
-    async def _launch(self, worker: Worker) -> None:
+    async def _launch(self, worker: Worker, replaces: int | None = None) -> None:
         worker.column = min(self._columns)
         self._columns.discard(worker.column)
-        spec = self.spec(worker.index, worker.private, worker.column)
+        spec = self.spec(worker.index, worker.private, worker.column, replaces)
         await worker.spawn(spec, spec.listen_fd)
 
     def _ended(self, column: int) -> None:
@@ -201,7 +207,7 @@ class WorkerPool:
     async def _replace(self, worker: Worker) -> None:
         old = worker.proc
         fresh = Worker(worker.index, private_socket(self._run_dir, worker.index, self._generation))
-        await self._launch(fresh)
+        await self._launch(fresh, worker.pid if old is not None else None)
         if not await fresh.ready(_READY_S):
             log.error("worker %d: its replacement did not become ready; kept", worker.index)
             fresh.signal(signal.SIGKILL)
@@ -253,7 +259,9 @@ class WorkerPool:
             await asyncio.wait(self._reaping, timeout=drain_s + 5)
 
     async def fan_out(self, call: Call) -> None:
-        """Apply ``call`` on every serving worker, and on every later one."""
+        """Apply ``call`` on every serving worker, and on every later one (an earlier copy
+        of the same call leaves the replay: each sets state, so the last one is what holds)."""
+        self._replay = [c for c in self._replay if c != call]
         self._replay.append(call)
         del self._replay[:-_REPLAY_MAX]
         await asyncio.gather(*(self._send(w.private, call) for w in self.workers))

@@ -194,3 +194,28 @@ def test_mqtt_document_is_all_or_nothing_and_operator_values_survive_sigkill(
     assert echo(daemon, "vars") == (200, b"kept:hi")
     assert values(daemon)["ratio"] == (0.25, "operator")
     assert echo(daemon, "fixed") == (200, b"fixed:hi")
+
+
+def test_an_mqtt_document_reaches_every_worker(
+    tmp_path: Path, daemon_factory: Callable[..., Daemon], mosquitto: Broker
+) -> None:
+    """With ``[workers] count = 2`` each worker applies the retained document itself (its
+    own subscription, never through the shared group): every connection, whichever worker
+    it lands on, answers with the operator's value."""
+    kit = BundleKit(tmp_path / "kit")
+    config = daemon_config(
+        kit.save_trust(tmp_path / "trust.json"),
+        mqtt={"host": mosquitto.host, "port": mosquitto.port, "gateway_id": GATEWAY},
+        workers={"count": 2},
+    )
+    daemon = daemon_factory(config=config, name="w")
+    declared = {"variables": DECLARED}
+    bundle = kit.build("vars", 1, model=False, sections=declared).read_bytes()
+    status, body = put_bundle(daemon, bundle)
+    assert status == 201, body
+    publish_retained(mosquitto, b'{"vars": {"tag": "every"}}')
+    wait_until(lambda: echo(daemon, "vars") == (200, b"every:hi"), 20, "mqtt variables")
+    # Fresh connections spread over both workers: none may answer with the old value.
+    seen = {echo(daemon, "vars") for _ in range(30)}
+    assert seen == {(200, b"every:hi")}, daemon.log()[-6000:]
+    assert values(daemon)["tag"] == ("every", "operator")
