@@ -45,6 +45,7 @@ from bench.cores_report import (
     CONNECTIONS,
     LOAD_CPU,
     MQTT_ONE,
+    MQTT_WORKERS,
     ONE_CPU,
     TWO_DAEMONS,
     WORKERS,
@@ -220,8 +221,9 @@ def mqtt_rounds(
     root: Path, broker: Broker, seconds: float, rounds: int, clients: Sequence[int]
 ) -> dict[Key, list[Cell]]:
     """Adapter and model at each client count on a fresh daemon on both CPUs, the adapter
-    at 16 clients on a fresh daemon on one CPU too (``mqtt 1cpu``), and the paho echo (no
-    daemon: the transport's ceiling), ``rounds`` times."""
+    at 16 clients on a fresh daemon on one CPU too (``mqtt 1cpu``) and on one with two
+    workers (``mqtt 2 workers``), and the paho echo (no daemon: the transport's ceiling),
+    ``rounds`` times."""
     adapter_body, model_body = root / "adapter.json", root / "model.json"
     adapter_body.write_bytes(SAMPLE.read_bytes())
     model_body.write_bytes(v2_json())
@@ -236,21 +238,27 @@ def mqtt_rounds(
         for _ in range(rounds):
             for n in clients:
                 for path, (topic, body) in paths.items():
-                    settings = [("mqtt", BOTH_CPUS)] + [(MQTT_ONE, ONE_CPU)] * (
-                        path == "adapter" and n == 16
-                    )
-                    for where, cpus in settings:
-                        with fresh_daemon(root, broker, cpus) as (_daemon, pid):
+                    for where, cpus, workers in _mqtt_settings(path, n):
+                        with fresh_daemon(root, broker, cpus, workers=workers) as (daemon, pid):
                             load = functools.partial(fan_in, broker.port, topic, n, seconds, body)
                             load_warm = functools.partial(fan_in, broker.port, topic, n, 1.0, body)
                             load_warm()
-                            cells.setdefault((path, where, n), []).append(measured(pid, load))
+                            pids = [pid, *_worker_pids(daemon)] if workers > 1 else pid
+                            cells.setdefault((path, where, n), []).append(measured(pids, load))
                 load = functools.partial(fan_in, broker.port, "bench/echo", n, seconds,
                                          adapter_body)  # fmt: skip
                 cells.setdefault(("echo", "mqtt", n), []).append(measured(os.getpid(), load))
     finally:
         close_threaded(echo)
     return cells
+
+
+def _mqtt_settings(path: str, clients: int) -> list[tuple[str, str, int]]:
+    """(cell, CPUs, workers) of an MQTT path at ``clients``: both CPUs always; at 16 adapter
+    clients also CPU 1 only and two workers on both CPUs (issue 49's ratio)."""
+    if path == "adapter" and clients == 16:
+        return [("mqtt", BOTH_CPUS, 1), (MQTT_ONE, ONE_CPU, 1), (MQTT_WORKERS, BOTH_CPUS, 2)]
+    return [("mqtt", BOTH_CPUS, 1)]
 
 
 def med(cells: Sequence[Cell]) -> Cell:

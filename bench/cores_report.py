@@ -12,6 +12,8 @@ WORKERS = "0,1 2 workers"
 """HTTP cells of one daemon on both CPUs with ``[workers] count = 2``."""
 MQTT_ONE = "mqtt 1cpu"
 """MQTT cells of a daemon started on CPU 1 only (``mqtt``: on both CPUs)."""
+MQTT_WORKERS = "mqtt 2 workers"
+"""MQTT cells of one daemon on both CPUs with ``[workers] count = 2``."""
 CONNECTIONS = (1, 16)
 CLIENTS = (1, 16, 64)
 
@@ -49,6 +51,10 @@ def goal_figures(m: dict[Key, Cell]) -> list[Figure]:
         f("HTTP V2 JSON c16 req/s, 2 CPUs (goal >= 1.5; >= 1.0 with one process)", v2, v1,
           "CPU 1 only"),
         f("MQTT adapter 16 clients answered/s, 2 CPUs (goal >= 1.5)", q16, q1, "CPU 1 only"),
+        f("MQTT adapter 16 clients answered/s, 2 CPUs, 2 workers (goal ratio >= 1.5)",
+          m["adapter", MQTT_WORKERS, 16], q1, "CPU 1 only"),
+        Figure("cores", "MQTT adapter 16 clients p99, 2 CPUs, 2 workers (goal ratio <= 1.0)",
+               m["adapter", MQTT_WORKERS, 16].p99 * 1e3, "ms", "CPU 1 only", q1.p99 * 1e3),
         Figure("cores", "HTTP adapter c16 p99, 2 CPUs (goal ratio <= 1.0)", a2.p99 * 1e3, "ms",
                "CPU 1 only", a1.p99 * 1e3),
         f("HTTP adapter c16 req/s, 2 daemon processes, 1 CPU each (worker-process ceiling)",
@@ -76,6 +82,8 @@ def _peer(key: Key) -> tuple[Key, str]:
     path, where, n = key
     if where == MQTT_ONE:
         return (path, "mqtt", n), f"{path} mqtt (both CPUs) x{n}"
+    if where == MQTT_WORKERS:
+        return (path, MQTT_ONE, n), f"{path} mqtt CPU 1 only x{n}"
     if where == "mqtt":
         other = "adapter" if path == "echo" else "echo"
         return (other, "mqtt", n), f"{other} mqtt x{n}"
@@ -96,7 +104,7 @@ def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
         p = m.get(peer_key)
         if p is None:
             continue
-        named = where in ("mqtt", MQTT_ONE, TWO_DAEMONS, WORKERS)
+        named = where in ("mqtt", MQTT_ONE, MQTT_WORKERS, TWO_DAEMONS, WORKERS)
         label = f"{path} {where if named else 'cpu ' + where} x{n}"
         out += [
             Figure(label, "req/s", c.rps, "/s", peer, p.rps, lower_is_better=False),
@@ -105,7 +113,7 @@ def detail_figures(m: dict[Key, Cell]) -> list[Figure]:
             Figure(label, "daemon CPU per request", c.cpu_us, "us", peer, p.cpu_us),
             Figure(label, "daemon switches per request", c.switches, "", peer, p.switches),
         ]
-        if where in ("mqtt", MQTT_ONE):
+        if where in ("mqtt", MQTT_ONE, MQTT_WORKERS):
             out.append(Figure(label, "overtaken by, p99", c.overtaken_p99, "", peer,
                               p.overtaken_p99))  # fmt: skip
     return out
