@@ -20,6 +20,9 @@ daemon's CPU time per request (``/proc/PID/stat``) and its context switches per 
 hand-off between the event loop and a worker thread is a futex wait, hence a switch.
 MQTT fan-in also measures order: for each request, how many requests published after it
 were answered before it (0 for a FIFO path).
+
+Last, issue 49's memory goals (`bench.cores_memory`): the gateway's total PSS with 2 and 3
+workers against one process's RSS, fresh daemons.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bench import cores_report as report
 from bench import wrk
 from bench.bench_mqtt import GATEWAY, start_echo
 from bench.common import Figure, cpu_seconds, median, percentile, script_main
+from bench.cores_memory import memory_figures
 from bench.cores_report import (
     BOTH_CPUS,
     CLIENTS,
@@ -318,43 +322,7 @@ def measure(quick: bool) -> dict[Key, Cell]:
 def run(quick: bool) -> list[Figure]:
     m = measure(quick)
     print(report.tables(m), file=sys.stderr)
-    return report.goal_figures(m) + report.detail_figures(m) + memory_figures()
-
-
-def _kib(pid: int, field: str) -> int:
-    """``Rss``/``Pss`` of ``pid`` in KiB (smaps_rollup: every mapping summed)."""
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
-
-
-def memory_figures() -> list[Figure]:
-    """Issue 49's memory goals: the gateway's total PSS with 2 and 3 workers against the
-    single process's RSS, after 50 adapter requests each (same bundles, fresh daemons)."""
-    pss: dict[int, float] = {}
-    rss_one = 0.0
-    with tempfile.TemporaryDirectory(prefix="wasmgate-mem-") as tmp:
-        root = Path(tmp)
-        broker = Broker(root / "mosquitto")
-        broker.start()
-        try:
-            for count in (1, 2, 3):
-                with fresh_daemon(root, broker, BOTH_CPUS, workers=count) as (daemon, pid):
-                    url, body = _target(daemon, "adapter")
-                    wrk.run(url, body, {}, 1, 1.0, cpus=LOAD_CPU)
-                    pids = [pid, *(_worker_pids(daemon) if count > 1 else [])]
-                    pss[count] = sum(_kib(p, "Pss") for p in pids) / 1024
-                    if count == 1:
-                        rss_one = _kib(pid, "Rss") / 1024
-        finally:
-            broker.stop()
-    return [
-        Figure("cores", "gateway PSS, 2 workers (goal ratio <= 1.5)", pss[2], "MB",
-               "one process's RSS", rss_one),
-        Figure("cores", "PSS of a third worker (goal <= 50 MB)", pss[3] - pss[2], "MB",
-               "a second worker", pss[2] - pss[1]),
-    ]  # fmt: skip
+    return report.goal_figures(m) + report.detail_figures(m) + memory_figures(quick)
 
 
 def main() -> None:
