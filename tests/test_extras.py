@@ -18,14 +18,24 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cache import cache_dir
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "guest_adapters" / "examples"
 HINT = f"{sys.executable} -m pip install '{REPO}[sdk]'"
 
 
 def _run(hidden: str, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``args`` as a command with ``hidden`` distributions missing. wasmgate's build cache
+    is the test's own (the build must run); Zig's compiled libc is the test cache's (cold,
+    it took over 120 s on a loaded 2-CPU machine: not what these tests are about)."""
     cmd = [sys.executable, "-m", "tests.fixtures.without", hidden, "--", *map(str, args)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cwd / "cache")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "XDG_CACHE_HOME": str(cwd / "cache"),
+        "ZIG_GLOBAL_CACHE_DIR": str(cache_dir("zig-global")),
+    }
     return subprocess.run(
         cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
     )
