@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 
 from wasmgate.runtime.http import status
 from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, REPLAY_HEADERS
@@ -53,28 +54,21 @@ def install(app: web.Application, pool: WorkerPool) -> None:
         await pool.fan_out(Call(method, path, await request.read(), headers))
         return web.Response(status=204)
 
-    @web.middleware
-    async def gateway_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
-        answer = await handler(request)
-        if request.path != "/metrics" or answer.status != 200:
-            return answer
-        assert isinstance(answer, web.Response)  # noqa: S101 - the metrics route's
-        own = answer.body if isinstance(answer.body, bytes) else b""
-        texts = await asyncio.gather(*(_scrape(w.private, "/metrics") for w in pool.workers))
-        merged = merge_expositions(own.decode(), [t for t in texts if t])
-        return web.Response(body=merged, headers={"Content-Type": answer.headers["Content-Type"]})
+    def merged(path: str, merge: Callable[[web.Response, list[str]], web.Response]) -> Middleware:
+        """``path``'s answer with every worker's answer to it merged in."""
 
-    @web.middleware
-    async def gateway_status(request: web.Request, handler: Handler) -> web.StreamResponse:
-        answer = await handler(request)
-        if request.path != "/v1/status" or answer.status != 200:
-            return answer
-        assert isinstance(answer, web.Response)  # noqa: S101 - the status route's
-        own = json.loads(answer.body if isinstance(answer.body, bytes) else b"{}")
-        texts = await asyncio.gather(*(_scrape(w.private, "/v1/status") for w in pool.workers))
-        merged = merge_status(own, [json.loads(t) for t in texts if t])
-        return web.json_response(merged, headers={"Cache-Control": "no-store"})
+        @web.middleware
+        async def gateway_view(request: web.Request, handler: Handler) -> web.StreamResponse:
+            answer = await handler(request)
+            if request.path != path or answer.status != 200:
+                return answer
+            assert isinstance(answer, web.Response)  # noqa: S101 - the route's own
+            texts = await asyncio.gather(*(_scrape(w.private, path) for w in pool.workers))
+            return merge(answer, [t for t in texts if t])
 
+        return gateway_view
+
+    gateway_metrics, gateway_status = merged("/metrics", _metrics), merged("/v1/status", _status)
     app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
     status.add_provider(app, "workers", pool.describe)
 
@@ -91,6 +85,20 @@ def relay_variables(app: web.Application, pool: WorkerPool) -> None:
         task.add_done_callback(sending.discard)
 
     app[VARIABLES].on_document.append(relay)
+
+
+def _metrics(own: web.Response, workers: list[str]) -> web.Response:
+    text = merge_expositions(_body(own).decode(), workers)
+    return web.Response(body=text, headers={"Content-Type": own.headers["Content-Type"]})
+
+
+def _status(own: web.Response, workers: list[str]) -> web.Response:
+    doc = merge_status(json.loads(_body(own) or b"{}"), [json.loads(t) for t in workers])
+    return web.json_response(doc, headers={"Cache-Control": "no-store"})
+
+
+def _body(answer: web.Response) -> bytes:
+    return answer.body if isinstance(answer.body, bytes) else b""
 
 
 async def _scrape(private: str, path: str) -> str:

@@ -54,7 +54,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterato
         daemon.stop()
 
 
-def until_mqtt_workers(daemon: Daemon, count: int, timeout: float = 30.0) -> dict[str, object]:
+def until_mqtt_workers(daemon: Daemon, count: int, timeout: float = 90.0) -> dict[str, object]:
     """The gateway's MQTT card once ``count`` worker connections are up."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
