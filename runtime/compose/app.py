@@ -26,6 +26,7 @@ No module-level singletons: two apps in one process share nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -241,7 +242,12 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
             app[STORE] = store
             app[METRICS].watch_store(store.stats)
             status.add_provider(app, "store", lambda: field_setup.status_of(store))
-            async with background(field_setup.expire_periodically(store), "store-expiry"):
+            async with contextlib.AsyncExitStack() as upkeep:
+                expiry = field_setup.expire_periodically(store)
+                await upkeep.enter_async_context(background(expiry, "store-expiry"))
+                if app[ROLE] != "single":  # the file is every process's
+                    figures = field_setup.refresh_periodically(store)
+                    await upkeep.enter_async_context(background(figures, "store-figures"))
                 yield
     except StoreError as e:
         raise ConfigError(str(e)) from e

@@ -36,6 +36,9 @@ def build_store(settings: Settings) -> Store:
     return Store(store_path(settings), limits, sync=conf.sync)
 
 
+REFRESH_EVERY_S = 1.0
+
+
 async def expire_periodically(store: Store) -> None:
     """Apply age limits every `EXPIRE_EVERY_S` (run under `ops.tasks.background`)."""
     while True:
@@ -44,6 +47,17 @@ async def expire_periodically(store: Store) -> None:
             await store.expire()
         except StoreError as e:
             log.warning("store upkeep failed: %s", e)
+
+
+async def refresh_periodically(store: Store, every_s: float = REFRESH_EVERY_S) -> None:
+    """Keep `Store.stats` at most ``every_s`` old while other processes share the file (a
+    supervisor and its workers: each process's figures are otherwise its own writes')."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await store.refresh()
+        except StoreError as e:
+            log.warning("store figures not read: %s", e)
 
 
 def status_of(store: Store) -> dict[str, object]:

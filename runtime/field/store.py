@@ -161,6 +161,11 @@ class Store:
         """Drop what the age and size limits no longer allow, counting it."""
         await self._run(self._db_or_fail().expire, self._limits)
 
+    async def refresh(self) -> None:
+        """Read every stream's figures again (`stats`, `first_id`): other processes of the
+        gateway append to and drain the same file (``[workers] count`` > 1)."""
+        await self._run(self._db_or_fail().reload_stats)
+
     # -- reads ----------------------------------------------------------------------------
 
     async def peek(self, stream: str, *, after: int = 0, limit: int = 64) -> list[Record]:

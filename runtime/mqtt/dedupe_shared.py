@@ -94,17 +94,13 @@ class SharedRecent:
         self._settle(key, _ANSWERED, time.monotonic() + self._window_s)
 
     def hold(self, key: bytes) -> None:
-        """The answer waits in the store: copies are only acknowledged until `delivered`."""
-        self._settle(key, _ANSWERED, _HELD)
+        """The answer waits in the store: copies are only acknowledged until `delivered`
+        (also for a key not claimed here: the supervisor's, for what a past process kept)."""
+        self._put(key, _HELD)
 
     def delivered(self, key: bytes) -> None:
         """A stored answer reached the broker (the supervisor's drain): the window starts."""
-        now = time.monotonic()
-        with flocked(self._fd):
-            found, free = self._find(key, now)
-            at = found if found is not None else free
-            if at is not None:
-                self._write(at, key, _ANSWERED, self._pid, now + self._window_s)
+        self._put(key, time.monotonic() + self._window_s)
 
     def forget(self, key: bytes, why: str) -> None:
         """The request was not answered: a redelivery must be worked again."""
@@ -112,6 +108,14 @@ class SharedRecent:
         self._settle(key, _GONE, 0.0)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _put(self, key: bytes, expires: float) -> None:
+        """``key`` answered until ``expires``, claimed here or not."""
+        with flocked(self._fd):
+            found, free = self._find(key, time.monotonic())
+            at = found if found is not None else free
+            if at is not None:
+                self._write(at, key, _ANSWERED, self._pid, expires)
 
     def _settle(self, key: bytes, state: int, expires: float) -> None:
         with flocked(self._fd):

@@ -76,6 +76,21 @@ async def test_a_stored_answer_holds_until_delivered_then_for_the_window(tmp_pat
     supervisor.close()
 
 
+async def test_answers_a_past_process_stored_are_held_unclaimed(tmp_path: Path) -> None:
+    """A restarted supervisor holds the keys of the answers the store still has (no process
+    claimed them in this table): their redeliveries are only acked, in every worker."""
+    supervisor, worker = (SharedRecent(tmp_path / "d", 0.05, 100) for _ in range(2))
+    supervisor.hold(key(7))
+    await asyncio.sleep(0.1)
+    held = worker.claim(key(7))
+    assert held is not None
+    assert held.done()
+    supervisor.delivered(key(8))  # delivered unheld (a worker's answer): the window starts
+    assert worker.claim(key(8)) is not None
+    supervisor.close()
+    worker.close()
+
+
 async def test_a_claim_by_a_killed_process_is_taken_over(tmp_path: Path) -> None:
     path = tmp_path / "d"
     code = textwrap.dedent(f"""
