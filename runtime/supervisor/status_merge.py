@@ -6,6 +6,10 @@ processes; the latency figures are the busiest process's (percentiles do not add
 recent failures are merged by time, the newest 50 kept; their total is summed. The MQTT
 card is the supervisor's connection (the gateway's status, metadata, fleet) with the
 requests the workers' connections served summed in, and each worker's connection listed.
+The traffic chart (``history``) adds the workers' points to the supervisor's, the newest
+with the newest (every process samples every ``interval_s``; their clocks differ by less
+than one interval): request rates and queues summed, error and fallback percentages
+weighted by each process's rate, latencies and batch sizes the busiest process's.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ __all__ = ["merge_status"]
 
 _RECENT = 50
 _LATENCY = ("p50_ms", "p99_ms", "last_ms")
+_SERIES = ("rps", "p50_ms", "p99_ms", "error_pct", "fallback_pct", "batch", "queue")
 _MQTT_COUNTS = (
     "received", "answered", "errors", "duplicates", "redelivered", "expired", "in_flight",
     "busy_retries", "retained_ignored", "replies_refused", "oversize_refused", "stored",
@@ -42,7 +47,53 @@ def merge_status(own: dict[str, Any], workers: Iterable[dict[str, Any]]) -> dict
         errors["recent"] = [*errors.get("recent", []), *theirs.get("recent", [])]
     errors["recent"] = sorted(errors["recent"], key=lambda f: float(f.get("at", 0)))[-_RECENT:]
     own["errors"] = errors
+    if isinstance(own.get("history"), dict):
+        own["history"] = merge_history(own["history"], [d.get("history") for d in workers])
     return own
+
+
+def merge_history(own: dict[str, Any], workers: Iterable[Any]) -> dict[str, Any]:
+    """``own`` chart with every worker's added in, point by point from the newest."""
+    size = len(own.get("t") or [])
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for doc in (own, *workers):
+        if isinstance(doc, dict):
+            for name, one in (doc.get("series") or {}).items():
+                by_name.setdefault(name, []).append(one)
+    own["series"] = {name: _merged(every, size) for name, every in by_name.items()}
+    return own
+
+
+def _merged(every: list[dict[str, Any]], size: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": next((s["kind"] for s in every if s.get("kind")), "")}
+    points = [_point([_at(s, i - size) for s in every]) for i in range(size)]
+    for field in _SERIES:
+        out[field] = [p[field] for p in points]
+    return out
+
+
+def _at(series: dict[str, Any], i: int) -> dict[str, Any]:
+    """Point ``i`` (negative: from the newest) of one process's series; {} before its start."""
+    if -i > len(series.get("rps") or []):
+        return {}
+    return {field: series[field][i] for field in _SERIES}
+
+
+def _point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = [p.get("rps") or 0.0 for p in points]
+    total = sum(rates)
+    busiest = points[rates.index(max(rates))] if points else {}
+    queues = [p["queue"] for p in points if p.get("queue") is not None]
+    out = {field: busiest.get(field) for field in ("p50_ms", "p99_ms", "batch")}
+    out["rps"] = round(total, 3) if any("rps" in p for p in points) else None
+    out["queue"] = sum(queues) if queues else None
+    for field in ("error_pct", "fallback_pct"):
+        shares = [
+            (p[field], r) for p, r in zip(points, rates, strict=True) if p.get(field) is not None
+        ]
+        weight = sum(r for _, r in shares)
+        out[field] = round(sum(v * r for v, r in shares) / weight, 2) if weight > 0 else None
+    return out
 
 
 def _add_row(mine: dict[str, Any], theirs: dict[str, Any], busiest: dict[Any, int]) -> None:

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,11 @@ def call(daemon: Daemon, path: str, body: bytes | None = None, token: bool = Fal
         return int(e.code)
 
 
+def charted(status: dict[str, Any], name: str) -> bool:
+    series = status["history"]["series"].get(name)
+    return series is not None and max(r or 0 for r in series["rps"]) > 0
+
+
 def cpu_ticks(pid: object) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
@@ -108,6 +114,12 @@ def test_status_and_the_page_show_the_gateway_with_workers_as_a_detail(gateway: 
     row = {(m["kind"], m["name"]): m for m in after["models"]}[("adapter", "digits")]
     assert row["requests"] - before == 31  # served by the workers, shown by the gateway
     assert "expected an array of 64" in after["errors"]["recent"][-1]["message"]
+    # The traffic chart is the gateway's too (the supervisor itself served none of them);
+    # every process adds a point each 5 s (`history.interval_s`).
+    deadline = time.monotonic() + 3 * after["history"]["interval_s"]
+    while not charted(gateway.get_json("/v1/status"), "digits"):
+        assert time.monotonic() < deadline, "the workers' traffic is not on the chart"
+        time.sleep(0.5)
     assert call(gateway, "/") == 200  # the page, forwarded to the supervisor
 
 
