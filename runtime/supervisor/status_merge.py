@@ -6,6 +6,9 @@ processes; the latency figures are the busiest process's (percentiles do not add
 recent failures are merged by time, the newest 50 kept; their total is summed. The MQTT
 card is the supervisor's connection (the gateway's status, metadata, fleet) with the
 requests the workers' connections served summed in, and each worker's connection listed.
+The cloud card sums the processes' cloud traffic and shows the most open breaker (each
+process has its own: they trip apart), every worker's beside it; ``attention`` is judged
+again on the merged components.
 The traffic chart (``history``) adds the workers' points to the supervisor's, the newest
 with the newest (every process samples every ``interval_s``; their clocks differ by less
 than one interval): request rates and queues summed, error and fallback percentages
@@ -17,10 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from wasmgate.runtime.http.attention import attention
+
 __all__ = ["merge_status"]
 
 _RECENT = 50
 _LATENCY = ("p50_ms", "p99_ms", "last_ms")
+_OPENNESS = {"closed": 0, "half_open": 1, "open": 2}
 _SERIES = ("rps", "p50_ms", "p99_ms", "error_pct", "fallback_pct", "batch", "queue")
 _MQTT_COUNTS = (
     "received", "answered", "errors", "duplicates", "redelivered", "expired", "in_flight",
@@ -33,11 +39,12 @@ def merge_status(own: dict[str, Any], workers: Iterable[dict[str, Any]]) -> dict
     rows = {(r["kind"], r["name"]): r for r in own.get("models", [])}
     busiest = {key: int(r.get("requests") or 0) for key, r in rows.items()}
     errors = own.get("errors") or {"total": 0, "recent": []}
-    mqtt = (own.get("components") or {}).get("mqtt")
+    components = own.get("components") or {}
     for doc in workers:
-        theirs_mqtt = (doc.get("components") or {}).get("mqtt")
-        if isinstance(mqtt, dict) and isinstance(theirs_mqtt, dict):
-            _add_mqtt(mqtt, theirs_mqtt)
+        for name, add in (("mqtt", _add_mqtt), ("cloud", _add_cloud)):
+            mine, theirs_card = components.get(name), (doc.get("components") or {}).get(name)
+            if isinstance(mine, dict) and isinstance(theirs_card, dict):
+                add(mine, theirs_card)
         for row in doc.get("models", []):
             key = (row["kind"], row["name"])
             if key in rows:
@@ -47,6 +54,8 @@ def merge_status(own: dict[str, Any], workers: Iterable[dict[str, Any]]) -> dict
         errors["recent"] = [*errors.get("recent", []), *theirs.get("recent", [])]
     errors["recent"] = sorted(errors["recent"], key=lambda f: float(f.get("at", 0)))[-_RECENT:]
     own["errors"] = errors
+    if components:
+        own["attention"] = attention(components)
     if isinstance(own.get("history"), dict):
         own["history"] = merge_history(own["history"], [d.get("history") for d in workers])
     return own
@@ -110,6 +119,23 @@ def _add_row(mine: dict[str, Any], theirs: dict[str, Any], busiest: dict[Any, in
     for source, count in (theirs.get("sources") or {}).items():
         sources[source] = int(sources.get(source, 0)) + int(count)
     mine["sources"] = sources
+
+
+def _add_cloud(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    for field in ("requests", "failures", "in_flight"):
+        mine[field] = int(mine.get(field) or 0) + int(theirs.get(field) or 0)
+    if float(theirs.get("last_error_at") or 0) > float(mine.get("last_error_at") or 0):
+        mine["last_error"], mine["last_error_at"] = theirs["last_error"], theirs["last_error_at"]
+    breaker, their_breaker = mine.get("breaker") or {}, theirs.get("breaker") or {}
+    mine.setdefault("workers", []).append({"breaker": their_breaker.get("state")})
+    if _openness(their_breaker) > _openness(breaker):
+        mine["breaker"] = {**their_breaker, "opens": breaker.get("opens", 0)}
+    for field in ("opens", "rejected"):
+        mine["breaker"][field] = int(breaker.get(field) or 0) + int(their_breaker.get(field) or 0)
+
+
+def _openness(breaker: dict[str, Any]) -> int:
+    return _OPENNESS.get(str(breaker.get("state")), 0)
 
 
 def _add_mqtt(mine: dict[str, Any], theirs: dict[str, Any]) -> None:

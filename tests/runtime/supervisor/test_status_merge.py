@@ -55,3 +55,24 @@ def test_merge_status_merges_the_chart() -> None:
     own = {"models": [], "history": {"t": [0.0], "series": {}}}
     doc = merge_status(own, [{"history": {"t": [0.0], "series": {"d": series(rps=[2.0])}}}])
     assert doc["history"]["series"]["d"]["rps"] == [2.0]
+
+
+def cloud(state: str, requests: int, error_at: float, opens: int) -> dict[str, Any]:
+    breaker = {"state": state, "consecutive_failures": 0, "failure_rate": 0.0,
+               "opens": opens, "rejected": 1, "retry_in_s": 0.0}  # fmt: skip
+    return {"url": "http://c", "breaker": breaker, "requests": requests, "failures": 1,
+            "in_flight": 0, "last_error": f"e{error_at}", "last_error_at": error_at}  # fmt: skip
+
+
+def test_the_cloud_card_shows_the_most_open_breaker_and_attention_follows() -> None:
+    """Each process has its own breaker: one worker's open breaker is the gateway's news."""
+    own = {"models": [], "components": {"cloud": cloud("closed", 0, 0.0, 0)}, "attention": []}
+    workers = [{"components": {"cloud": cloud("open", 40, 5.0, 2)}},
+               {"components": {"cloud": cloud("closed", 30, 9.0, 1)}}]  # fmt: skip
+    doc = merge_status(own, workers)
+    card = doc["components"]["cloud"]
+    assert card["breaker"]["state"] == "open"
+    assert (card["breaker"]["opens"], card["breaker"]["rejected"]) == (3, 3)
+    assert (card["requests"], card["failures"], card["last_error"]) == (70, 3, "e9.0")
+    assert card["workers"] == [{"breaker": "open"}, {"breaker": "closed"}]
+    assert doc["attention"] == [{"what": "cloud", "message": "cloud fallback breaker open"}]
