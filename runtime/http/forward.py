@@ -84,19 +84,41 @@ class Forwarder:
         if self._http is not None:
             await self._http.close()
 
-    async def _fan_out(self, request: web.Request, headers: dict[str, str], body: bytes) -> None:
+    async def _fan_out(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
         """Ask the supervisor to apply the call it just answered on every worker (this one
         included) before the client hears back, so its next request finds it anywhere."""
         assert self._http is not None  # noqa: S101 - checked by the caller
         replay = {k: headers[k] for k in (*REPLAY_HEADERS, PEER_HEADER) if k in headers}
-        replay |= {"X-Wasmgate-Method": request.method, "X-Wasmgate-Path": request.path_qs}
+        replay |= {"X-Wasmgate-Method": method, "X-Wasmgate-Path": path}
         async with self._http.post(
             f"http://gateway{FAN_OUT_PATH}", headers=replay, data=body
         ) as answer:
             if answer.status >= 300:
-                log.warning(
-                    "fan-out of %s %s refused: %s", request.method, request.path, answer.status
-                )
+                log.warning("fan-out of %s %s refused: %s", method, path, answer.status)
+
+    async def apply(
+        self, path: str, body: bytes, *, authorization: str | None, peer: str | None
+    ) -> tuple[int, bytes]:
+        """``POST path`` (a `FAN_OUT` call another transport received: gRPC's repository and
+        shared-memory RPCs) to the supervisor, then to every worker as HTTP's are; the
+        supervisor's status and body. Raises `NotReady` when the supervisor is unreachable."""
+        if self._http is None:
+            raise NotReady("the worker is stopping")
+        # Host: a loopback name (the host check guards browsers; the gRPC caller is none).
+        headers = {"Content-Type": "application/json", "Host": "localhost", PEER_HEADER: peer or ""}
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        try:
+            async with self._http.post(
+                f"http://gateway{path}", headers=headers, data=body
+            ) as answer:
+                status, data = answer.status, await answer.read()
+            if status < 300 and FAN_OUT.match(path):
+                await self._fan_out("POST", path, headers, body)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            log.warning("control plane unreachable: %s", e)
+            raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
+        return status, data
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if self._http is None:
@@ -114,7 +136,7 @@ class Forwarder:
                 out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
                 status = answer.status
             if status < 300 and isinstance(body, bytes | None) and _fans_out(request):
-                await self._fan_out(request, headers, body or b"")
+                await self._fan_out(request.method, request.path_qs, headers, body or b"")
             return web.Response(status=status, body=data, headers=out)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             log.warning("control plane unreachable: %s", e)
