@@ -23,6 +23,8 @@ from wasmgate.runtime.compose.app_keys import (
     BUNDLE_STORE,
     CLOUD,
     DEPS,
+    FORWARD,
+    GRPC,
     NOTIFIER,
     STORE,
     WATCHER,
@@ -118,8 +120,10 @@ async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
         app[TRACING],
         app.get(REGIONS),
         repository=repository,
+        gateway=app.get(FORWARD),  # a worker's: on the shared port, relays to the supervisor
     )
     async with listener:
+        app[GRPC] = listener
         status.add_provider(app, "grpc", listener.status)
         yield
 
@@ -197,5 +201,4 @@ def stages(settings: Settings, role: Role = "single") -> list[Stage]:
 
 def _worker_parts(settings: Settings) -> list[_Part]:
     """A data-plane worker's stage two (the supervisor's parts are in `stages`)."""
-    del settings
-    return []
+    return [_grpc_ctx] if settings.grpc.port is not None else []

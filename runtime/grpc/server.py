@@ -122,9 +122,15 @@ class GrpcListener:
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.stop(self._settings.drain_s)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting and refuse new RPCs at once; those running get ``grace_s`` (a
+        worker that is replaced stops here while its HTTP side stops, before its service
+        drains)."""
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(self._settings.drain_s)
+            await server.stop(grace_s)
 
     def status(self) -> dict[str, object]:
         """The ``grpc`` section of ``/v1/status``."""

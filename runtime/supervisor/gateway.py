@@ -7,7 +7,8 @@ a management call that changes what a worker holds in memory
 that forwarded it as ``POST /v1/fan-out`` and goes to every worker (`WorkerPool.fan_out`);
 ``GET /metrics`` adds the workers' counts to the supervisor's (`merge_expositions`);
 ``GET /v1/status`` adds their traffic and failures (`merge_status`) and gains
-``components.workers``.
+``components.workers`` (with the ports a process outside the gateway listens on too) and,
+with gRPC, the gateway's ``components.grpc`` (its workers serve it).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, RE
 from wasmgate.runtime.supervisor.children import unix_session
 from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
+from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
 __all__ = ["install"]
 
 
-def install(app: web.Application, pool: WorkerPool) -> None:
+def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None:
     """Wrap ``app`` (before its runner is set up) to answer for ``pool``'s gateway."""
 
     @web.middleware
@@ -75,7 +77,11 @@ def install(app: web.Application, pool: WorkerPool) -> None:
         return web.json_response(merged, headers={"Cache-Control": "no-store"})
 
     app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
-    status.add_provider(app, "workers", pool.describe)
+    status.add_provider(
+        app, "workers", lambda: {**pool.describe(), "shared_ports": ports.outside()}
+    )
+    if ports.grpc_port is not None:
+        status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
 
 
 async def _scrape(private: str, path: str) -> str:

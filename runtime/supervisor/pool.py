@@ -96,7 +96,7 @@ class WorkerPool:
 
     def spec(self, index: int, private: str, column: int) -> WorkerSpec:
         """A worker's settings: the supervisor's, with its share of the gateway's caps (the
-        supervisor, serving MQTT and gRPC, takes a share too)."""
+        supervisor, serving MQTT, takes a share too)."""
         parts = self._plan.count + 1
         return WorkerSpec(
             index=index,
