@@ -201,4 +201,11 @@ def stages(settings: Settings, role: Role = "single") -> list[Stage]:
 
 def _worker_parts(settings: Settings) -> list[_Part]:
     """A data-plane worker's stage two (the supervisor's parts are in `stages`)."""
-    return [_grpc_ctx] if settings.grpc.port is not None else []
+    return [_catch_up_ctx, *([_grpc_ctx] if settings.grpc.port is not None else [])]
+
+
+async def _catch_up_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The gateway's repository, shared-memory and variable calls so far, applied before
+    this worker's listeners accept (`Forwarder.catch_up`)."""
+    await app[FORWARD].catch_up()
+    yield

@@ -84,7 +84,7 @@ async def run_worker(spec: WorkerSpec) -> int:
         return share_limits(limits, spec.part, spec.parts)
 
     slots = GatewaySlots(Path(spec.slots), spec.slot_column)
-    async with Forwarder(spec.control, settings.drain_s + 60) as forward:
+    async with Forwarder(spec.control, settings.drain_s + 60, spec.private) as forward:
         app = build_app(
             settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward,
             slots=slots,

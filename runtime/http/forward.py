@@ -11,6 +11,7 @@ locally: that is how the supervisor applies a management call on every worker.
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -21,7 +22,14 @@ from aiohttp import web
 from wasmgate._compat import Self
 from wasmgate.runtime.errors import NotReady
 
-__all__ = ["LOCAL_ROUTES", "PEER_HEADER", "Forwarder", "from_outside", "peer_address"]
+__all__ = [
+    "LOCAL_ROUTES",
+    "PEER_HEADER",
+    "WORKER_HEADER",
+    "Forwarder",
+    "from_outside",
+    "peer_address",
+]
 
 log = logging.getLogger("wasmgate.forward")
 
@@ -60,6 +68,8 @@ FAN_OUT = re.compile(
 sends it to every worker (``POST`` `FAN_OUT_PATH` on its socket, with the body as sent)."""
 FAN_OUT_PATH = "/v1/fan-out"
 REPLAY_HEADERS = ("Authorization", "Content-Type", "Host")
+WORKER_HEADER = "X-Wasmgate-Worker"
+"""``GET`` `FAN_OUT_PATH`: the private socket of the worker catching up."""
 PEER_HEADER = "X-Wasmgate-Peer"
 """The client's address, set by the worker that forwarded a request (never the client's)."""
 
@@ -67,8 +77,9 @@ PEER_HEADER = "X-Wasmgate-Peer"
 class Forwarder:
     """Sends a request on to the supervisor's socket; one connection pool per worker."""
 
-    def __init__(self, control: str, timeout_s: float) -> None:
-        self._control = control
+    def __init__(self, control: str, timeout_s: float, private: str = "") -> None:
+        """``private``: this worker's own socket (`catch_up` applies calls through it)."""
+        self._control, self._private = control, private
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
@@ -119,6 +130,26 @@ class Forwarder:
             log.warning("control plane unreachable: %s", e)
             raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
         return status, data
+
+    async def catch_up(self) -> None:
+        """Apply, in order, the calls the supervisor sent every worker so far (`FAN_OUT`:
+        repository load/unload, shared-memory regions, variables), through this worker's
+        own socket, before it accepts its first client."""
+        assert self._http is not None  # noqa: S101 - entered before stage two
+        headers = {WORKER_HEADER: self._private}
+        async with self._http.get(f"http://gateway{FAN_OUT_PATH}", headers=headers) as answer:
+            answer.raise_for_status()
+            calls = await answer.json()
+        connector = aiohttp.UnixConnector(path=self._private)
+        async with aiohttp.ClientSession(connector=connector, timeout=self._timeout) as own:
+            for call in calls:
+                async with own.request(
+                    call["method"], f"http://localhost{call['path']}",
+                    data=base64.b64decode(call["body"]), headers=call["headers"],
+                ) as done:  # fmt: skip
+                    if done.status >= 300:
+                        log.warning("catching up: %s %s refused: %s", call["method"],
+                                    call["path"], done.status)  # fmt: skip
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if self._http is None:

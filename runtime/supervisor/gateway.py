@@ -14,6 +14,7 @@ with gRPC, the gateway's ``components.grpc`` (its workers serve it).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import aiohttp
@@ -21,7 +22,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from wasmgate.runtime.http import status
-from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, REPLAY_HEADERS
+from wasmgate.runtime.http.forward import (
+    FAN_OUT,
+    FAN_OUT_PATH,
+    PEER_HEADER,
+    REPLAY_HEADERS,
+    WORKER_HEADER,
+)
 from wasmgate.runtime.supervisor.children import unix_session
 from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
@@ -38,6 +45,9 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
     async def fan_out(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path != FAN_OUT_PATH:
             return await handler(request)
+        if request.method == "GET":  # a starting worker catching up
+            private = request.headers.get(WORKER_HEADER, "")
+            return web.json_response([_doc(c) for c in pool.replay_log(private)])
         method, path = (
             request.headers.get("X-Wasmgate-Method"),
             request.headers.get("X-Wasmgate-Path"),
@@ -82,6 +92,11 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
     )
     if ports.grpc_port is not None:
         status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
+
+
+def _doc(call: Call) -> dict[str, object]:
+    body = base64.b64encode(call.body).decode()
+    return {"method": call.method, "path": call.path, "body": body, "headers": call.headers}
 
 
 async def _scrape(private: str, path: str) -> str:

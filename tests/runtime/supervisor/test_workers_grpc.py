@@ -146,52 +146,6 @@ def test_the_grpc_card_shows_the_gateway(gateway: Daemon) -> None:
     assert card["port"] > 0
 
 
-def test_a_removal_replaces_every_worker_without_a_failed_rpc(gateway: Daemon) -> None:
-    """A roll (each worker replaced by one serving the change) under gRPC load on fresh
-    channels and on one long-lived channel: every RPC is answered, but for the few at the
-    edge of a worker's gRPC server stopping, which grpcio answers CANCELLED or whose
-    connection the closing socket resets (UNAVAILABLE: clients retry both). grpcio cannot
-    take a listening socket from the supervisor, as HTTP's workers do, nor send GOAWAY
-    before it stops; docs/architecture.md says so."""
-    before = set(worker_pids(gateway))
-    failures: list[str] = []
-    served = [0]
-    stop = threading.Event()
-    url = f"127.0.0.1:{grpc_port(gateway)}"
-
-    def load(fresh: bool) -> None:
-        client = client_of(url)
-        while not stop.is_set():
-            if fresh:
-                client.close()
-                client = client_of(url)
-            try:
-                infer(client)
-                served[0] += 1
-            except InferenceServerException as e:
-                failures.append(f"{e.status()}: {e.message()}")
-        client.close()
-
-    clients = [threading.Thread(target=load, args=(fresh,)) for fresh in (True, False)]
-    for thread in clients:
-        thread.start()
-    try:
-        req = urllib.request.Request(f"{gateway.url}/v1/bundles/other", method="DELETE",
-                                     headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
-        with urllib.request.urlopen(req, timeout=120) as answer:
-            assert answer.status == 200
-        assert not set(worker_pids(gateway)) & before, "the workers were not replaced"
-        time.sleep(0.5)
-    finally:
-        stop.set()
-        for thread in clients:
-            thread.join()
-    edge = ("StatusCode.CANCELLED", "StatusCode.UNAVAILABLE: failed to connect")
-    assert len(failures) <= 4, failures  # two workers stopping, two clients
-    assert all(f.startswith(edge) for f in failures), failures
-    assert served[0] > 20
-
-
 def across_workers(daemon: Daemon, call: Callable[[Any], object], count: int = 20) -> list[object]:
     """``call`` on ``count`` fresh channels, both workers holding some: what each answered
     (a failure: its message)."""
@@ -324,3 +278,51 @@ def test_a_killed_workers_grpc_comes_back(gateway: Daemon) -> None:
     assert all("UNAVAILABLE" in f for f in failures), failures
     assert served[0] > 10
     assert _failures(gateway, infer) == []
+
+
+def test_a_removal_replaces_every_worker_without_a_failed_rpc(gateway: Daemon) -> None:
+    """Last, after the unload and load and the regions: the new workers take those calls
+    before they accept (none refuses the model for a moment). A roll (each worker replaced
+    by one serving the change) under gRPC load on fresh channels and on one long-lived
+    channel: every RPC is answered, but for the few at the edge of a worker's gRPC server
+    stopping, which grpcio answers CANCELLED or whose connection the closing socket resets
+    (UNAVAILABLE: clients retry both). grpcio cannot take a listening socket from the
+    supervisor, as HTTP's workers do, nor send GOAWAY before it stops; docs/architecture.md
+    says so."""
+    before = set(worker_pids(gateway))
+    failures: list[str] = []
+    served = [0]
+    stop = threading.Event()
+    url = f"127.0.0.1:{grpc_port(gateway)}"
+
+    def load(fresh: bool) -> None:
+        client = client_of(url)
+        while not stop.is_set():
+            if fresh:
+                client.close()
+                client = client_of(url)
+            try:
+                infer(client)
+                served[0] += 1
+            except InferenceServerException as e:
+                failures.append(f"{e.status()}: {e.message()}")
+        client.close()
+
+    clients = [threading.Thread(target=load, args=(fresh,)) for fresh in (True, False)]
+    for thread in clients:
+        thread.start()
+    try:
+        req = urllib.request.Request(f"{gateway.url}/v1/bundles/other", method="DELETE",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=120) as answer:
+            assert answer.status == 200
+        assert not set(worker_pids(gateway)) & before, "the workers were not replaced"
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join()
+    edge = ("StatusCode.CANCELLED", "StatusCode.UNAVAILABLE: failed to connect")
+    assert len(failures) <= 4, failures  # two workers stopping, two clients
+    assert all(f.startswith(edge) for f in failures), failures
+    assert served[0] > 20
