@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -326,3 +327,14 @@ def test_a_removal_replaces_every_worker_without_a_failed_rpc(gateway: Daemon) -
     assert len(failures) <= 4, failures  # two workers stopping, two clients
     assert all(f.startswith(edge) for f in failures), failures
     assert served[0] > 20
+
+
+def test_the_fan_out_log_is_not_reachable_from_outside(gateway: Daemon) -> None:
+    """The log of fanned-out calls holds their Authorization headers (the management
+    token): only the supervisor's private socket serves it, never the public port."""
+    for data in (None, b"{}"):  # GET, POST
+        request = urllib.request.Request(f"{gateway.url}/v1/fan-out", data=data)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 404
+        assert TOKEN not in refused.value.read().decode()
