@@ -137,13 +137,10 @@ async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: f
     guard.closing = True
     await public.stop()
     grpc = app.get(GRPC)
-    stopping = asyncio.ensure_future(grpc.stop(drain_s / 2) if grpc is not None else _done())
+    stopping = asyncio.ensure_future(grpc.stop(drain_s / 2)) if grpc is not None else None
     deadline = time.monotonic() + drain_s / 2
     # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
     while len(guard) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
-    await stopping
-
-
-async def _done() -> None:
-    return None
+    if stopping is not None:
+        await stopping
