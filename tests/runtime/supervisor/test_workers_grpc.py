@@ -9,6 +9,7 @@ holds a connection is read from ``/proc`` (the server side's socket in a worker'
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -28,7 +29,7 @@ from tritonclient.utils import shared_memory as shm
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
-from tests.runtime.bundlekit import BundleKit
+from tests.runtime.bundlekit import BundleKit, slow_model
 from tests.runtime.stack import host_profile_name
 from tests.runtime.supervisor.test_workers import until_replaced, until_serving
 
@@ -62,6 +63,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     bundles.mkdir(parents=True)
     kit.build("quiet", 1, adapter=False, model_name="double", out_dir=bundles)
     kit.build("other", 1, adapter=False, model_name="other", out_dir=bundles)
+    slow = kit.root / "slow.onnx"
+    slow.write_bytes(slow_model(2000))  # seconds per run
+    kit.build("abuser", 1, adapter=False, model_name="slow", model_file=slow, out_dir=bundles,
+              batching={"max_batch_size": 1, "max_queue_delay_us": 0},
+              sections={"limits": {"max_in_flight": 1, "queue_size": 0,
+                                   "deadline_ms": 120_000}})  # fmt: skip
     daemon = Daemon(root / "d", _config(root, kit, free_port()))
     daemon.start(timeout=240)
     try:
@@ -138,6 +145,41 @@ def test_both_workers_serve_grpc_and_metrics_count_each_rpc_once(gateway: Daemon
         close(clients)
     # Counted once each, in the worker that served it, summed by the supervisor.
     assert gateway.metric(GRPC_REQUESTS) - before == CHANNELS
+
+
+def test_max_in_flight_holds_for_the_gateway_across_workers_and_transports(
+    gateway: Daemon,
+) -> None:
+    """``slow`` may run once at a time in the whole gateway: while one gRPC call runs in a
+    worker, every other call is refused, over gRPC or HTTP, whichever worker takes it."""
+    url = f"127.0.0.1:{grpc_port(gateway)}"
+    runner = client_of(url)
+    tensor = tgrpc.InferInput("x", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    ran: list[object] = []
+    thread = threading.Thread(target=lambda: ran.append(runner.infer("slow", [tensor])))
+    thread.start()
+    try:
+        while gateway.metric('wasmgate_in_flight{name="slow"}') < 1:  # the run has started
+            time.sleep(0.02)
+        refused = across_workers(gateway, lambda c: c.infer("slow", [tensor]))
+        assert all(isinstance(m, str) and "busy" in m.lower() for m in refused), refused
+        doc = json.dumps(
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+        ).encode()
+        codes = set()
+        for _ in range(10):  # fresh connections: both workers
+            try:
+                urllib.request.urlopen(f"{gateway.url}/v2/models/slow/infer", doc, timeout=30)
+                codes.add(200)
+            except urllib.error.HTTPError as e:
+                codes.add(e.code)
+        assert codes == {429}
+        assert gateway.metric('wasmgate_in_flight{name="slow"}') == 1  # still the one run
+    finally:
+        thread.join(timeout=120)
+        runner.close()
+    assert len(ran) == 1  # the one admitted run was answered
 
 
 def test_the_grpc_card_shows_the_gateway(gateway: Daemon) -> None:
