@@ -2,13 +2,10 @@
 gRPC port (``SO_REUSEPORT``), the supervisor holds it and keeps the gateway's invariants
 (`wasmgate.runtime.supervisor.ports`, `wasmgate.runtime.grpc.gateway`).
 
-Every ``tritonclient.grpc`` client here opens a TCP connection of its own, so the
-kernel spreads them over the workers as it does a gateway's many clients; which worker
-holds a connection is read from ``/proc`` (the server side's socket in a worker's fds)."""
+Clients and the per-worker connection count come from `grpc_clients`."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -31,17 +28,26 @@ from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.runtime.bundlekit import BundleKit, slow_model
 from tests.runtime.stack import host_profile_name
+from tests.runtime.supervisor.grpc_clients import (
+    X,
+    across_workers,
+    channels,
+    client_of,
+    close,
+    connections,
+    grpc_port,
+    infer,
+    worker_pids,
+)
 from tests.runtime.supervisor.test_workers import until_replaced, until_serving
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-X = np.arange(8, dtype=np.float32).reshape(2, 4)
 GRPC_REQUESTS = (
     'wasmgate_requests_total{kind="model",name="double",source="local",transport="grpc"}'
 )
 CHANNELS = 40
-OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 def _config(root: Path, kit: BundleKit, grpc_port: int) -> dict[str, object]:
@@ -76,56 +82,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         yield daemon
     finally:
         daemon.stop()
-
-
-def grpc_port(daemon: Daemon) -> int:
-    return int(daemon.get_json("/v1/status")["components"]["grpc"]["port"])
-
-
-def worker_pids(daemon: Daemon) -> list[int]:
-    return [int(str(w["pid"])) for w in until_serving(daemon, 2)]
-
-
-def connections(pids: list[int], port: int) -> dict[int, int]:
-    """Established connections to ``port`` each process holds (its server side)."""
-    established: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for row in Path(table).read_text().splitlines()[1:]:
-            cols = row.split()
-            if cols[3] == "01" and int(cols[1].rpartition(":")[2], 16) == port:
-                established.add(int(cols[9]))
-    held = {}
-    for pid in pids:
-        links = set()
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(FileNotFoundError):  # closed meanwhile
-                links.add(str(fd.readlink()))
-        held[pid] = sum(1 for i in established if f"socket:[{i}]" in links)
-    return held
-
-
-def infer(client: Any, inputs: list[Any] | None = None) -> Any:
-    if inputs is None:
-        tensor = tgrpc.InferInput("x", list(X.shape), "FP32")
-        tensor.set_data_from_numpy(X)
-        inputs = [tensor]
-    return client.infer("double", inputs)
-
-
-def client_of(url: str) -> Any:
-    """A client with a connection of its own (grpc shares one TCP connection between the
-    channels of a process to the same address unless told not to)."""
-    return tgrpc.InferenceServerClient(url, channel_args=OWN_CONNECTION)
-
-
-def channels(daemon: Daemon, count: int) -> list[Any]:
-    url = f"127.0.0.1:{grpc_port(daemon)}"
-    return [client_of(url) for _ in range(count)]
-
-
-def close(clients: list[Any]) -> None:
-    for client in clients:
-        client.close()
 
 
 def test_both_workers_serve_grpc_and_metrics_count_each_rpc_once(gateway: Daemon) -> None:
@@ -187,24 +143,6 @@ def test_the_grpc_card_shows_the_gateway(gateway: Daemon) -> None:
     assert card["served_by"] == "2 workers (SO_REUSEPORT)"
     assert card["shared"] is False
     assert card["port"] > 0
-
-
-def across_workers(daemon: Daemon, call: Callable[[Any], object], count: int = 20) -> list[object]:
-    """``call`` on ``count`` fresh channels, both workers holding some: what each answered
-    (a failure: its message)."""
-    clients = channels(daemon, count)
-    answers: list[object] = []
-    try:
-        for client in clients:
-            try:
-                answers.append(call(client))
-            except InferenceServerException as e:
-                answers.append(str(e.message()))
-        held = connections(worker_pids(daemon), grpc_port(daemon))
-        assert min(held.values()) >= 1, f"the channels reached one worker: {held}"
-    finally:
-        close(clients)
-    return answers
 
 
 def _ready_everywhere(daemon: Daemon) -> set[object]:
