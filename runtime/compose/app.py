@@ -116,10 +116,10 @@ def build_app(
     are loaded; ``app[OPENING].done`` says when they are (`wasmgate.runtime.compose.opening`).
     ``cpus``: where the daemon's threads run (default: this process's affinity, unpinned).
     ``forward``: a data-plane worker's way to the supervisor (`wasmgate.runtime.http.forward`):
-    only the data plane is served here, and stage two starts no watcher, fleet member, gRPC
-    or MQTT (the supervisor's). ``slots``: the gateway's running slots, shared by the
-    supervisor and its workers. ``supervisor``: this app is a supervisor's (its workers
-    serve the data plane)."""
+    only the data plane is served here (with gRPC on the gateway's shared port), and stage
+    two starts no watcher, fleet member or MQTT (the supervisor's). ``slots``: the
+    gateway's running slots, shared by the supervisor and its workers. ``supervisor``: this
+    app is a supervisor's (its workers serve the data plane)."""
     app = web.Application(client_max_size=settings.http.max_body_bytes)
     app[SETTINGS] = settings
     app[ROLE] = "worker" if forward is not None else "supervisor" if supervisor else "single"

@@ -22,8 +22,9 @@ from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.signing.store import BundleStore
 
-if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url
+if TYPE_CHECKING:  # the cloud client loads only in a daemon with cloud.url, grpc with grpc.port
     from wasmgate.runtime.cloud.client import CloudFallback
+    from wasmgate.runtime.grpc.server import GrpcListener
 
 __all__ = [
     "BUNDLE_STORE",
@@ -31,6 +32,7 @@ __all__ = [
     "DEDUPE_TABLE",
     "DEPS",
     "FORWARD",
+    "GRPC",
     "NOTIFIER",
     "OPENING",
     "POOL",
@@ -63,6 +65,8 @@ ROLE: web.AppKey[Role] = web.AppKey("process_role")
 the single daemon, a supervisor (``[workers] count`` > 1) or one of its workers."""
 FORWARD = web.AppKey("supervisor_forward", Forwarder)
 """A worker's way to its supervisor (a worker only)."""
+GRPC: web.AppKey[GrpcListener] = web.AppKey("grpc_listener")
+"""The gRPC listener, while it runs (a worker stops it with its HTTP side)."""
 WORKER_INDEX = web.AppKey("worker_index", int)
 """A worker's index among its supervisor's workers, 0-based (a worker only)."""
 DEDUPE_TABLE = web.AppKey("mqtt_dedupe_table", Path)

@@ -26,6 +26,8 @@ from wasmgate.runtime.compose.app_keys import (
     CLOUD,
     DEDUPE_TABLE,
     DEPS,
+    FORWARD,
+    GRPC,
     NOTIFIER,
     REPLACES,
     ROLE,
@@ -129,8 +131,10 @@ async def _grpc_ctx(app: web.Application) -> AsyncIterator[None]:
         app[TRACING],
         app.get(REGIONS),
         repository=repository,
+        gateway=app.get(FORWARD),  # a worker's: on the shared port, relays to the supervisor
     )
     async with listener:
+        app[GRPC] = listener
         status.add_provider(app, "grpc", listener.status)
         yield
 
@@ -262,7 +266,16 @@ def stages(settings: Settings, role: Role = "single") -> list[Stage]:
 
 def _worker_parts(settings: Settings) -> list[_Part]:
     """A data-plane worker's stage two (the supervisor's parts are in `stages`)."""
-    parts: list[_Part] = []
+    parts: list[_Part] = [_catch_up_ctx]
+    if settings.grpc.port is not None:
+        parts.append(_grpc_ctx)
     if settings.mqtt.host is not None:
         parts.append(_mqtt_worker_ctx)
     return parts
+
+
+async def _catch_up_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The gateway's repository, shared-memory and variable calls so far, applied before
+    this worker's listeners accept (`Forwarder.catch_up`)."""
+    await app[FORWARD].catch_up()
+    yield

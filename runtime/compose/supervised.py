@@ -4,16 +4,19 @@ The supervisor binds the gateway's HTTP port but never accepts on it: its worker
 the socket they inherit. It runs the single daemon's app on a private Unix socket (in a
 0700 directory of its own) for what the workers forward, with everything that must have
 one owner: installs and the state files, trust, the bundle folder's watcher, the fleet
-member, gRPC and MQTT, systemd's notify and watchdog. READY=1 once its bundles are loaded
-and every worker serves. A change of what serves (an install, a removal, a promotion, a
-trust change) replaces the workers one at a time; SIGHUP reloads the supervisor, then each
-worker; SIGTERM stops the workers (each finishes what it has), then the supervisor.
+member, MQTT, systemd's notify and watchdog. The workers serve gRPC, each on the gRPC port
+with ``SO_REUSEPORT``, which the supervisor checks and holds (`GatewayPorts`). READY=1 once
+its bundles are loaded and every worker serves. A change of what serves (an install, a
+removal, a promotion, a trust change) replaces the workers one at a time; SIGHUP reloads the
+supervisor, then each worker; SIGTERM stops the workers (each finishes what it has), then
+the supervisor.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +33,7 @@ from wasmgate.runtime.compose.lifecycle import (
     summary,
     tell,
 )
+from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.http.keys import REGISTRY, SERVICE
 from wasmgate.runtime.ops import startgc
 from wasmgate.runtime.ops.config import Settings
@@ -43,6 +47,7 @@ from wasmgate.runtime.supervisor.gateway import install, relay_variables
 from wasmgate.runtime.supervisor.outcomes import Outcomes
 from wasmgate.runtime.supervisor.plan import WorkerPlan
 from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
+from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.rolling import Rolling
 from wasmgate.typed import replace
 
@@ -58,15 +63,16 @@ async def run_supervised(
     own = replace(settings, limits=share_limits(settings.limits, 0, parts))
     notifier = Notifier()
     run_dir = Path(tempfile.mkdtemp(prefix="wasmgate-"))  # 0700: the sockets' only door
-    listeners = bind_public(settings, plan.count)
+    listeners, ports, serving = _open_ports(settings, plan.count)
+    own = replace(own, grpc=replace(own.grpc, port=None))  # the workers serve gRPC
     slots = GatewaySlots(run_dir / "slots", 0)
-    pool = WorkerPool(plan, settings, config_path, listeners, run_dir, slots=slots)
+    pool = WorkerPool(plan, serving, config_path, listeners, run_dir, slots=slots)
     app = build_app(
         own, LiveSettings(own, config_path), notifier,
         listen_first=True, cpus=cpus, slots=slots, supervisor=True,
     )  # fmt: skip
     app[DEDUPE_TABLE] = pool.dedupe
-    install(app, pool)
+    install(app, pool, ports)
     rolling = Rolling(pool)
     app.middlewares.append(rolling.middleware())
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
@@ -88,6 +94,7 @@ async def run_supervised(
             outcomes = Outcomes(app[REGISTRY].table, pool)
             async with rolling, background(outcomes.run(), "worker-outcomes"):
                 await pool.start()
+                ports.check()  # nothing outside the gateway listens on its ports
                 log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
                 notifier.ready(f"{summary(app)}, {plan.count} workers")
                 app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
@@ -104,7 +111,23 @@ async def run_supervised(
         await runner.cleanup()
         for sock in listeners:
             sock.close()
+        ports.close()
         slots.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         log.info("stopped")
     return 0
+
+
+def _open_ports(
+    settings: Settings, count: int
+) -> tuple[list[socket.socket], GatewayPorts, Settings]:
+    """The workers' HTTP sockets, the gRPC port held for them, and the workers' settings
+    (with the gRPC port the kernel chose for port 0)."""
+    listeners = bind_public(settings, count)
+    ports = GatewayPorts(settings, listeners[0].getsockname()[1])
+    try:
+        return listeners, ports, ports.reserve_grpc()
+    except ConfigError:
+        for sock in listeners:
+            sock.close()
+        raise

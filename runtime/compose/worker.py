@@ -2,7 +2,8 @@
 
 Started by the supervisor as ``wasmgate serve --worker`` with its `WorkerSpec` on stdin.
 It builds the same app as the single daemon, minus what the supervisor owns (the bundle
-folder's watcher, the fleet member, gRPC, MQTT: `build_app`'s ``forward``), listens on its
+folder's watcher, the fleet member, MQTT: `build_app`'s ``forward``; its gRPC listener binds
+the gateway's gRPC port beside its siblings', `wasmgate.runtime.grpc.server`), listens on its
 private Unix socket at once (the supervisor's probes), loads the bundles from the store the
 supervisor wrote, and only then accepts on the gateway's port (the inherited socket), so a
 worker that is still loading never takes a connection. Its Python threads run on the CPU
@@ -28,7 +29,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.compose.app import build_app
-from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, REPLACES, WORKER_INDEX
+from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, GRPC, REPLACES, WORKER_INDEX
 from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_context
 from wasmgate.runtime.http.connections import GuardedSockSite
 from wasmgate.runtime.http.forward import Forwarder
@@ -83,7 +84,7 @@ async def run_worker(spec: WorkerSpec) -> int:
         return share_limits(limits, spec.part, spec.parts)
 
     slots = GatewaySlots(Path(spec.slots), spec.slot_column)
-    async with Forwarder(spec.control, settings.drain_s + 60) as forward:
+    async with Forwarder(spec.control, settings.drain_s + 60, spec.private) as forward:
         app = build_app(
             settings, live, Notifier({}), listen_first=True, cpus=cpus, forward=forward,
             slots=slots,
@@ -132,11 +133,16 @@ def _place(spec: WorkerSpec, *, pin: bool) -> CpuPlan:
 async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: float) -> None:
     """Stop taking connections; let the open ones go (each answer closes its connection)
     for half the drain, the other half left to the requests still running (the supervisor
-    ends a worker after ``drain_s``)."""
+    ends a worker after ``drain_s``). gRPC stops with HTTP: its clients' next RPCs go to the
+    other workers while the running ones finish."""
     guard = app[CONNECTIONS]
     guard.closing = True
     await public.stop()
+    grpc = app.get(GRPC)
+    stopping = asyncio.ensure_future(grpc.stop(drain_s / 2)) if grpc is not None else None
     deadline = time.monotonic() + drain_s / 2
     # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
     while len(guard) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
+    if stopping is not None:
+        await stopping

@@ -5,7 +5,9 @@
 Registered beside the inference RPCs on the same server (its own generated stubs,
 kserve_v2_repository_service.proto). The management token comes as the metadata entry
 ``authorization: Bearer …`` (tritonclient: ``headers={"authorization": "Bearer …"}``);
-errors are answered from the one error table, like every RPC.
+errors are answered from the one error table, like every RPC. In a data-plane worker
+(``gateway`` given) load and unload are the gateway's: relayed to the supervisor, which
+applies them on every worker (`wasmgate.runtime.grpc.gateway`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.grpc import kserve_v2_repository_pb2 as rpb
+from wasmgate.runtime.grpc.gateway import Gateway, relay, repository_path
 from wasmgate.runtime.grpc.servicer import rpc
 
 
@@ -27,8 +30,17 @@ class RepositoryServicer:
     """The three RPCs; ``add_GRPCInferenceServiceServicer_to_server`` of the repository
     stubs registers them."""
 
-    def __init__(self, repository: Repository) -> None:
+    def __init__(self, repository: Repository, gateway: Gateway | None = None) -> None:
         self._repository = repository
+        self._gateway = gateway
+
+    async def _change(self, context: Any, name: str, action: str, params: Any) -> bool:
+        """Relay load/unload to the gateway (True), or leave it to this process (False)."""
+        if self._gateway is None:
+            return False
+        doc = {"parameters": _parameters(params)}
+        await relay(self._gateway, repository_path(name, action), doc, context)
+        return True
 
     def _authorize(self, context: Any) -> None:
         found = dict(context.invocation_metadata() or ())
@@ -50,14 +62,16 @@ class RepositoryServicer:
     async def RepositoryModelLoad(  # noqa: N802
         self, request: rpb.RepositoryModelLoadRequest, context: Any
     ) -> rpb.RepositoryModelLoadResponse:
-        self._authorize(context)
-        self._repository.load(request.model_name, _parameters(request.parameters))
+        if not await self._change(context, request.model_name, "load", request.parameters):
+            self._authorize(context)
+            self._repository.load(request.model_name, _parameters(request.parameters))
         return rpb.RepositoryModelLoadResponse()
 
     @rpc
     async def RepositoryModelUnload(  # noqa: N802
         self, request: rpb.RepositoryModelUnloadRequest, context: Any
     ) -> rpb.RepositoryModelUnloadResponse:
-        self._authorize(context)
-        self._repository.unload(request.model_name, _parameters(request.parameters))
+        if not await self._change(context, request.model_name, "unload", request.parameters):
+            self._authorize(context)
+            self._repository.unload(request.model_name, _parameters(request.parameters))
         return rpb.RepositoryModelUnloadResponse()

@@ -4,7 +4,10 @@
 exists: it binds ``http.host:grpc.port`` (TLS with ``http.tls_cert``/``http.tls_key`` when
 both are set), starts, and on exit stops, giving in-flight RPCs ``drain_s``. grpc's
 ``SO_REUSEPORT`` default is turned off, so a second daemon on the same port fails to start
-instead of silently sharing it.
+instead of silently sharing it. A data-plane worker's listener (``gateway`` given) turns it
+on: each worker binds the gateway's port and the kernel spreads connections over them; its
+supervisor holds the port meanwhile (`wasmgate.runtime.supervisor.ports`) so that nothing
+outside the gateway shares it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from wasmgate._compat import Self
 from wasmgate.runtime.dataplane.repository import Repository
 from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.grpc import shm
+from wasmgate.runtime.grpc.gateway import Gateway
 from wasmgate.runtime.grpc.kserve_v2_repository_service_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server as add_repository_rpcs,
 )
@@ -63,13 +67,16 @@ class GrpcListener:
         regions: Regions | None = None,
         *,
         repository: Repository | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         """``repository``: serve Triton's model repository RPCs over it (else they answer
-        UNIMPLEMENTED)."""
+        UNIMPLEMENTED). ``gateway``: this is a data-plane worker's listener, on the port its
+        siblings share; the calls every worker must apply go through ``gateway``."""
         self._settings = settings
         self._servicer = InferenceServicer(service, metrics, tracing, regions)
         self._regions = regions
-        self._repository = None if repository is None else RepositoryServicer(repository)
+        self._gateway = gateway
+        self._repository = None if repository is None else RepositoryServicer(repository, gateway)
         self._server: Any = None
         self.port = 0
         self.tls = False
@@ -96,13 +103,13 @@ class GrpcListener:
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", int(self._gateway is not None)),
             ],
             maximum_concurrent_rpcs=self._settings.grpc.max_concurrent_rpcs,
         )
         # The generated registration is untyped (grpcio-tools writes no annotations).
         add_GRPCInferenceServiceServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
-        server.add_generic_rpc_handlers((shm.handler(self._regions),))
+        server.add_generic_rpc_handlers((shm.handler(self._regions, self._gateway),))
         if self._repository is not None:  # a second part of the same service (see its proto)
             add_repository_rpcs(self._repository, server)  # type: ignore[no-untyped-call]
         self.port = self._bind(server)
@@ -115,9 +122,15 @@ class GrpcListener:
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.stop(self._settings.drain_s)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting and refuse new RPCs at once; those running get ``grace_s`` (a
+        worker that is replaced stops here while its HTTP side stops, before its service
+        drains)."""
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(self._settings.drain_s)
+            await server.stop(grace_s)
 
     def status(self) -> dict[str, object]:
         """The ``grpc`` section of ``/v1/status``."""

@@ -7,7 +7,9 @@ ModelInfer naming a region (`peer.attachment`), is checked by `Regions.allow`: t
 a loopback peer (``context.peer()``), the token in metadata ``authorization`` when one is
 set. Errors are answered from the one table, as every RPC's. The CUDA extension's three
 RPCs are answered as a CPU-only Triton does (`wasmgate.runtime.shm.cuda`), under the same
-checks.
+checks. In a data-plane worker (``gateway`` given) register and unregister are the
+gateway's: relayed to the supervisor, which applies them on every worker, so a region
+registered on one connection serves on every other (`wasmgate.runtime.grpc.gateway`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import grpc
 
 from wasmgate.runtime.errors import BadRequest
 from wasmgate.runtime.grpc import kserve_v2_shm_pb2 as pb
+from wasmgate.runtime.grpc.gateway import Gateway, region_path, relay
 from wasmgate.runtime.grpc.peer import authorization, peer_address
 from wasmgate.runtime.grpc.servicer import rpc
 from wasmgate.runtime.shm.cuda import refuse_register
@@ -30,8 +33,9 @@ SERVICE = "inference.GRPCInferenceService"
 class SharedMemoryServicer:
     """The six RPCs over the daemon's `Regions` (None: answered as not served)."""
 
-    def __init__(self, regions: Regions | None) -> None:
+    def __init__(self, regions: Regions | None, gateway: Gateway | None = None) -> None:
         self._regions = regions
+        self._gateway = gateway
 
     def _allowed(self, context: Any) -> Regions:
         if self._regions is None:
@@ -56,14 +60,22 @@ class SharedMemoryServicer:
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
         regions = self._allowed(context)
-        regions.register(request.name, request.key, request.offset, request.byte_size)
+        if self._gateway is not None:
+            doc = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
+            await relay(self._gateway, region_path(request.name, "register"), doc, context)
+        else:
+            regions.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @rpc
     async def SystemSharedMemoryUnregister(  # noqa: N802
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._allowed(context).unregister(request.name or None)
+        regions = self._allowed(context)
+        if self._gateway is not None:
+            await relay(self._gateway, region_path(request.name, "unregister"), {}, context)
+        else:
+            regions.unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @rpc
@@ -88,9 +100,9 @@ class SharedMemoryServicer:
         return pb.CudaSharedMemoryUnregisterResponse()
 
 
-def handler(regions: Regions | None) -> Any:
+def handler(regions: Regions | None, gateway: Gateway | None = None) -> Any:
     """The generic handler serving the six RPCs (``server.add_generic_rpc_handlers``)."""
-    servicer = SharedMemoryServicer(regions)
+    servicer = SharedMemoryServicer(regions, gateway)
     methods = {}
     for kind, method in itertools.product(("System", "Cuda"), ("Status", "Register", "Unregister")):
         name = f"{kind}SharedMemory{method}"

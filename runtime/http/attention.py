@@ -13,7 +13,9 @@ the status page's header and a monitoring script read the same list:
 - ``bundles``: bundle files refused (their names);
 - ``fleet``: the last fleet document failed to apply, or was refused;
 - ``cloud``: the cloud fallback's breaker is open;
-- ``workers``: a data-plane worker keeps crashing (it waits longer before each start).
+- ``workers``: a data-plane worker keeps crashing (it waits longer before each start), or
+  a process outside the gateway listens on one of its ports (``shared_ports``: it takes a
+  share of the connections, `wasmgate.runtime.supervisor.ports`).
 """
 
 from __future__ import annotations
@@ -56,15 +58,21 @@ def _cloud(section: Mapping[str, Any]) -> str | None:
 
 
 def _workers(section: Mapping[str, Any]) -> str | None:
+    shared = section.get("shared_ports") or []
+    found = []
+    if shared:
+        ports = ", ".join(str(p) for p in shared)
+        found.append(f"port {ports} also listened on outside the gateway (it takes a share "
+                     "of the connections)")  # fmt: skip
     crashing = [w for w in section.get("workers") or [] if w.get("state") == "crashing"]
-    if not crashing:
-        return None
-    worst = max(crashing, key=lambda w: int(w.get("restarts") or 0))
-    which = ", ".join(str(w.get("index")) for w in crashing)
-    return (
-        f"worker {which} crashing: restarted {worst.get('restarts')} times, "
-        f"last exit {worst.get('last_exit') or '?'}"
-    )
+    if crashing:
+        worst = max(crashing, key=lambda w: int(w.get("restarts") or 0))
+        which = ", ".join(str(w.get("index")) for w in crashing)
+        found.append(
+            f"worker {which} crashing: restarted {worst.get('restarts')} times, "
+            f"last exit {worst.get('last_exit') or '?'}"
+        )
+    return "; ".join(found) or None
 
 
 _CHECKS = {

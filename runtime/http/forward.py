@@ -11,6 +11,7 @@ locally: that is how the supervisor applies a management call on every worker.
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -21,7 +22,14 @@ from aiohttp import web
 from wasmgate._compat import Self
 from wasmgate.runtime.errors import NotReady
 
-__all__ = ["LOCAL_ROUTES", "PEER_HEADER", "Forwarder", "from_outside", "peer_address"]
+__all__ = [
+    "LOCAL_ROUTES",
+    "PEER_HEADER",
+    "WORKER_HEADER",
+    "Forwarder",
+    "from_outside",
+    "peer_address",
+]
 
 log = logging.getLogger("wasmgate.forward")
 
@@ -60,6 +68,8 @@ FAN_OUT = re.compile(
 sends it to every worker (``POST`` `FAN_OUT_PATH` on its socket, with the body as sent)."""
 FAN_OUT_PATH = "/v1/fan-out"
 REPLAY_HEADERS = ("Authorization", "Content-Type", "Host")
+WORKER_HEADER = "X-Wasmgate-Worker"
+"""``GET`` `FAN_OUT_PATH`: the private socket of the worker catching up."""
 PEER_HEADER = "X-Wasmgate-Peer"
 """The client's address, set by the worker that forwarded a request (never the client's)."""
 
@@ -67,8 +77,9 @@ PEER_HEADER = "X-Wasmgate-Peer"
 class Forwarder:
     """Sends a request on to the supervisor's socket; one connection pool per worker."""
 
-    def __init__(self, control: str, timeout_s: float) -> None:
-        self._control = control
+    def __init__(self, control: str, timeout_s: float, private: str = "") -> None:
+        """``private``: this worker's own socket (`catch_up` applies calls through it)."""
+        self._control, self._private = control, private
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
@@ -84,19 +95,61 @@ class Forwarder:
         if self._http is not None:
             await self._http.close()
 
-    async def _fan_out(self, request: web.Request, headers: dict[str, str], body: bytes) -> None:
+    async def _fan_out(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
         """Ask the supervisor to apply the call it just answered on every worker (this one
         included) before the client hears back, so its next request finds it anywhere."""
         assert self._http is not None  # noqa: S101 - checked by the caller
         replay = {k: headers[k] for k in (*REPLAY_HEADERS, PEER_HEADER) if k in headers}
-        replay |= {"X-Wasmgate-Method": request.method, "X-Wasmgate-Path": request.path_qs}
+        replay |= {"X-Wasmgate-Method": method, "X-Wasmgate-Path": path}
         async with self._http.post(
             f"http://gateway{FAN_OUT_PATH}", headers=replay, data=body
         ) as answer:
             if answer.status >= 300:
-                log.warning(
-                    "fan-out of %s %s refused: %s", request.method, request.path, answer.status
-                )
+                log.warning("fan-out of %s %s refused: %s", method, path, answer.status)
+
+    async def apply(
+        self, path: str, body: bytes, *, authorization: str | None, peer: str | None
+    ) -> tuple[int, bytes]:
+        """``POST path`` (a `FAN_OUT` call another transport received: gRPC's repository and
+        shared-memory RPCs) to the supervisor, then to every worker as HTTP's are; the
+        supervisor's status and body. Raises `NotReady` when the supervisor is unreachable."""
+        if self._http is None:
+            raise NotReady("the worker is stopping")
+        # Host: a loopback name (the host check guards browsers; the gRPC caller is none).
+        headers = {"Content-Type": "application/json", "Host": "localhost", PEER_HEADER: peer or ""}
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        try:
+            async with self._http.post(
+                f"http://gateway{path}", headers=headers, data=body
+            ) as answer:
+                status, data = answer.status, await answer.read()
+            if status < 300 and FAN_OUT.match(path):
+                await self._fan_out("POST", path, headers, body)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            log.warning("control plane unreachable: %s", e)
+            raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
+        return status, data
+
+    async def catch_up(self) -> None:
+        """Apply, in order, the calls the supervisor sent every worker so far (`FAN_OUT`:
+        repository load/unload, shared-memory regions, variables), through this worker's
+        own socket, before it accepts its first client."""
+        assert self._http is not None  # noqa: S101 - entered before stage two
+        headers = {WORKER_HEADER: self._private}
+        async with self._http.get(f"http://gateway{FAN_OUT_PATH}", headers=headers) as answer:
+            answer.raise_for_status()
+            calls = await answer.json()
+        connector = aiohttp.UnixConnector(path=self._private)
+        async with aiohttp.ClientSession(connector=connector, timeout=self._timeout) as own:
+            for call in calls:
+                async with own.request(
+                    call["method"], f"http://localhost{call['path']}",
+                    data=base64.b64decode(call["body"]), headers=call["headers"],
+                ) as done:  # fmt: skip
+                    if done.status >= 300:
+                        log.warning("catching up: %s %s refused: %s", call["method"],
+                                    call["path"], done.status)  # fmt: skip
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if self._http is None:
@@ -114,7 +167,7 @@ class Forwarder:
                 out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
                 status = answer.status
             if status < 300 and isinstance(body, bytes | None) and _fans_out(request):
-                await self._fan_out(request, headers, body or b"")
+                await self._fan_out(request.method, request.path_qs, headers, body or b"")
             return web.Response(status=status, body=data, headers=out)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             log.warning("control plane unreachable: %s", e)

@@ -123,3 +123,18 @@ def public_message(exc: BaseException, status: ErrorStatus) -> str:
     if status.internal:
         return INTERNAL_MESSAGE
     return str(exc) or type(exc).__name__
+
+
+def error_of_answer(status: int, body: bytes) -> Exception:
+    """The error an error answer of this table stands for (status → the first class mapped
+    to it; the V2 body's ``error`` as the message): how a process that relayed a call to
+    another over HTTP (a worker's gRPC management RPCs to its supervisor) answers in its
+    own transport. A status no class has is an internal error (not a `DaemonError`)."""
+    try:
+        message = str(msgspec.json.decode(body).get("error", ""))
+    except (msgspec.DecodeError, AttributeError):
+        message = ""
+    for cls, answer in TABLE.items():
+        if answer.status == status and not answer.internal:
+            return cls(message or f"HTTP {status}")
+    return RuntimeError(f"answered {status}: {message}")

@@ -7,12 +7,14 @@ a management call that changes what a worker holds in memory
 that forwarded it as ``POST /v1/fan-out`` and goes to every worker (`WorkerPool.fan_out`);
 ``GET /metrics`` adds the workers' counts to the supervisor's (`merge_expositions`);
 ``GET /v1/status`` adds their traffic and failures (`merge_status`) and gains
-``components.workers``.
+``components.workers`` (with the ports a process outside the gateway listens on too) and,
+with gRPC, the gateway's ``components.grpc`` (its workers serve it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Callable
 
@@ -21,23 +23,33 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from wasmgate.runtime.http import status
-from wasmgate.runtime.http.forward import FAN_OUT, FAN_OUT_PATH, PEER_HEADER, REPLAY_HEADERS
+from wasmgate.runtime.http.forward import (
+    FAN_OUT,
+    FAN_OUT_PATH,
+    PEER_HEADER,
+    REPLAY_HEADERS,
+    WORKER_HEADER,
+)
 from wasmgate.runtime.http.variables import DOCUMENT_PATH, VARIABLES
 from wasmgate.runtime.supervisor.children import unix_session
 from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
+from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
 __all__ = ["install", "relay_variables"]
 
 
-def install(app: web.Application, pool: WorkerPool) -> None:
+def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None:
     """Wrap ``app`` (before its runner is set up) to answer for ``pool``'s gateway."""
 
     @web.middleware
     async def fan_out(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path != FAN_OUT_PATH:
             return await handler(request)
+        if request.method == "GET":  # a starting worker catching up
+            private = request.headers.get(WORKER_HEADER, "")
+            return web.json_response([_doc(c) for c in pool.replay_log(private)])
         method, path = (
             request.headers.get("X-Wasmgate-Method"),
             request.headers.get("X-Wasmgate-Path"),
@@ -70,15 +82,28 @@ def install(app: web.Application, pool: WorkerPool) -> None:
 
     gateway_metrics, gateway_status = merged("/metrics", _metrics), merged("/v1/status", _status)
     app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
-    status.add_provider(app, "workers", pool.describe)
+    status.add_provider(
+        app, "workers", lambda: {**pool.describe(), "shared_ports": ports.outside()}
+    )
+    if ports.grpc_port is not None:
+        status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
+
+
+def _doc(call: Call) -> dict[str, object]:
+    body = base64.b64encode(call.body).decode()
+    return {"method": call.method, "path": call.path, "body": body, "headers": call.headers}
 
 
 def relay_variables(app: web.Application, pool: WorkerPool) -> None:
     """The MQTT variables document the supervisor applied goes to every worker, now and
     later (its workers never subscribe to it: one applier, whatever their connections)."""
     sending: set[asyncio.Task[None]] = set()
+    last: list[bytes] = []
 
     def relay(document: bytes) -> None:
+        if last == [document]:
+            return  # the retained document again, at a reconnect: already everywhere
+        last[:] = [document]
         call = Call("POST", DOCUMENT_PATH, document, {})
         task = asyncio.get_running_loop().create_task(pool.fan_out(call))
         sending.add(task)

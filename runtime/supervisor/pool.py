@@ -90,6 +90,8 @@ class WorkerPool:
         self.workers = [Worker(i, private_socket(run_dir, i, 0)) for i in range(plan.count)]
         self._generation = 0
         self._replay: list[Call] = []
+        self._recorded = 0  # calls ever fanned out: the last one's sequence number
+        self._pulled: dict[str, int] = {}  # a starting worker's socket: what it took itself
         self._rolling = asyncio.Lock()
         self._stopping = False
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -100,7 +102,7 @@ class WorkerPool:
         self, index: int, private: str, column: int, replaces: int | None = None
     ) -> WorkerSpec:
         """A worker's settings: the supervisor's, with its share of the gateway's caps (the
-        supervisor, serving MQTT and gRPC, takes a share too)."""
+        supervisor, serving MQTT, takes a share too)."""
         parts = self._plan.count + 1
         return WorkerSpec(
             index=index,
@@ -259,16 +261,28 @@ class WorkerPool:
             await asyncio.wait(self._reaping, timeout=drain_s + 5)
 
     async def fan_out(self, call: Call) -> None:
-        """Apply ``call`` on every serving worker, and on every later one (an earlier copy
-        of the same call leaves the replay: each sets state, so the last one is what holds)."""
-        self._replay = [c for c in self._replay if c != call]
+        """Apply ``call`` on every serving worker, and on every later one."""
         self._replay.append(call)
+        self._recorded += 1
         del self._replay[:-_REPLAY_MAX]
         await asyncio.gather(*(self._send(w.private, call) for w in self.workers))
 
+    def replay_log(self, private: str) -> list[Call]:
+        """The calls a starting worker (its private socket) applies itself once its bundles
+        are loaded, before it accepts (`wasmgate.runtime.http.forward.Forwarder.catch_up`);
+        its replay once ready then sends only the later ones. Pushed after it accepted, a
+        change and its undoing (an unload, then a load) left a moment in which the new
+        worker refused what every other one served."""
+        self._pulled[private] = self._recorded
+        return list(self._replay)
+
     async def _replay_to(self, worker: Worker) -> None:
-        for call in list(self._replay):
-            await self._send(worker.private, call)
+        done = self._pulled.pop(worker.private, 0)
+        while done < self._recorded:  # fan_out may add calls while this one sends
+            first = self._recorded - len(self._replay) + 1  # the oldest kept call's number
+            done = max(done, first - 1)
+            await self._send(worker.private, self._replay[done - first + 1])
+            done += 1
 
     async def _send(self, private: str, call: Call) -> None:
         try:

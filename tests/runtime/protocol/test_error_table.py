@@ -12,6 +12,7 @@ from wasmgate.runtime.protocol.error_table import (
     INTERNAL,
     INTERNAL_MESSAGE,
     TABLE,
+    error_of_answer,
     public_message,
     status_of,
 )
@@ -96,3 +97,21 @@ def test_client_mistakes_never_go_to_the_cloud(cls: type[errors.DaemonError]) ->
     runner = FallbackRunner(cloud=object())  # type: ignore[arg-type]  # never called here
     if status_of(cls()).status < 500 and cls is not errors.Busy:
         assert not runner.wants(ALL_ON, cls("client mistake"))
+
+
+@pytest.mark.parametrize("cls", [c for c in DAEMON_ERRORS if not TABLE[c].internal])
+def test_an_error_answer_relayed_is_answered_alike(cls: type[errors.DaemonError]) -> None:
+    # A worker relays a gRPC management call to its supervisor over HTTP: the answer it
+    # gives its client must have the status, the gRPC code and the message HTTP gave.
+    answer = TABLE[cls]
+    relayed = error_of_answer(answer.status, b'{"error": "no such model: m"}')
+    again = status_of(relayed)
+    assert (again.status, again.grpc) == (answer.status, answer.grpc)
+    assert public_message(relayed, again) == "no such model: m"
+
+
+def test_an_answer_no_class_has_is_internal() -> None:
+    for body in (b'{"error": "secret path /x"}', b"not json", b"[]"):
+        relayed = error_of_answer(418, body)
+        assert status_of(relayed) is INTERNAL
+        assert public_message(relayed, INTERNAL) == INTERNAL_MESSAGE
