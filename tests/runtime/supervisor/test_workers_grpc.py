@@ -70,7 +70,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     kit.build("quiet", 1, adapter=False, model_name="double", out_dir=bundles)
     kit.build("other", 1, adapter=False, model_name="other", out_dir=bundles)
     slow = kit.root / "slow.onnx"
-    slow.write_bytes(slow_model(2000))  # seconds per run
+    slow.write_bytes(slow_model(8000))  # 8-24 s a run: it outlasts the refusals it causes
     kit.build("abuser", 1, adapter=False, model_name="slow", model_file=slow, out_dir=bundles,
               batching={"max_batch_size": 1, "max_queue_delay_us": 0},
               sections={"limits": {"max_in_flight": 1, "queue_size": 0,
@@ -118,8 +118,6 @@ def test_max_in_flight_holds_for_the_gateway_across_workers_and_transports(
     try:
         while gateway.metric('wasmgate_in_flight{name="slow"}') < 1:  # the run has started
             time.sleep(0.02)
-        refused = across_workers(gateway, lambda c: c.infer("slow", [tensor]))
-        assert all(isinstance(m, str) and "busy" in m.lower() for m in refused), refused
         doc = json.dumps(
             {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
         ).encode()
@@ -130,7 +128,10 @@ def test_max_in_flight_holds_for_the_gateway_across_workers_and_transports(
                 codes.add(200)
             except urllib.error.HTTPError as e:
                 codes.add(e.code)
+        refused = across_workers(gateway, lambda c: c.infer("slow", [tensor]))
+        assert thread.is_alive(), "the admitted run ended before the refusals were checked"
         assert codes == {429}
+        assert all(isinstance(m, str) and "busy" in m.lower() for m in refused), refused
         assert gateway.metric('wasmgate_in_flight{name="slow"}') == 1  # still the one run
     finally:
         thread.join(timeout=120)
