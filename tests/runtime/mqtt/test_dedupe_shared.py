@@ -122,7 +122,7 @@ async def test_a_claim_by_a_killed_process_is_taken_over(tmp_path: Path) -> None
 
 
 async def test_a_full_table_forgets_the_oldest_answers_not_the_work(tmp_path: Path) -> None:
-    table = SharedRecent(tmp_path / "d", 300, 1)  # 64 slots, the smallest table
+    table = SharedRecent(tmp_path / "d", 300, 1)  # 64 slots (8 buckets), the smallest table
     for n in range(500):
         assert table.claim(key(n)) is None
         table.answered(key(n))
@@ -130,12 +130,15 @@ async def test_a_full_table_forgets_the_oldest_answers_not_the_work(tmp_path: Pa
     assert recent is not None
     assert recent.done()  # the newest is remembered
     assert table.claim(key(0)) is None  # the oldest went
-    working = [key(1000 + n) for n in range(64)]
+    working = [key(1000 + n) for n in range(200)]
     for k in working:
         assert table.claim(k) is None
-    # Every slot worked: a new request is worked without an entry, never blocked.
+    # Every slot worked: a new request is worked without an entry, never blocked; the
+    # work that holds an entry still makes its copies wait.
     assert table.claim(key(5000)) is None
-    assert all(table.claim(k) is not None for k in working[:8])
+    assert table.claim(key(5000)) is None  # not remembered: nowhere to keep it
+    waiting = [k for k in [key(0), *working] if table.claim(k) is not None]
+    assert len(waiting) == 64  # every slot (key 0 was claimed again above)
     table.close()
 
 
