@@ -6,6 +6,7 @@ Shared by the two stages of the start (`wasmgate.runtime.compose.app`,
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -39,6 +40,7 @@ __all__ = [
     "REPLACES",
     "ROLE",
     "SERVICE_IMPL",
+    "SETTLE",
     "SLOTS",
     "STORE",
     "WATCHER",
@@ -73,3 +75,6 @@ DEDUPE_TABLE = web.AppKey("mqtt_dedupe_table", Path)
 """The MQTT dedupe table of a supervisor and its workers (`runtime.mqtt.dedupe_shared`)."""
 REPLACES = web.AppKey("replaces_pid", int)
 """The pid of the worker this one replaces, while it finishes (a replacing worker only)."""
+SETTLE: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("settle")
+"""A supervisor's: until every worker serves what its registry serves (the fleet's report
+waits for it before it says applied)."""

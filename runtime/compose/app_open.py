@@ -31,6 +31,7 @@ from wasmgate.runtime.compose.app_keys import (
     NOTIFIER,
     REPLACES,
     ROLE,
+    SETTLE,
     STORE,
     WATCHER,
     WORKER_INDEX,
@@ -144,7 +145,10 @@ async def _fleet_ctx(app: web.Application) -> AsyncIterator[None]:
     gateway = settings.mqtt.resolved_gateway_id()
     verify = fleet_verifier(lambda: store.trust, gateway, settings.fleet.groups)
     pull = registry_pull(settings)
-    async with FleetMember(settings, app[REGISTRY], verify, pull, app[METRICS]) as fleet:
+    member = FleetMember(
+        settings, app[REGISTRY], verify, pull, app[METRICS], settle=app.get(SETTLE)
+    )
+    async with member as fleet:
         app[FLEET] = fleet
         status.add_provider(app, "fleet", fleet.reporter.document)
         yield

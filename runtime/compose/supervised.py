@@ -24,7 +24,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasmgate.runtime.compose.app import build_app
-from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE
+from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, SETTLE
 from wasmgate.runtime.compose.lifecycle import (
     Signals,
     bind_public,
@@ -74,6 +74,7 @@ async def run_supervised(
     app[DEDUPE_TABLE] = pool.dedupe
     install(app, pool, ports)
     rolling = Rolling(pool)
+    app[SETTLE] = rolling.settled  # the fleet says applied once every worker serves it
     app.middlewares.append(rolling.middleware())
     runner = web.AppRunner(app, shutdown_timeout=settings.drain_s, access_log=None)
     notifier.status("starting")

@@ -22,7 +22,7 @@ from wasmgate._compat import UTC, Self
 from wasmgate.runtime.bundles.registry import Registry
 from wasmgate.runtime.fleet.apply import Pull, PullDeferred
 from wasmgate.runtime.fleet.delivery import Delivery, desired_topics
-from wasmgate.runtime.fleet.reconcile import Backoff, Reconciler, Verify
+from wasmgate.runtime.fleet.reconcile import Backoff, Reconciler, Settle, Verify
 from wasmgate.runtime.fleet.report import Reporter
 from wasmgate.runtime.fleet.state import Plan, Want
 from wasmgate.runtime.ops.config import Settings
@@ -54,12 +54,16 @@ class FleetMember:
         verify: Verify,
         pull: Pull,
         metrics: Metrics | None = None,
+        *,
+        settle: Settle | None = None,
     ) -> None:
+        """``settle``: until every process serves what the registry now serves (a
+        supervisor's workers are replaced after a change); the report waits for it."""
         fleet, mqtt = settings.fleet, settings.mqtt
         self.gateway = mqtt.resolved_gateway_id()
         backoff = Backoff(fleet.retry_initial_s, fleet.retry_max_s)
         state_dir = settings.paths.resolved("state_dir")
-        self.reconciler = Reconciler(registry, state_dir, verify, pull, backoff)
+        self.reconciler = Reconciler(registry, state_dir, verify, pull, backoff, settle=settle)
         topics = desired_topics(mqtt.topic_prefix, self.gateway, fleet.groups)
         self.delivery = Delivery(
             self.reconciler, topics, fleet.desired_file, fleet.max_document_bytes

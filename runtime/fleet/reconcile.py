@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -45,6 +45,8 @@ from wasmgate.typed import replace
 log = logging.getLogger("wasmgate.fleet")
 
 State = Literal["pending", "applying", "applied", "failed"]
+Settle = Callable[[], Awaitable[None]]
+"""Until every process of the gateway serves what the registry serves (workers replaced)."""
 Verify = Callable[[bytes, int | None], Plan]
 """(document bytes, last accepted serial) -> its plan; raises `SigningError` when refused."""
 
@@ -75,9 +77,17 @@ class Reconciler:
     """Owns the fleet state file and the apply task (``async with``)."""
 
     def __init__(
-        self, registry: Registry, state_dir: Path, verify: Verify, pull: Pull, backoff: Backoff
+        self,
+        registry: Registry,
+        state_dir: Path,
+        verify: Verify,
+        pull: Pull,
+        backoff: Backoff,
+        *,
+        settle: Settle | None = None,
     ) -> None:
         self._registry = registry
+        self._settle = settle
         self._file = FleetStateFile(state_dir)
         self._verify = verify
         self._pull = pull
@@ -207,9 +217,10 @@ class Reconciler:
             if self.record.plan is not plan:
                 return  # a newer document: the loop starts over with it
             if self.bundles[want.name].state in ("pending", "applying"):
-                self.bundles[want.name] = await apply_one(
-                    self._registry, self._pull, self._owned, plan, want
-                )
+                done = await apply_one(self._registry, self._pull, self._owned, plan, want)
+                if self._settle is not None:
+                    await self._settle()  # "applied" once every worker serves it
+                self.bundles[want.name] = done
                 self._changed()
         await self._remove_unwanted(plan)
         self._finish()
