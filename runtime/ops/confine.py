@@ -11,6 +11,7 @@ holds no key but the TLS one it serves with. So before it loads a bundle it give
   cache folders and the supervisor's run folder. Everything else fails with EACCES,
   whatever the file's mode: the data folder (the demo's signing key lives there), key files
   beside the config, a symlink or hard link to them, ``/proc/<supervisor>/root/...``;
+  NPU and GPU device nodes stay usable; disks and the rest of ``/dev`` do not;
 - on Landlock ABI 4+, binding TCP ports (it accepts on the socket it inherits); on ABI 6+,
   signals to and abstract Unix sockets of processes outside it (the supervisor, the other
   workers). Landlock also keeps it from ``ptrace`` and ``/proc/<pid>/mem`` of any process
@@ -44,6 +45,10 @@ _ETC = (
 )  # fmt: skip
 """What libc, OpenSSL and Python read in ``/etc`` (not ``/etc/ssl/private``)."""
 _DEVICES = ("null", "zero", "full", "random", "urandom")
+_ACCELERATORS = ("accel", "dri", "bus/usb", "galcore", "kfd", "nvmap", "apex_*", "nvhost-*",
+                 "nvidia*")  # fmt: skip
+"""NPU and GPU device nodes (Edge TPU over PCIe or USB, i.MX, Jetson, Mali, AMD): what
+the unit's ``DeviceAllow=`` lets in stays usable; disks and the rest of /dev do not."""
 
 
 def confine_worker(settings: Settings, run_dir: Path, config: str | None) -> None:
@@ -70,33 +75,35 @@ def worker_rules(
 ) -> landlock.Rules:
     """The paths a worker keeps, with their rights (see the module docstring)."""
     rules = landlock.Rules(abi)
-    paths = settings.paths
-    for code in _code_roots():
-        rules.allow(code, landlock.CODE)
-    for name in _ETC:
-        rules.allow(Path("/etc") / name, landlock.DIR_READ)
-    for name in _ca_paths():
-        rules.allow(Path(name), landlock.DIR_READ)
-    rules.allow(Path("/proc"), landlock.DIR_READ)
-    rules.allow(Path("/sys"), landlock.DIR_READ)
-    for device in _DEVICES:
-        rules.allow(Path("/dev") / device, landlock.FILE_WRITE)
-    if settings.shared_memory.enabled:  # regions the clients made, mapped read-write
-        rules.allow(Path("/dev/shm"), landlock.FILE_WRITE | landlock.READ_DIR)  # noqa: S108
-    _drop_above(rules, paths.data_dir)
+    _system(rules, shared_memory=settings.shared_memory.enabled)
+    _drop_above(rules, settings.paths.data_dir)
+    paths, http = settings.paths, settings.http
     rules.allow(paths.resolved("bundle_dir"), landlock.DIR_READ)
-    http, profile = settings.http, _profile_file(settings.profile)
+    profile = _profile_file(settings.profile)
     read = (paths.resolved_trust_file(), config, http.tls_cert, http.tls_key,
             settings.cloud.tls_ca, settings.registry.ca, profile)  # fmt: skip
-    for file in read:
-        if file is not None:
-            rules.allow(file, landlock.FILE_READ)
-    writable = (paths.resolved("state_dir"), paths.resolved("cache_dir"), run_dir)
-    for folder in writable:
+    for file in (f for f in read if f is not None):
+        rules.allow(file, landlock.FILE_READ)
+    for folder in (paths.resolved("state_dir"), paths.resolved("cache_dir"), run_dir):
         rules.allow(folder, landlock.DIR_WRITE)
     if settings.store.path is not None:  # SQLite writes its -wal and -shm files beside it
         rules.allow(settings.store.path.parent, landlock.DIR_WRITE)
     return rules
+
+
+def _system(rules: landlock.Rules, *, shared_memory: bool) -> None:
+    """The code, what libc, OpenSSL and Python read, and the devices a worker uses."""
+    for code in _code_roots():
+        rules.allow(code, landlock.CODE)
+    for name in (*(f"/etc/{n}" for n in _ETC), *_ca_paths(), "/proc", "/sys"):
+        rules.allow(Path(name), landlock.DIR_READ)
+    for device in _DEVICES:
+        rules.allow(Path("/dev") / device, landlock.FILE_WRITE)
+    for pattern in _ACCELERATORS:
+        for node in Path("/dev").glob(pattern):
+            rules.allow(node, landlock.DEVICE)
+    if shared_memory:  # regions the clients made, mapped read-write
+        rules.allow(Path("/dev/shm"), landlock.FILE_WRITE | landlock.READ_DIR)  # noqa: S108
 
 
 def _code_roots() -> set[Path]:

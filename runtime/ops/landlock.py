@@ -22,6 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "CODE",
+    "DEVICE",
     "DIR_READ",
     "DIR_WRITE",
     "FILE_READ",
@@ -45,6 +46,7 @@ FILE_READ = READ_FILE
 FILE_WRITE = READ_FILE | WRITE_FILE | TRUNCATE
 DIR_READ = READ_FILE | READ_DIR
 CODE = DIR_READ | EXECUTE
+DEVICE = FILE_WRITE | READ_DIR | IOCTL_DEV
 DIR_WRITE = ((1 << 16) - 1) & ~(EXECUTE | MAKE_CHAR | MAKE_BLOCK | IOCTL_DEV)
 """Everything a program does in a directory of its own but run what it wrote or make
 device nodes."""
