@@ -129,3 +129,29 @@ def test_a_process_with_a_thread_running_refuses_to_confine(tmp_path: Path) -> N
     )
     assert done.returncode == 1
     assert b"a worker confines itself with one thread, not 2" in done.stderr
+
+
+def test_without_landlock_a_worker_logs_it_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A kernel without Landlock (stood in for by the version query answering 0): the worker
+    says so once, still has no new privileges and no capabilities, and the key stays
+    readable (what the docs say it loses there)."""
+    what = _gateway_files(tmp_path)
+    child = (
+        "import sys, logging\n"
+        "from pathlib import Path\n"
+        "from wasmgate.runtime.ops import landlock\n"
+        "from wasmgate.runtime.ops.config import load_settings\n"
+        "from wasmgate.runtime.ops.confine import confine_worker\n"
+        "landlock.abi_version = lambda: 0\n"
+        "confine_worker(load_settings(Path(sys.argv[1])), Path(sys.argv[2]), sys.argv[1])\n"
+        "print(Path('/proc/self/status').read_text())\n"
+        "print(len(Path(sys.argv[3]).read_bytes()))\n"
+    )
+    args = [what["config"], what["run"], what["keys"][0]]
+    done = subprocess.run(
+        [sys.executable, "-c", child, *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr.count("this kernel has no Landlock") == 1
+    assert "NoNewPrivs:\t1" in done.stdout
+    assert "CapEff:\t0000000000000000" in done.stdout
+    assert int(done.stdout.split()[-1]) > 0
