@@ -7,8 +7,8 @@ fails with EACCES, whatever the file's owner and mode, and symlinks, ``..`` and
 ``/proc/<pid>/root`` are judged by the file they reach. Each ABI version adds rights; a kernel
 older than one of them neither handles nor grants them (`Rules.handled`).
 
-Everything here acts on the calling thread only (the kernel has no whole-process form before
-Landlock ABI 8): call it while the process has one thread, and every later thread inherits it.
+Everything here acts on the calling thread only: call it while the process has one thread,
+and every later thread and child inherits it.
 """
 
 from __future__ import annotations
