@@ -12,6 +12,9 @@ holds no key but the TLS one it serves with. So before it loads a bundle it give
   whatever the file's mode: the data folder (the demo's signing key lives there), key files
   beside the config, a symlink or hard link to them, ``/proc/<supervisor>/root/...``;
   NPU and GPU device nodes stay usable; disks and the rest of ``/dev`` do not;
+- system calls it never makes (``seccomp``): tracing and reading other processes,
+  namespaces and mounts, kernel modules, keyrings, io_uring, userfaultfd, eBPF, perf
+  events (`wasmgate.runtime.ops.seccomp`);
 - on Landlock ABI 4+, binding TCP ports (it accepts on the socket it inherits); on ABI 6+,
   signals to and abstract Unix sockets of processes outside it (the supervisor, the other
   workers). Landlock also keeps it from ``ptrace`` and ``/proc/<pid>/mem`` of any process
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import ssl
 import sys
 from pathlib import Path
 
-from wasmgate.runtime.ops import landlock
+from wasmgate.runtime.ops import landlock, seccomp
 from wasmgate.runtime.ops.config import Settings
 
 __all__ = ["confine_worker", "worker_rules"]
@@ -59,11 +63,13 @@ def confine_worker(settings: Settings, run_dir: Path, config: str | None) -> Non
         raise RuntimeError(f"a worker confines itself with one thread, not {threads}")
     landlock.no_new_privs()
     landlock.drop_capabilities()
+    if not seccomp.deny():
+        log.warning("no system call filter for %s: the unit's applies", platform.machine())
     abi = landlock.abi_version()
     if abi == 0:
         log.warning(
             "this kernel has no Landlock: the worker keeps the file access of its user "
-            "(no new privileges and no capabilities still hold)"
+            "(no new privileges, no capabilities and the system call filter still hold)"
         )
         return
     worker_rules(settings, run_dir, None if config is None else Path(config), abi).restrict()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import signal
 import time
@@ -22,6 +23,7 @@ import pytest
 from tests.fixtures.daemon import Daemon
 from tests.runtime.supervisor.test_workers import SAMPLE, TOKEN, call, until_replaced, until_serving
 from wasmgate.runtime.ops.landlock import abi_version
+from wasmgate.runtime.ops.seccomp import numbers
 from wasmgate.signing.keys import generate_key, write_private_key
 
 pytestmark = [
@@ -78,6 +80,8 @@ def assert_confined(daemon: Daemon, pid: object) -> None:
         assert "NoNewPrivs:\t1" in status, f"thread {task.name}"
         assert "CapEff:\t0000000000000000" in status
         assert "CapBnd:\t0000000000000000" in status
+        if numbers(platform.machine()):
+            assert "Seccomp:\t2" in status  # the system call filter
 
 
 def worker_pids(daemon: Daemon) -> list[object]:
