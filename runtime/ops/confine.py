@@ -103,6 +103,9 @@ def _system(rules: landlock.Rules, *, shared_memory: bool) -> None:
         rules.allow(code, landlock.CODE)
     for name in (*(f"/etc/{n}" for n in _ETC), *_ca_paths(), "/proc", "/sys"):
         rules.allow(Path(name), landlock.DIR_READ)
+    resolver = Path("/etc/resolv.conf")
+    if resolver.is_symlink():  # a resolver's own folder (/run/systemd/resolve): it replaces
+        rules.allow(resolver.resolve().parent, landlock.DIR_READ)  # the file on each change
     for device in _DEVICES:
         rules.allow(Path("/dev") / device, landlock.FILE_WRITE)
     for pattern in _ACCELERATORS:

@@ -141,3 +141,35 @@ def test_a_worker_restarted_after_sigkill_is_confined(gateway: Daemon) -> None:
     back = until_replaced(gateway, victim, timeout=30)
     assert_confined(gateway, back[0]["pid"])
     assert {call(gateway, "/v1/adapters/digits", SAMPLE) for _ in range(20)} == {200}
+
+
+def test_a_config_saved_as_a_new_file_reaches_workers_when_they_are_replaced(
+    gateway: Daemon,
+) -> None:
+    """What docs/deploy.md says: Landlock knows the config as the file it was at the
+    worker's start. A SIGHUP after a save that replaces the file is refused in the workers
+    (logged, the running configuration kept); the next replacement reads the new file."""
+    config = gateway.config_path
+    fresh = config.with_name("config.toml.new")
+    fresh.write_bytes(config.read_bytes())
+    fresh.replace(config)  # as an editor saves: a new file under the old name
+    since = len(gateway.log())
+    assert gateway.proc is not None
+    gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while gateway.log()[since:].count("reload refused") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    refused = [ln for ln in gateway.log()[since:].splitlines() if "reload refused" in ln]
+    assert len(refused) == 2, refused  # both workers; the supervisor reloaded
+    assert all("Permission denied" in ln for ln in refused), refused
+    assert {call(gateway, "/v1/adapters/digits", SAMPLE) for _ in range(20)} == {200}
+    victim = worker_pids(gateway)[1]
+    os.kill(int(str(victim)), signal.SIGKILL)  # its successor reads the new file
+    back = until_replaced(gateway, victim, timeout=30)
+    since = len(gateway.log())
+    gateway.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "reload refused" not in gateway.log()[since:] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gateway.log()[since:].count("reload refused") == 1  # the other, older worker
+    assert back[1]["pid"] != victim
