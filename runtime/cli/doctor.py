@@ -3,8 +3,9 @@
 Config, paths and their permissions, the trust file and its signers, every file in the
 bundle directory (verifies, refused and why, older than installed), the device profile and
 the execution providers that really load a model, the MQTT broker and its round trip, the
-registry (and the samples' one, ``samples.oci_repository``), the clock, and the systemd
-unit's paths against its own protections. Nothing is changed on disk.
+registry (and the samples' one, ``samples.oci_repository``), the clock, the systemd unit's
+paths against its own protections, and whether the workers can be confined. Nothing is
+changed on disk.
 
 Exit code = the worst finding: 0 all ok (or skipped), 1 a warning, 2 an error.
 """
@@ -35,6 +36,7 @@ from wasmgate.runtime.cli._models import load_model
 from wasmgate.runtime.cli._registry_probe import probe_registry, probe_samples_registry
 from wasmgate.runtime.cli._running import running_paths
 from wasmgate.runtime.errors import BackendError, ConfigError
+from wasmgate.runtime.ops import landlock
 from wasmgate.runtime.ops.config import DEFAULT_CONFIG_PATH, Settings, load_settings
 
 _MARK = {"ok": "ok  ", "skip": "skip", "warn": "WARN", "error": "FAIL"}
@@ -76,7 +78,25 @@ def run_checks(config: Path | None) -> list[Finding]:
     findings.append(probe_samples_registry(settings.samples, settings.registry))
     findings.append(check_clock(settings))
     findings.append(check_unit())
+    findings.append(_check_workers(settings))
     return findings
+
+
+def _check_workers(settings: Settings) -> Finding:
+    """Whether this kernel lets the data-plane workers give up the filesystem
+    (`wasmgate.runtime.ops.confine`)."""
+    if settings.workers.count == 1:
+        return Finding("workers", "skip", "workers.count = 1: one process, nothing to confine")
+    abi = landlock.abi_version()
+    if abi:
+        return Finding("workers", "ok", f"confined with Landlock ABI {abi}: no key file reachable")
+    return Finding(
+        "workers", "warn",
+        "this kernel has no Landlock: workers keep the file access of the service's user "
+        "(no new privileges and no capabilities still hold)",
+        "a kernel 5.13 or later with landlock in its LSM list (lsm=landlock,... on the kernel "
+        "command line)",
+    )  # fmt: skip
 
 
 def _config_fix(config: Path | None) -> str:

@@ -36,6 +36,7 @@ from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.http.keys import CONNECTIONS, SERVICE
 from wasmgate.runtime.ops import offload, startgc
 from wasmgate.runtime.ops.config import LimitSettings
+from wasmgate.runtime.ops.confine import confine_worker
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
@@ -75,6 +76,7 @@ def _die_with_parent() -> None:
 async def run_worker(spec: WorkerSpec) -> int:
     settings = spec.settings
     setup_logging(settings.log.format, settings.log.level)
+    confine_worker(settings, Path(spec.slots).parent, spec.config_path)  # before any thread
     cpus = _place(spec, pin=settings.workers.cpu_affinity == "auto")
     offload.install(asyncio.get_running_loop(), cpus.count)  # every thread it will have, now
     config = None if spec.config_path is None else Path(spec.config_path)

@@ -290,3 +290,20 @@ def test_without_a_daemon_the_installed_units_paths_are_checked(tmp_path: Path) 
     # `doctor --config FILE` checks that file's paths, whatever unit is installed
     same, finding = running_paths(shell, True, unit)
     assert (same, finding.level) == (shell, "skip")
+
+
+def test_doctor_says_whether_workers_can_be_confined(tmp_path: Path) -> None:
+    from wasmgate.runtime.ops.landlock import abi_version  # noqa: PLC0415
+
+    data = {"paths": {"data_dir": tmp_path / "d"}}
+    one = write_config(tmp_path / "one.toml", data)
+    assert by_check(doctor("--config", one)[1])["workers"]["level"] == "skip"
+    two = write_config(tmp_path / "two.toml", {**data, "workers": {"count": 2}})
+    found = by_check(doctor("--config", two)[1])["workers"]
+    abi = abi_version()
+    if abi:
+        assert found["level"] == "ok"
+        assert found["message"].startswith(f"confined with Landlock ABI {abi}")
+    else:
+        assert found["level"] == "warn"
+        assert "lsm=landlock" in found["fix"]

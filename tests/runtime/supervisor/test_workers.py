@@ -233,6 +233,8 @@ def test_count_one_is_one_process(tmp_path: Path) -> None:
         ]  # fmt: skip
         assert children == []
         assert "workers" not in daemon.get_json("/v1/status")["components"]
+        # Not confined: the one process installs, so it keeps what a worker gives up.
+        assert "NoNewPrivs:\t0" in Path(f"/proc/{daemon.proc.pid}/status").read_text()
     finally:
         daemon.stop()
 
