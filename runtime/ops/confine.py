@@ -15,7 +15,9 @@ holds no key but the TLS one it serves with. So before it loads a bundle it give
 - system calls it never makes (``seccomp``): tracing and reading other processes,
   namespaces and mounts, kernel modules, keyrings, io_uring, userfaultfd, eBPF, perf
   events (`wasmgate.runtime.ops.seccomp`);
-- on Landlock ABI 4+, binding TCP ports (it accepts on the socket it inherits); on ABI 6+,
+- on Landlock ABI 4+, binding TCP ports but its gRPC port and an ephemeral one (it accepts
+  HTTP on the socket it inherits, binds its own gRPC listener, and its MQTT client binds
+  before it connects); on ABI 6+,
   signals to and abstract Unix sockets of processes outside it (the supervisor, the other
   workers). Landlock also keeps it from ``ptrace`` and ``/proc/<pid>/mem`` of any process
   outside it, so the supervisor's memory stays out of reach.
@@ -83,10 +85,11 @@ def worker_rules(
     rules = landlock.Rules(abi)
     _system(rules, shared_memory=settings.shared_memory.enabled)
     _drop_above(rules, settings.paths.data_dir)
-    paths, http = settings.paths, settings.http
+    paths, http, mqtt = settings.paths, settings.http, settings.mqtt
     rules.allow(paths.resolved("bundle_dir"), landlock.DIR_READ)
     profile = _profile_file(settings.profile)
     read = (paths.resolved_trust_file(), config, http.tls_cert, http.tls_key,
+            mqtt.tls_ca, mqtt.tls_cert, mqtt.tls_key,  # a worker's own broker connection
             settings.cloud.tls_ca, settings.registry.ca, profile)  # fmt: skip
     for file in (f for f in read if f is not None):
         rules.allow(file, landlock.FILE_READ)
@@ -94,6 +97,9 @@ def worker_rules(
         rules.allow(folder, landlock.DIR_WRITE)
     if settings.store.path is not None:  # SQLite writes its -wal and -shm files beside it
         rules.allow(settings.store.path.parent, landlock.DIR_WRITE)
+    rules.allow_bind(0)  # its MQTT connection's socket (paho binds it to an ephemeral port)
+    if settings.grpc.port is not None:
+        rules.allow_bind(settings.grpc.port)  # its own gRPC listener (SO_REUSEPORT)
     return rules
 
 

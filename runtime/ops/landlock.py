@@ -56,7 +56,7 @@ _SCOPES = (1 << 0) | (1 << 1)  # abstract Unix sockets and signals outside the d
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _CREATE_RULESET_VERSION = 1 << 0
-_RULE_PATH_BENEATH = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 38, 24, 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAP_VERSION_3 = 0x20080522
@@ -70,6 +70,10 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1  # the kernel's struct is packed: 12 bytes
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
 class _CapHeader(ctypes.Structure):
@@ -105,6 +109,9 @@ class Rules:
 
     abi: int
     paths: dict[Path, int] = field(default_factory=dict)
+    binds: set[int] = field(default_factory=set)
+    """TCP ports it may still bind (ABI 4+); 0 is any ephemeral port (a client socket
+    bound before it connects: paho binds every connection to ("", 0))."""
 
     @property
     def handled(self) -> int:
@@ -112,6 +119,9 @@ class Rules:
 
     def allow(self, path: Path, rights: int) -> None:
         self.paths[path] = self.paths.get(path, 0) | rights
+
+    def allow_bind(self, port: int) -> None:
+        self.binds.add(port)
 
     def restrict(self) -> None:
         """Restrict the calling thread (and what it starts) to the rules; NoNewPrivs first."""
@@ -126,6 +136,10 @@ class Rules:
         try:
             for path, rights in self.paths.items():
                 self._add(libc, fd, path, rights)
+            for port in sorted(self.binds) if self.abi >= 4 else ():
+                rule = _NetPort(_BIND_TCP, port)
+                call = libc.syscall(_ADD_RULE, fd, _RULE_NET_PORT, ctypes.byref(rule), 0)
+                _check(call, f"landlock rule for TCP port {port}")
             no_new_privs()
             _check(libc.syscall(_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
         finally:

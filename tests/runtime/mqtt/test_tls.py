@@ -179,3 +179,34 @@ async def test_broker_refuses_bridge_without_client_certificate(
     paho_errors = [r.getMessage() for r in caplog.records if r.name == "wasmgate.mqtt.paho"]
     assert any("certificate required" in m for m in paho_errors), caplog.text
     assert "peer did not return a certificate" in tls_broker.log_text(), tls_broker.log_text()
+
+
+async def test_a_gateways_workers_answer_over_mutual_tls(
+    tmp_path: Path, tls_broker: Broker, pki: Pki
+) -> None:
+    """``[workers] count = 2``: each confined worker opens its own TLS connection with the
+    gateway's CA, certificate and key (files it may read, nothing else of the data folder)."""
+    from tests.fixtures.daemon import Daemon  # noqa: PLC0415 - only this test starts one
+    from tests.runtime.supervisor.test_workers import until_serving  # noqa: PLC0415
+    from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers  # noqa: PLC0415
+
+    mqtt = {"host": "127.0.0.1", "port": tls_broker.port, "gateway_id": "gw1",
+            "tls_ca": pki.ca, "tls_cert": pki.bridge.cert, "tls_key": pki.bridge.key}  # fmt: skip
+    (tmp_path / "gw").mkdir()
+    daemon = Daemon(tmp_path / "gw", {"workers": {"count": 2}, "mqtt": mqtt}, ("--demo",))
+    daemon.start(timeout=240)
+    try:
+        until_serving(daemon, 2)
+        until_mqtt_workers(daemon, 2)
+        sample = Path(__file__).resolve().parents[3] / "guest_adapters/examples/digits/samples"
+        with _device(tls_broker, pki).connect("tls/replies") as dev:
+            for i in range(10):
+                dev.request(f"{ROOT}/adapters/digits/req", (sample / "zero.json").read_bytes(),
+                            response_topic="tls/replies", correlation=b"%d" % i)  # fmt: skip
+            got = await dev.wait_for(10, timeout=30)
+        assert sorted(r.correlation or b"" for r in got) == sorted(b"%d" % i for i in range(10))
+        workers = until_mqtt_workers(daemon, 2)["workers"]
+        assert isinstance(workers, list)
+        assert all(int(w["received"]) > 0 for w in workers), workers
+    finally:
+        daemon.stop()
