@@ -70,7 +70,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     kit.build("quiet", 1, adapter=False, model_name="double", out_dir=bundles)
     kit.build("other", 1, adapter=False, model_name="other", out_dir=bundles)
     slow = kit.root / "slow.onnx"
-    slow.write_bytes(slow_model(8000))  # 8-24 s a run: it outlasts the refusals it causes
+    slow.write_bytes(slow_model(30000))  # ~20 s a run: it outlasts the refusals it causes
     kit.build("abuser", 1, adapter=False, model_name="slow", model_file=slow, out_dir=bundles,
               batching={"max_batch_size": 1, "max_queue_delay_us": 0},
               sections={"limits": {"max_in_flight": 1, "queue_size": 0,
