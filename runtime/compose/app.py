@@ -45,6 +45,7 @@ from wasmgate.runtime.compose.app_keys import (
     CLOUD,
     DEPS,
     FORWARD,
+    LOG_LIMITS,
     NOTIFIER,
     OPENING,
     POOL,
@@ -199,6 +200,7 @@ async def _shared_log_limits(app: web.Application) -> AsyncIterator[None]:
     """A client error's log line once a minute for the gateway, not per worker."""
     shared = SharedThrottle(app[SLOTS].path.with_name("log-limits"))
     app[METRICS].failures.share_log_limit(shared)
+    app[LOG_LIMITS] = shared
     yield
     shared.close()
 

@@ -28,6 +28,7 @@ from wasmgate.runtime.compose.app_keys import (
     DEPS,
     FORWARD,
     GRPC,
+    LOG_LIMITS,
     NOTIFIER,
     REPLACES,
     ROLE,
@@ -225,6 +226,7 @@ async def _mqtt_worker(app: web.Application) -> None:
             stored=Stored(app[STORE], settings.store),
             recent=recent,
             speaks=False,
+            log_limits=app.get(LOG_LIMITS),
         )
         async with bridge_for as bridge:
             status.add_provider(app, "mqtt", bridge.status)
