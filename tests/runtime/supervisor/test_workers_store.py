@@ -1,4 +1,4 @@
-"""A worker that starts while the supervisor installs, with ``[workers] count = 2``.
+"""Installs through the API while workers start and end, with ``[workers] count = 2``.
 
 A worker's start loads the store as a restarted daemon would, but beside a running
 supervisor: what a crash would have left (an upload's file, an install's staged blobs) is
@@ -83,3 +83,47 @@ def test_a_worker_started_during_an_upload_leaves_it_to_the_supervisor(
     assert answer.startswith(b"HTTP/1.1 201 "), answer[:400]
     assert not any(uploads.glob("*.wgb"))  # the supervisor removed its own file
     assert "deleted 1 stale uploads" not in daemon.log()
+
+
+def put_over(client: socket.socket, data: bytes) -> bytes:
+    """``PUT /v1/bundles`` of ``data`` on ``client``; what came back until the end."""
+    head = (
+        f"PUT /v1/bundles HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    client.sendall(head.encode() + data)
+    answer = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := client.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_an_install_relayed_by_the_first_worker_in_the_roll_is_answered(
+    tmp_path: Path, models: Any
+) -> None:
+    kit = BenchKit(tmp_path / "kit")
+    kit.build("digits", models.digits_fp32)
+    data = kit.build("other", models.digits_fp32, out_dir=tmp_path).read_bytes()
+    # A short drain: a replaced worker ends about 1 s after its replacement serves, sooner
+    # than the next worker's replacement starts serving.
+    extra = {"workers": {"count": 2}, "http": {"management_token": TOKEN}, "drain_s": 1}
+    (tmp_path / "gw").mkdir()
+    daemon = Daemon(tmp_path / "gw", kit.config(extra))
+    daemon.start(timeout=240)
+    try:
+        workers = until_serving(daemon, 2)
+        pids = [int(w["pid"]) for w in workers]  # type: ignore[call-overload]
+        for _ in range(100):  # a connection the first worker in the roll's order took
+            client = socket.create_connection(("127.0.0.1", daemon.port), timeout=120)
+            if server_pid(client, daemon.port, pids) == pids[0]:
+                break
+            client.close()
+        else:
+            pytest.fail("no connection reached the first worker")
+        with client:
+            answer = put_over(client, data)
+        assert answer.startswith(b"HTTP/1.1 201 "), answer[:400]
+        assert all(w["pid"] not in pids for w in until_serving(daemon, 2))  # both replaced
+    finally:
+        daemon.stop()
