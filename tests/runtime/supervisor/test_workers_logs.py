@@ -35,10 +35,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterator[Daemon]:
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    daemon = Daemon(tmp_path_factory.mktemp("workers-logs"), {"workers": {"count": 2}})
+    daemon.start(timeout=240)
+    try:
+        until_serving(daemon, 2)
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def mqtt_gateway(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterator[Daemon]:
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": "gw-logs"}
     config = {"workers": {"count": 2}, "mqtt": mqtt}
-    daemon = Daemon(tmp_path_factory.mktemp("workers-logs"), config)
+    daemon = Daemon(tmp_path_factory.mktemp("workers-logs-mqtt"), config)
     daemon.start(timeout=240)
     try:
         until_serving(daemon, 2)
@@ -61,7 +72,7 @@ def test_a_client_error_is_logged_once_a_minute_for_the_whole_gateway(gateway: D
 
 
 def test_an_ignored_mqtt_request_is_logged_once_a_minute_for_the_whole_gateway(
-    gateway: Daemon, broker: Broker
+    mqtt_gateway: Daemon, broker: Broker
 ) -> None:
     """Requests whose response topic is over the cap are refused and counted each; the
     broker hands the shared subscription's messages to the workers in turn, so both see
@@ -74,13 +85,13 @@ def test_an_ignored_mqtt_request_is_logged_once_a_minute_for_the_whole_gateway(
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            card = gateway.get_json("/v1/status")["components"]["mqtt"]
+            card = mqtt_gateway.get_json("/v1/status")["components"]["mqtt"]
             if card["oversize_refused"] >= 100:
                 break
             time.sleep(0.1)
     assert card["oversize_refused"] == 100, card
     assert all(w["received"] > 0 for w in card["workers"]), card  # both workers saw some
-    assert gateway.log().count(OVERSIZE) == 1, gateway.log()
+    assert mqtt_gateway.log().count(OVERSIZE) == 1, mqtt_gateway.log()
 
 
 def test_the_table_is_one_decision_for_every_process(tmp_path: Path) -> None:
