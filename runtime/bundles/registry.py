@@ -127,14 +127,18 @@ class Registry:
         self,
         bundle_files: Sequence[Path] = (),
         progress: Callable[[str], None] = lambda _what: None,
+        *,
+        collect: bool = True,
     ) -> list[Path]:
         """Serve what the store holds, then the bundle files; never raises for one bundle.
 
         ``progress`` is told before each bundle (systemd: STATUS and a start-timeout extension);
         the log gets a line per bundle with the count and the time so far. Returns the files
         refused (not those skipped as older than the installed version: one line names them).
+        ``collect``: first delete what a crash left of an install (False in a data-plane
+        worker: what it would find is another process's install in progress).
         """
-        return await self._startup.run(bundle_files, progress)
+        return await self._startup.run(bundle_files, progress, collect=collect)
 
     async def close(self, wait_s: float) -> None:
         """Stop serving everything; wait up to ``wait_s`` for unloads, then give up."""

@@ -69,11 +69,12 @@ class StartUp:
         self._loads = asyncio.Semaphore(max(1, os.cpu_count() or 1))
 
     async def run(
-        self, bundle_files: Sequence[Path], progress: Callable[[str], None]
+        self, bundle_files: Sequence[Path], progress: Callable[[str], None], *, collect: bool
     ) -> list[Path]:
         """`Registry.start`: serve the store's bundles, then the files; the files refused."""
         began = time.monotonic()
-        await asyncio.to_thread(self._collect_leftovers)
+        if collect:
+            await asyncio.to_thread(self._collect_leftovers)
         stored = await asyncio.to_thread(self._store.installed)
         verdicts = await asyncio.to_thread(self._store.recheck)
         total = len(stored) + len(bundle_files)

@@ -45,6 +45,7 @@ from wasmgate.runtime.compose.app_keys import (
     CLOUD,
     DEPS,
     FORWARD,
+    LOG_LIMITS,
     NOTIFIER,
     OPENING,
     POOL,
@@ -89,6 +90,7 @@ from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.slots import GatewaySlots
@@ -127,6 +129,7 @@ def build_app(
         app[FORWARD] = forward
     if slots is not None:
         app[SLOTS] = slots
+        app.cleanup_ctx.append(_shared_log_limits)  # first: closed after everything else
     app[CPUS] = cpus = cpus or CpuPlan.current()
     status.add_provider(app, "cpus", cpus.describe)
     app[LIVE] = live or LiveSettings(settings)
@@ -191,6 +194,15 @@ def ceilings(settings: Settings) -> Ceilings:
         spare_instances=lim.spare_instances,
         fuel_enabled=True,  # a manifest's fuel limit is honoured (see limits.fuel)
     )
+
+
+async def _shared_log_limits(app: web.Application) -> AsyncIterator[None]:
+    """A client error's log line once a minute for the gateway, not per worker."""
+    shared = SharedThrottle(app[SLOTS].path.with_name("log-limits"))
+    app[METRICS].failures.share_log_limit(shared)
+    app[LOG_LIMITS] = shared
+    yield
+    shared.close()
 
 
 async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:

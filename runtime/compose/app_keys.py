@@ -18,6 +18,7 @@ from wasmgate.runtime.compose.opening import Opening
 from wasmgate.runtime.field.store import Store
 from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.serving.scheduler import FairPool
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
@@ -73,6 +74,9 @@ WORKER_INDEX = web.AppKey("worker_index", int)
 """A worker's index among its supervisor's workers, 0-based (a worker only)."""
 DEDUPE_TABLE = web.AppKey("mqtt_dedupe_table", Path)
 """The MQTT dedupe table of a supervisor and its workers (`runtime.mqtt.dedupe_shared`)."""
+LOG_LIMITS = web.AppKey("log_limits", SharedThrottle)
+"""Repeated warnings' rate limits kept for the whole gateway, with workers
+(`wasmgate.runtime.ops.throttle_shared`)."""
 REPLACES = web.AppKey("replaces_pid", int)
 """The pid of the worker this one replaces, while it finishes (a replacing worker only)."""
 SETTLE: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("settle")

@@ -28,6 +28,7 @@ from wasmgate.runtime.compose.app_keys import (
     DEPS,
     FORWARD,
     GRPC,
+    LOG_LIMITS,
     NOTIFIER,
     REPLACES,
     ROLE,
@@ -80,7 +81,9 @@ async def load_bundles(app: web.Application) -> None:
         # start timeout per bundle instead of one huge TimeoutStartSec.
         notifier.notify(f"EXTEND_TIMEOUT_USEC={_EXTEND_US}", f"STATUS={what}")
 
-    refused = await registry.start(files, progress)
+    # A worker starts beside a running supervisor: it must not take the supervisor's
+    # install in progress for a crash's leftovers (its staged blobs, its upload).
+    refused = await registry.start(files, progress, collect=app[ROLE] != "worker")
     watcher.mark_seen(files, refused)
     engine = app[DEPS].engine
     _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
@@ -225,6 +228,7 @@ async def _mqtt_worker(app: web.Application) -> None:
             stored=Stored(app[STORE], settings.store),
             recent=recent,
             speaks=False,
+            log_limits=app.get(LOG_LIMITS),
         )
         async with bridge_for as bridge:
             status.add_provider(app, "mqtt", bridge.status)

@@ -246,6 +246,8 @@ def setup(app: web.Application) -> None:
     routes.add_get("/v1/desired", guarded(get_desired))
 
     async def sweep(app: web.Application) -> None:
-        sweep_uploads(app[LIVE].settings.paths.resolved("state_dir"))
+        # A worker receives no upload: what it would find is the supervisor's, in progress.
+        if app[edge.EDGE].forward is None:
+            sweep_uploads(app[LIVE].settings.paths.resolved("state_dir"))
 
     app.on_startup.append(sweep)

@@ -47,6 +47,7 @@ from wasmgate.runtime.mqtt.topics import Topics, gateway_id
 from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.memory import HeapKeeper
 from wasmgate.runtime.ops.metrics import Metrics
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.served.api import ServiceAPI
 
@@ -81,11 +82,13 @@ class MqttBridge:
         recent: Recent | None = None,
         serves_requests: bool = True,
         speaks: bool = True,
+        log_limits: SharedThrottle | None = None,
     ) -> None:
         """``recent``: the dedupe table (default: this process's own). ``serves_requests``:
         subscribe to the request topics (False in a supervisor whose workers serve them).
         ``speaks``: this connection is the gateway's voice: its status (and will),
-        metadata and the drain of stored streams (False in a worker: the supervisor's)."""
+        metadata and the drain of stored streams (False in a worker: the supervisor's).
+        ``log_limits``: the gateway's table for ignored requests' warnings (a worker's)."""
         if settings.host is None:
             raise errors.ConfigError("mqtt.host is not set: the MQTT bridge is off")
         self._settings = settings
@@ -109,6 +112,7 @@ class MqttBridge:
         self._stored = stored
         self._spool: Spool | None = None
         self._stack = contextlib.AsyncExitStack()
+        self._log_limits = log_limits
 
     async def __aenter__(self) -> Self:
         client_id = self._settings.client_id or f"wasmgate-{self.state.gateway}"
@@ -138,6 +142,7 @@ class MqttBridge:
         self._inbound = Inbound(
             self._settings, self.topics, self.state, self._work,
             recent=self._recent, client=self._client, spool=self._spool,
+            log_limits=self._log_limits,
         )  # fmt: skip
         await self._stack.enter_async_context(self._heap.running())
         self._client.start()

@@ -26,6 +26,7 @@ from wasmgate.runtime.mqtt.state import BridgeState
 from wasmgate.runtime.mqtt.topics import Route, Topics
 from wasmgate.runtime.ops.config import MqttSettings
 from wasmgate.runtime.ops.logs import Throttled
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 
 log = logging.getLogger("wasmgate.mqtt")
 
@@ -46,6 +47,7 @@ class Inbound:
         recent: Recent,
         client: MqttClient,
         spool: Spool | None,
+        log_limits: SharedThrottle | None = None,
     ) -> None:
         self._settings = settings
         self._topics = topics
@@ -55,6 +57,8 @@ class Inbound:
         self._client = client
         self._spool = spool
         self._ignored = Throttled(log)
+        if log_limits is not None:  # a worker: once a minute for the whole gateway
+            self._ignored.share(log_limits)
 
     async def serve(self, msg: Incoming) -> bool:
         """Answer ``msg``; True when it may be acknowledged."""

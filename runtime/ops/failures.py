@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from wasmgate.runtime.ops.logs import Throttled
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 
 MAX_MESSAGE = 300
 MAX_NAME = 80
@@ -71,6 +72,11 @@ class RecentFailures:
         self._lock = threading.Lock()
         self._clock = clock
         self._log = Throttled(log, every_s)
+
+    def share_log_limit(self, shared: SharedThrottle) -> None:
+        """Log a client error once a minute per transport and status for the whole gateway
+        (its workers and supervisor), not per process."""
+        self._log.share(shared)
 
     def add(
         self, transport: str, kind: str, name: str, *, status: int, code: str, message: str

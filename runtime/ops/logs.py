@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
+
 _ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)}
 _ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 
@@ -97,9 +99,20 @@ class Throttled:
         self._log, self._every_s, self._clock = log, every_s, clock
         self._next: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
+        self._shared: SharedThrottle | None = None
+
+    def share(self, shared: SharedThrottle) -> None:
+        """Decide with the other processes of the gateway: one line per period and key for
+        the whole gateway (`wasmgate.runtime.ops.throttle_shared`), not one per process."""
+        self._shared = shared
 
     def warning(self, key: str, msg: str, extra: Mapping[str, Any]) -> None:
         now = self._clock()
+        if self._shared is not None:
+            shared = self._shared.admit(key, now, self._every_s)
+            if shared is not None:
+                self._log.warning(msg, extra={**extra, "suppressed": shared} if shared else extra)
+            return
         if now < self._next.get(key, now):
             self._suppressed[key] = self._suppressed.get(key, 0) + 1
             return

@@ -42,6 +42,8 @@ class GatewaySlots:
         if not 0 <= column < COLUMNS:
             raise ValueError(f"column {column} outside 0..{COLUMNS - 1}")
         self._column = column
+        self.path = path
+        """The table's file, in the gateway's private run directory."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < ROWS * _ROW:

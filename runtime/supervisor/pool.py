@@ -197,11 +197,13 @@ class WorkerPool:
         for hook in self.on_state:
             hook()
 
-    async def roll(self) -> None:
-        """Replace every worker, one at a time (see the module docstring)."""
+    async def roll(self, last: int | None = None) -> None:
+        """Replace every worker, one at a time (see the module docstring); the one with pid
+        ``last`` (relaying the call that waits for this roll) after the others, so it still
+        runs to pass the answer on."""
         async with self._rolling:
             self._generation += 1
-            for worker in self.workers:
+            for worker in sorted(self.workers, key=lambda w: last is not None and w.pid == last):
                 if self._stopping:
                     return
                 await self._replace(worker)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
+import struct
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -27,6 +29,7 @@ log = logging.getLogger("wasmgate.supervisor")
 CHANGES = re.compile(r"^/v1/bundles(/[^/]+(/promote|/abort)?)?$")
 """The management calls that change what serves (PUT, POST or DELETE on these paths)."""
 _SETTLE_S = 300.0
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class Rolling:
@@ -36,6 +39,8 @@ class Rolling:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        self._relaying: int | None = None
+        """The pid of the worker that relayed the last change through the API."""
 
     def changed(self) -> None:
         """The registry's change hook: a roll is due."""
@@ -65,7 +70,8 @@ class Rolling:
             await asyncio.sleep(0.2)  # an install is several changes in a row
             self._wanted.clear()
             log.info("what serves changed: replacing the workers one at a time")
-            await self._pool.roll()
+            last, self._relaying = self._relaying, None
+            await self._pool.roll(last)
             if not self._wanted.is_set():
                 self._idle.set()
 
@@ -74,10 +80,25 @@ class Rolling:
 
         @web.middleware
         async def settle(request: web.Request, handler: Handler) -> web.StreamResponse:
-            answer = await handler(request)
             changes = request.method in ("PUT", "POST", "DELETE") and CHANGES.match(request.path)
+            if changes:
+                # Its worker is replaced last: replaced first, it would have ended (after
+                # drain_s) before the others were, taking the client's answer with it.
+                self._relaying = peer_pid(request)
+            answer = await handler(request)
             if changes and answer.status < 300:
                 await self.settled()
             return answer
 
         return settle
+
+
+def peer_pid(request: web.Request) -> int | None:
+    """The pid of the process at the other end of ``request``'s Unix socket (a worker)."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
+    pid, _uid, _gid = _CREDS.unpack(creds)
+    return int(pid)

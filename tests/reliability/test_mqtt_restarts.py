@@ -75,7 +75,7 @@ async def test_qos1_stream_survives(
     try:
         # The warm-up is published once: before the daemon's first SUBSCRIBE the broker
         # drops it (no session yet), which a loaded machine made happen once in five runs.
-        mosquitto.wait_subscribed("wasmgate-rel", TOPIC_FILTER, timeout=30)
+        wait_gateway_subscribed(mosquitto, daemon)
         await dev_wait_online(dev, body)
         for i in range(total):
             if i == kill_at:
@@ -124,3 +124,16 @@ async def dev_wait_online(dev: Requester, body: bytes) -> None:
     """One request answered: the daemon's subscriptions are in place."""
     dev.request(TOPIC, body, response_topic=REPLIES, correlation=b"warm-up")
     await dev.wait_for(1, timeout=30)
+
+
+def wait_gateway_subscribed(broker: Broker, daemon: Daemon) -> None:
+    """Until the gateway's request subscription is in place: the daemon's own, or, with
+    data-plane workers (``[workers] count`` > 1), every worker's share of it (client id
+    ``<client_id>-w<i>``, group ``wasmgate-<gateway_id>``: docs/deploy.md "CPUs")."""
+    workers = daemon.get_json("/v1/status")["components"].get("workers", {})
+    count = int(workers.get("count", 1))
+    if count == 1:
+        broker.wait_subscribed("wasmgate-rel", TOPIC_FILTER, timeout=30)
+    for i in range(count if count > 1 else 0):
+        shared = f"$share/wasmgate-gw-rel/{TOPIC_FILTER}"
+        broker.wait_subscribed(f"wasmgate-rel-w{i}", shared, timeout=30)
