@@ -153,7 +153,7 @@ def build_app(
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
     app.cleanup_ctx.append(_store_ctx)
-    if settings.samples.sink == "oci":
+    if settings.samples.sink == "oci" and forward is None:  # one process sends the samples
         app.cleanup_ctx.append(_samples_oci_ctx)
     if settings.cloud.url is not None:
         app.cleanup_ctx.append(_cloud_ctx)
@@ -288,7 +288,7 @@ async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
         m.watch_breaker(lambda: str(cloud.breaker.current()))
         status.add_provider(app, "cloud", lambda: cloud.state)
         path = settings.samples.http_path
-        if path is None:
+        if path is None or app[ROLE] == "worker":  # one process sends the samples
             yield
             return
         sink = HttpSamples(

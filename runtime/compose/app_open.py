@@ -74,7 +74,10 @@ _Part = Callable[[web.Application], AsyncIterator[None]]
 async def load_bundles(app: web.Application) -> None:
     """Stage two's first step: serve what the store holds, then the directory's files."""
     registry, watcher, notifier = app[REGISTRY], app[WATCHER], app[NOTIFIER]
-    files = bundle_files(app[SETTINGS].paths.resolved("bundle_dir"))
+    worker = app[ROLE] == "worker"
+    # A worker serves what the store holds: the folder's files are the supervisor's to
+    # install (one writer of the store), as are the module cache's pruning and leftovers.
+    files = [] if worker else bundle_files(app[SETTINGS].paths.resolved("bundle_dir"))
 
     def progress(what: str) -> None:
         # Each bundle may take a while (compile, model optimisation): extend systemd's
@@ -83,11 +86,12 @@ async def load_bundles(app: web.Application) -> None:
 
     # A worker starts beside a running supervisor: it must not take the supervisor's
     # install in progress for a crash's leftovers (its staged blobs, its upload).
-    refused = await registry.start(files, progress, collect=app[ROLE] != "worker")
+    refused = await registry.start(files, progress, collect=not worker)
     watcher.mark_seen(files, refused)
     engine = app[DEPS].engine
-    _prune_modules(registry, engine)  # only now: start-up compiles have found their entries
-    registry.on_change.append(lambda: _prune_modules(registry, engine))
+    if not worker:
+        _prune_modules(registry, engine)  # only now: start-up compiles found their entries
+        registry.on_change.append(lambda: _prune_modules(registry, engine))
     # Loading freed large model buffers in worker threads' malloc arenas (~20 MB idle with a
     # MobileNet-class model); trim now and after every change of what serves.
     trim_heap()
