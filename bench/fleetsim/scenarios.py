@@ -160,7 +160,17 @@ def restart(f: SimFleet, o: Outcome) -> None:
     last = max(seen.values(), default=start) - start
     o.add("restart", "all re-reported after", last, "s", 120)
     o.add("restart", "gateways re-reported", len(seen), "", f.n)
-    o.add("restart", "peak connects in one second", _peak(stats, "connects", start), "/s", 200)
+    o.add(
+        "restart",
+        "peak connects in one second (gateways)",
+        _peak(stats, "connects", start),
+        "/s",
+        200,
+    )
+    accepted = f.broker_connects(start)
+    o.add("restart", "peak connects in one second (broker log)",
+          max(accepted.values(), default=0), "/s", 200)  # fmt: skip
+    o.add("restart", "connects the broker logged", sum(accepted.values()), "", f.n)
     o.add("restart", "peak pulls in one second", _peak(stats, "pulls", start), "/s", 200)
     o.expect(len(seen) == f.n, f"restart: {len(seen)} of {f.n} re-reported")
 
