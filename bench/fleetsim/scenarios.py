@@ -148,6 +148,7 @@ def restart(f: SimFleet, o: Outcome) -> None:
         observer.reset()
         start = time.time()
         f.broker.restart()
+        down = time.time() - start  # gateways that try before this find no broker
         f.all("wait")
         connected = time.time() - start
         while len(observer.snapshot()) < f.n and time.time() - start < 300:
@@ -156,6 +157,7 @@ def restart(f: SimFleet, o: Outcome) -> None:
     finally:
         observer.close()
     stats = f.all("stats")
+    o.add("restart", "broker stopped and listening again after", down, "s", 0)
     o.add("restart", "all reconnected after", connected, "s", 120)
     last = max(seen.values(), default=start) - start
     o.add("restart", "all re-reported after", last, "s", 120)
