@@ -188,6 +188,17 @@ class SimFleet:
         text = Path(f"/proc/{proc.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+)", text)[1]) / 1024  # type: ignore[index]
 
+    def broker_connects(self, since: float) -> dict[int, int]:
+        """Gateway connections the broker accepted per second since ``since`` (its log's
+        epoch seconds): the load the broker saw, apart from when each worker's loop got
+        round to the CONNACK (a starved worker handles a second's worth at once)."""
+        line = re.compile(r"^(\d+): New client connected from \S+ as sim-gw-", re.MULTILINE)
+        counts: dict[int, int] = {}
+        for m in line.finditer(self.broker.log_text()):
+            if int(m[1]) >= int(since):
+                counts[int(m[1])] = counts.get(int(m[1]), 0) + 1
+        return counts
+
     def registry_requests(self) -> dict[str, int]:
         log = self.registry.log_text()
         return {

@@ -1,4 +1,4 @@
-"""``python -m bench fleet-sim --gateways N [--per-worker K] [--json OUT]``
+"""``python -m bench fleet-sim --gateways N [--per-worker K] [--offline-timeout S] [--json OUT]``
 
 Starts mosquitto, docker-registry and ``ceil(N / K)`` worker processes of K simulated
 gateways each (`bench.fleetsim.worker`), seeds probe v1, then runs the scenarios of
@@ -26,15 +26,29 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench fleet-sim", description=__doc__)
     p.add_argument("--gateways", type=int, required=True, help="simulated gateways (N)")
     p.add_argument("--per-worker", type=int, default=2500, help="gateways per process (K)")
-    p.add_argument("--offline-timeout", type=float, default=30.0,
-                   help="--wave-timeout of the offline scenario (s)")  # fmt: skip
+    p.add_argument("--offline-timeout", type=float, default=None, metavar="SECONDS",
+                   help="--wave-timeout of the offline scenario (default: 12 ms per "
+                   "gateway, at least 30 s: 120 s at 10,000, for the last wave's "
+                   "gateways to work through documents sent at once)")  # fmt: skip
     p.add_argument("--json", type=Path, help="write the figures here")
     p.add_argument("--root", type=Path, help="work directory (default: a temporary one, "
                    "in /dev/shm when it exists: 10,000 state files)")  # fmt: skip
     return p.parse_args(argv)
 
 
-def run(n: int, per_worker: int, root: Path, offline_timeout: float) -> sc.Outcome:
+def offline_timeout(n: int) -> float:
+    """The offline scenario's wave timeout for N gateways: 12 ms each, at least 30 s.
+
+    A wave's documents go out at once and its gateways then work through them (pull,
+    verify, report) on this machine's two CPUs, shared with the broker, the registry and
+    the CLI: about 200 gateways a second, so the last wave's 90 % of N take ~4.5 ms each.
+    The timeout leaves them more than twice that (other work shares the machine); a fixed
+    one either aborts a large fleet's offline rollout or idles a small one's.
+    """
+    return max(30.0, 0.012 * n)
+
+
+def run(n: int, per_worker: int, root: Path, timeout: float) -> sc.Outcome:
     o = sc.Outcome()
     start = time.perf_counter()
     with sim_fleet(root, n, per_worker) as f:
@@ -50,7 +64,7 @@ def run(n: int, per_worker: int, root: Path, offline_timeout: float) -> sc.Outco
         sc.abort(f, o, refs[2], 2)
         sc.status(f, o)
         sc.restart(f, o)
-        sc.offline(f, o, refs[2], 3, offline_timeout)
+        sc.offline(f, o, refs[2], 3, timeout)
         usage = f.all("stats")
         o.add("setup", "worker peak RSS (max)", max(u["rss_mb"] for u in usage), "MiB", 0)
         o.add("setup", "worker CPU (sum)", sum(u["cpu_s"] for u in usage), "s", 0)
@@ -63,7 +77,10 @@ def main(argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(
         prefix="wasmgate-fleetsim-", dir=args.root or (shm if shm.is_dir() else None)
     ) as tmp:
-        outcome = run(args.gateways, args.per_worker, Path(tmp), args.offline_timeout)
+        timeout = args.offline_timeout
+        if timeout is None:
+            timeout = offline_timeout(args.gateways)
+        outcome = run(args.gateways, args.per_worker, Path(tmp), timeout)
     for fig in outcome.figures:
         goal = "" if not fig.baseline else f"   (goal {fig.baseline:g})"
         print(f"{fig.scenario:<22} {fig.name:<40} {fig.value:>12.4g} {fig.unit}{goal}")

@@ -7,14 +7,16 @@
 4. ``restart``: the broker restarts under N connected gateways: time until all reconnected
    and re-reported, peak connects and pulls per second;
 5. ``offline``: 10 % of the gateways are offline while probe v3 rolls out (they time out
-   and count as failed, under ``--abort-failed 20%``), then come back and converge.
+   and count as failed, under ``--abort-failed 20%``), then come back and converge. The
+   rollout must end with exactly those timed out and every other gateway applied.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bench.common import Figure
@@ -50,12 +52,15 @@ def _version(r: Report) -> int | None:
     return b.version if b is not None and b.state == "applied" else None
 
 
+def table_rows(out: str) -> dict[str, str]:
+    """Each gateway's state in the CLI's final table (``gw-NNNNN  wave  state  version``)."""
+    rows = re.finditer(r"^(gw-\d+)\s+\d+\s+(.+?)\s{2,}", out, re.MULTILINE)
+    return {m[1]: m[2] for m in rows}
+
+
 def table_states(out: str) -> dict[str, int]:
-    """Counts of each state in the CLI's final table (``gw-NNNNN  wave  state ...``)."""
-    counts: dict[str, int] = {}
-    for m in re.finditer(r"^gw-\d+\s+\d+\s+(.+?)\s{2,}", out, re.MULTILINE):
-        counts[m[1]] = counts.get(m[1], 0) + 1
-    return counts
+    """Counts of each state in the CLI's final table."""
+    return dict(Counter(table_rows(out).values()))
 
 
 def _cli(o: Outcome, scenario: str, run: Run, wall_goal: float) -> None:
@@ -143,6 +148,7 @@ def restart(f: SimFleet, o: Outcome) -> None:
         observer.reset()
         start = time.time()
         f.broker.restart()
+        down = time.time() - start  # gateways that try before this find no broker
         f.all("wait")
         connected = time.time() - start
         while len(observer.snapshot()) < f.n and time.time() - start < 300:
@@ -151,11 +157,22 @@ def restart(f: SimFleet, o: Outcome) -> None:
     finally:
         observer.close()
     stats = f.all("stats")
+    o.add("restart", "broker stopped and listening again after", down, "s", 0)
     o.add("restart", "all reconnected after", connected, "s", 120)
     last = max(seen.values(), default=start) - start
     o.add("restart", "all re-reported after", last, "s", 120)
     o.add("restart", "gateways re-reported", len(seen), "", f.n)
-    o.add("restart", "peak connects in one second", _peak(stats, "connects", start), "/s", 200)
+    o.add(
+        "restart",
+        "peak connects in one second (gateways)",
+        _peak(stats, "connects", start),
+        "/s",
+        200,
+    )
+    accepted = f.broker_connects(start)
+    o.add("restart", "peak connects in one second (broker log)",
+          max(accepted.values(), default=0), "/s", 200)  # fmt: skip
+    o.add("restart", "connects the broker logged", sum(accepted.values()), "", f.n)
     o.add("restart", "peak pulls in one second", _peak(stats, "pulls", start), "/s", 200)
     o.expect(len(seen) == f.n, f"restart: {len(seen)} of {f.n} re-reported")
 
@@ -170,15 +187,33 @@ def _peak(stats: list[dict[str, dict[str, int]]], key: str, since: float) -> flo
 
 
 def offline(f: SimFleet, o: Outcome, ref: str, version: int, timeout: float) -> None:
-    away = f.names()[5::10]  # 10 %, none of the first wave's
+    names = f.names()
+    away = names[5::10]  # 10 %, none of the first wave's
     f.all("stop", away)
     run = f.rollout(ref, "--waves", "1,1%,10%,100%", "--abort-failed", "20%",
                     "--wave-timeout", str(timeout))  # fmt: skip
     states = table_states(run.out)
-    _cli(o, "offline", run, 300 + timeout)
+    _cli(o, "offline", run, 0)  # no goal: each wave with an offline gateway waits `timeout`
+    o.add("offline", "wave timeout", timeout, "s", 0)
     o.add("offline", "timed out (offline)", states.get("timeout", 0), "", len(away))
+    wrong = offline_end(run, names, set(away))
+    o.expect(wrong is None, f"offline: {wrong}")
     start = time.monotonic()
     f.all("start", away)
     reports = f.wait_reports(on(version), 300)
     o.add("offline", "back online: all converged after", time.monotonic() - start, "s", 120)
-    o.expect(on(version)(reports) and len(reports) == f.n, f"offline: {run.code} {states}")
+    back = on(version)(reports) and len(reports) == f.n
+    o.expect(back, f"offline: {len(reports)} reports, not all on v{version} once back")
+
+
+def offline_end(run: Run, names: Sequence[str], away: set[str]) -> str | None:
+    """What is wrong with the offline rollout's end, or None: it finished without an abort
+    (exit 1: not every gateway applied), every online gateway applied and exactly the
+    offline ones timed out."""
+    rows = table_rows(run.out)
+    want = {gw: "timeout" if gw in away else "applied" for gw in names}
+    wrong = sorted((gw, rows.get(gw, "missing")) for gw in want if rows.get(gw) != want[gw])
+    wrong += sorted((gw, "not in the rollout") for gw in rows.keys() - want.keys())
+    if run.code == 1 and "aborted in wave" not in run.err and not wrong:
+        return None
+    return f"exit {run.code}, {table_states(run.out)}, {len(wrong)} rows wrong: {wrong[:3]}"

@@ -151,21 +151,25 @@ class MqttClient:
         self._pending.clear()
 
     async def _supervise(self) -> None:
-        delay = _MIN_BACKOFF_S
+        delay, spread = _MIN_BACKOFF_S, 0.0
         while not self._stopping:  # `stop` sets the flag and cancels: either ends it
             try:
                 await self._open()
-                delay = _MIN_BACKOFF_S
+                delay, spread = _MIN_BACKOFF_S, 0.0
                 await self._lost.wait()
                 # Every gateway of a fleet loses its connection in the same instant when the
                 # broker restarts: a random share of the window keeps them from all coming
                 # back in the same second (a quick restart is over before the first try).
-                await asyncio.sleep(random.uniform(0, self._settings.reconnect_spread_s))
+                spread = self._settings.reconnect_spread_s
+                await asyncio.sleep(random.uniform(0, spread))
             except (OSError, TimeoutError, ConnectionError) as e:
                 self.state.failed(f"{type(e).__name__}: {e}")
-                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, delay)
+                # after a loss, a try that finds the broker still down draws a new share of the
+                # window: the backoff's lockstep would regroup every gateway that tried then
+                wait = max(delay * random.uniform(0.8, 1.2), random.uniform(0, spread))
+                log.warning("mqtt connect to %s failed (%s); retry in %.1fs", self.broker, e, wait)
                 self._sockets.close()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, self._settings.reconnect_max_s)
 
     async def _open(self) -> None:

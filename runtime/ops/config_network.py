@@ -127,9 +127,10 @@ class MqttSettings(Document):
     """Cap of the exponential reconnect backoff."""
     reconnect_spread_s: Annotated[float, Meta(ge=0, le=3600)] = 5.0
     """After a lost connection, the first reconnect waits a random time in [0, this], so
-    that a fleet whose broker restarted does not come back in the same second (then the
-    usual backoff). A fleet of N gateways on one broker sets about N / 100 (10,000
-    gateways: 100 s) to stay under ~200 connects a second; 0 reconnects at once."""
+    that a fleet whose broker restarted does not come back in the same second; a try that
+    finds the broker still down waits a new one (or the backoff, when longer). A fleet of
+    N gateways on one broker sets about N / 100 (10,000 gateways: 100 s) to stay under
+    ~200 connects a second; 0 reconnects at once, then on the backoff."""
     busy_retry_s: Annotated[float, Meta(ge=0)] = 5.0
     """How long a request refused as busy is retried before a 429 answer (0 = answer at once).
     The broker holds requests beyond ``receive_maximum``, so a backlog waits there."""

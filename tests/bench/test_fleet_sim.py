@@ -23,11 +23,15 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from bench.fleetsim.fleet import PREFIX, SimFleet, sim_fleet
+from bench.fleetsim.fleet import PREFIX, Run, SimFleet, sim_fleet
 from bench.fleetsim.observe import Observer
-from bench.fleetsim.scenarios import on, table_states
+from bench.fleetsim.run import offline_timeout, parse
+from bench.fleetsim.scenarios import offline_end, on, table_states
 from tests.fixtures.models import REPO
+from wasmgate.runtime.cli.fleet import rollout_table
+from wasmgate.runtime.fleet.driver import RolloutResult
 from wasmgate.runtime.fleet.opclient import BrokerSettings, OperatorClient
+from wasmgate.runtime.fleet.waves import Row
 
 N = 120
 DOC = REPO / "docs" / "benchmarks.md"
@@ -125,3 +129,31 @@ def test_the_documented_ci_line_runs_every_scenario(tmp_path: Path) -> None:
     scenarios = {f["scenario"].split()[-1] for f in doc["figures"]}
     assert scenarios == {"setup", "rollout", "abort", "status", "restart", "offline"}
     assert doc["problems"] == []
+
+
+def _table(states: dict[str, str], code: int, err: str = "") -> Run:
+    """A rollout's run as the CLI prints it (its own table code), one gateway per wave."""
+    rows = [Row(gw, 1, state, 3 if state == "applied" else None) for gw, state in states.items()]
+    return Run(code, rollout_table(RolloutResult(rows)), err, 0.0, 0.0, 0.0)
+
+
+def test_the_offline_scenario_fails_on_any_other_end_than_exactly_the_offline_timed_out() -> None:
+    names = [f"gw-{i:05d}" for i in range(20)]
+    away = set(names[5::10])
+    right = {gw: "timeout" if gw in away else "applied" for gw in names}
+    assert offline_end(_table(right, 1), names, away) is None
+    # the 10,000-gateway run with a fixed 30 s: the last wave timed out and was rolled back
+    aborted = right | dict.fromkeys(names[10:], "rolled back")
+    assert offline_end(_table(aborted, 1, "aborted in wave 4: ..."), names, away) is not None
+    assert offline_end(_table(right, 1, "aborted in wave 4: ..."), names, away) is not None
+    assert offline_end(_table(right | {names[3]: "timeout"}, 1), names, away) is not None
+    assert offline_end(_table(right | {names[5]: "applied"}, 1), names, away) is not None
+    assert offline_end(_table(dict(list(right.items())[1:]), 1), names, away) is not None
+    assert offline_end(_table(right, 0), names, away) is not None
+
+
+def test_the_offline_wave_timeout_grows_with_the_fleet_unless_given() -> None:
+    assert offline_timeout(60) == 30.0
+    assert offline_timeout(10_000) == pytest.approx(120.0)
+    assert parse(["--gateways", "10000"]).offline_timeout is None  # derived in main
+    assert parse(["--gateways", "60", "--offline-timeout", "5"]).offline_timeout == 5.0
