@@ -31,6 +31,7 @@ from wasmgate.runtime.compose.lifecycle import (
     ListenError,
     Signals,
     check_listen,
+    end_unused_worker_sessions,
     host_port,
     listen_problem,
     opened,
@@ -50,6 +51,7 @@ from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.supervisor.plan import plan_workers
 
@@ -103,7 +105,8 @@ async def run_daemon(settings: Settings, config_path: Path | None = None) -> int
             # STATUS= follows installs and removals (folder, API, fleet), not only reloads.
             app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
             startgc.serving()  # what the start made is out of every later collection
-            await serve(app, notifier, signals)
+            async with background(end_unused_worker_sessions(settings, 0), "mqtt-sessions"):
+                await serve(app, notifier, signals)
     finally:
         notifier.stopping()
         service = app[SERVICE]

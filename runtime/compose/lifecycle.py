@@ -284,3 +284,14 @@ async def reload(app: web.Application, share: Share | None = None, *, worker: bo
     else:
         log.info("reloaded", extra={"unloaded_by_trust": unloaded})
     return True
+
+
+async def end_unused_worker_sessions(settings: Settings, workers: int) -> None:
+    """End the broker sessions of workers this start no longer has (`runtime.mqtt.sessions`:
+    a removed worker's persistent session would take a share of every request)."""
+    if settings.mqtt.host is None:
+        return
+    from wasmgate.runtime.mqtt.sessions import end_unused_sessions  # noqa: PLC0415 - paho
+
+    state_dir = settings.paths.resolved("state_dir")
+    await asyncio.to_thread(end_unused_sessions, settings.mqtt, state_dir, workers)

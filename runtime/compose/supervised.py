@@ -28,6 +28,7 @@ from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, SETTLE
 from wasmgate.runtime.compose.lifecycle import (
     Signals,
     bind_public,
+    end_unused_worker_sessions,
     opened,
     serve,
     summary,
@@ -93,7 +94,12 @@ async def run_supervised(
             app[REGISTRY].on_change.append(rolling.changed)
             relay_variables(app, pool)
             outcomes = Outcomes(app[REGISTRY].table, pool)
-            async with rolling, background(outcomes.run(), "worker-outcomes"):
+            sessions = end_unused_worker_sessions(settings, plan.count)
+            async with (
+                rolling,
+                background(outcomes.run(), "worker-outcomes"),
+                background(sessions, "mqtt-sessions"),
+            ):
                 await pool.start()
                 ports.check()  # nothing outside the gateway listens on its ports
                 log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})

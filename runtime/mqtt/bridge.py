@@ -197,6 +197,10 @@ class MqttBridge:
         log.info("mqtt connected (session present: %s)", session_present)
         if self._serves_requests:
             self._mqtt.subscribe(self.topics.subscriptions(), self._settings.qos)
+        elif session_present:
+            # The session may be the single process's (same client id), with its request
+            # subscriptions: the broker would go on handing every request to the supervisor.
+            self._mqtt.unsubscribe(self.topics.subscriptions())
         for channel in self._channels:
             self._mqtt.subscribe(list(channel.filters), self._settings.qos)
         if self._speaks:

@@ -291,6 +291,9 @@ class MqttClient:
         else:
             self._client.subscribe([(f, qos) for f in filters])
 
+    def unsubscribe(self, filters: list[str]) -> None:
+        self._client.unsubscribe(filters)
+
     def ack(self, msg: Incoming) -> bool:
         """Acknowledge ``msg`` if it came on the current connection (else the broker resends)."""
         if msg.qos == 0:

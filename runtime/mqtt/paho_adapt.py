@@ -39,14 +39,17 @@ class _ClosingSSLSocket(ssl.SSLSocket):
             raise
 
 
-def build_client(settings: MqttSettings, client_id: str, will: Outgoing | None) -> BufferedClient:
-    """A persistent-session paho client (manual acks, no reconnect of its own), not connected."""
+def build_client(
+    settings: MqttSettings, client_id: str, will: Outgoing | None, *, clean: bool = False
+) -> BufferedClient:
+    """A persistent-session paho client (manual acks, no reconnect of its own), not connected
+    (``clean``: a 3.1.1 session the broker forgets; MQTT 5 says so at connect)."""
     s = settings
     client = BufferedClient(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=paho.MQTTv5 if s.protocol == "5" else paho.MQTTv311,
-        clean_session=None if s.protocol == "5" else False,
+        clean_session=None if s.protocol == "5" else clean,
         manual_ack=True,
         reconnect_on_failure=False,
     )
