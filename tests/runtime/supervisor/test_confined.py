@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.test_workers import SAMPLE, TOKEN, call, until_replaced, until_serving
+from tests.runtime.supervisor.test_workers import (
+    SAMPLE,
+    TOKEN,
+    call,
+    serving,
+    until_replaced,
+    until_serving,
+)
 from wasmgate.runtime.ops.landlock import abi_version
 from wasmgate.runtime.ops.seccomp import numbers
 from wasmgate.signing.build import build_bundle
@@ -47,13 +54,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     }
     env = {"PYTHONPATH": str(PROBE), "WASMGATE_TEST_PROBE": json.dumps(probe)}
     config = {"workers": {"count": 2}, "http": {"management_token": TOKEN}}
-    daemon = Daemon(root, config, ("--demo",), env=env)
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, 2)
+    with serving(Daemon(root, config, ("--demo",), env=env)) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def probed(daemon: Daemon, pid: object, timeout: float = 30.0) -> dict[str, Any]:

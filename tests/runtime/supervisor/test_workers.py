@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,16 @@ ADAPTER_REQUESTS = (
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     config = {"workers": {"count": 2}, "http": {"management_token": TOKEN}}
-    daemon = Daemon(tmp_path_factory.mktemp("workers"), config, ("--demo",))
+    with serving(Daemon(tmp_path_factory.mktemp("workers"), config, ("--demo",))) as daemon:
+        yield daemon
+
+
+@contextmanager
+def serving(daemon: Daemon, count: int = 2) -> Iterator[Daemon]:
+    """``daemon`` started, for the ``with`` block, once its ``count`` workers serve."""
     daemon.start(timeout=240)
     try:
-        until_serving(daemon, 2)
+        until_serving(daemon, count)
         yield daemon
     finally:
         daemon.stop()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.mosquitto import Broker
+from tests.fixtures.mosquitto import Broker, running_broker
 from tests.runtime.mqtt.requester import Requester
-from tests.runtime.supervisor.test_workers import call, cpu_ticks, until_serving
+from tests.runtime.supervisor.test_workers import call, cpu_ticks, serving, until_serving
 from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers
 from wasmgate.runtime.ops.throttle_shared import ROWS, SharedThrottle
 
@@ -26,23 +26,14 @@ OVERSIZE = "exceeds mqtt.max_response_topic_bytes"
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    broker = Broker(tmp_path_factory.mktemp("mosquitto"))
-    broker.start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("mosquitto")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    daemon = Daemon(tmp_path_factory.mktemp("workers-logs"), {"workers": {"count": 2}})
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, 2)
-        yield daemon
-    finally:
-        daemon.stop()
+    with serving(Daemon(tmp_path_factory.mktemp("workers-logs"), {"workers": {"count": 2}})) as d:
+        yield d
 
 
 @pytest.fixture(scope="module")

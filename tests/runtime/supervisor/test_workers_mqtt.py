@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.mosquitto import Broker
+from tests.fixtures.mosquitto import Broker, running_broker
 from tests.runtime.mqtt.requester import Reply, Requester
-from tests.runtime.supervisor.test_workers import cpu_ticks, until_replaced, until_serving
+from tests.runtime.supervisor.test_workers import cpu_ticks, serving, until_replaced, until_serving
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[3]
@@ -32,26 +32,17 @@ MQTT_REQUESTS = (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    broker = Broker(tmp_path_factory.mktemp("mosquitto"))
-    broker.start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("mosquitto")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterator[Daemon]:
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": "gw-w", "keepalive_s": 5}
     config = {"workers": {"count": 2}, "mqtt": mqtt}
-    daemon = Daemon(tmp_path_factory.mktemp("workers-mqtt"), config, ("--demo",))
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, 2)
+    with serving(Daemon(tmp_path_factory.mktemp("workers-mqtt"), config, ("--demo",))) as daemon:
         until_mqtt_workers(daemon, 2)
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def until_mqtt_workers(daemon: Daemon, count: int, timeout: float = 90.0) -> dict[str, object]:
