@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.fixtures.mosquitto import Broker
+from tests.fixtures.mosquitto import Broker, running_broker
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.supervisor.test_workers import until_serving
 from tests.runtime.supervisor.test_workers_mqtt import SAMPLE, until_mqtt_workers
@@ -26,13 +26,21 @@ pytestmark = pytest.mark.timeout(300)
 REQ = "wasmgate/v1/gw-s/adapters/digits/req"
 
 
-def start(root: Path, broker: Broker, count: int) -> Daemon:
+def start(root: Path, broker: Broker, count: int, started: list[Daemon]) -> Daemon:
+    """The gateway with ``count`` workers, once it takes requests: its workers' connections
+    up, or one process's subscriptions made (its retained ``online`` follows them)."""
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": "gw-s", "keepalive_s": 5}
     daemon = Daemon(root, {"workers": {"count": count}, "mqtt": mqtt}, ("--demo",))
-    daemon.start(timeout=240)
-    if count > 1:
-        until_serving(daemon, count)
-        until_mqtt_workers(daemon, count)
+    started.append(daemon)
+    with Requester(broker.port).connect("wasmgate/v1/gw-s/status") as watch:
+        daemon.start(timeout=240)
+        if count > 1:
+            until_serving(daemon, count)
+            until_mqtt_workers(daemon, count)
+        deadline = time.monotonic() + 60
+        while all(r.payload != b"online" for r in watch.snapshot()):
+            assert time.monotonic() < deadline, "the gateway never said online"
+            time.sleep(0.05)
     return daemon
 
 
@@ -58,34 +66,36 @@ def answered(broker: Broker, tag: str, total: int) -> collections.Counter[bytes 
 def test_changing_the_worker_count_leaves_no_session_that_takes_requests(
     tmp_path: Path,
 ) -> None:
-    broker = Broker(tmp_path / "mosquitto")
-    broker.start()
     root = tmp_path / "gw"
     root.mkdir()
-    try:
-        one = start(root, broker, 1)  # a persistent session with the request subscriptions
-        assert set(answered(broker, "a", 5).values()) == {1}
-        one.stop()
+    started: list[Daemon] = []
+    with running_broker(tmp_path / "mosquitto") as broker:
+        try:
+            one = start(root, broker, 1, started)  # a session with the request subscriptions
+            assert set(answered(broker, "a", 5).values()) == {1}
+            one.stop()
 
-        three = start(root, broker, 3)
-        got = answered(broker, "b", 30)
-        card = three.get_json("/v1/status")["components"]["mqtt"]
-        three.stop()
-        assert (len(got), set(got.values())) == (30, {1})
-        # Every request reached a worker, none the supervisor (its session was the process's).
-        assert card["received"] == sum(int(w["received"]) for w in card["workers"])
+            three = start(root, broker, 3, started)
+            got = answered(broker, "b", 30)
+            card = three.get_json("/v1/status")["components"]["mqtt"]
+            three.stop()
+            assert (len(got), set(got.values())) == (30, {1})
+            # Every request reached a worker, none the supervisor (its session was the one
+            # process's).
+            assert card["received"] == sum(int(w["received"]) for w in card["workers"])
 
-        two = start(root, broker, 2)  # worker 2's session must not take a third of them
-        got = answered(broker, "c", 30)
-        two.stop()
-        assert (len(got), set(got.values())) == (30, {1})
-        assert record(root) == "2"
+            two = start(root, broker, 2, started)  # worker 2's session must not take a third
+            got = answered(broker, "c", 30)
+            two.stop()
+            assert (len(got), set(got.values())) == (30, {1})
+            assert record(root) == "2"
 
-        one = start(root, broker, 1)
-        time.sleep(2)  # the sessions of workers 0 and 1 end in the background
-        got = answered(broker, "d", 10)
-        one.stop()
-        assert (len(got), set(got.values())) == (10, {1})
-        assert record(root) == "0"
-    finally:
-        broker.stop()
+            one = start(root, broker, 1, started)
+            time.sleep(2)  # the sessions of workers 0 and 1 end in the background
+            got = answered(broker, "d", 10)
+            one.stop()
+            assert (len(got), set(got.values())) == (10, {1})
+            assert record(root) == "0"
+        finally:
+            for daemon in started:
+                daemon.stop()  # a stopped one: nothing to do
