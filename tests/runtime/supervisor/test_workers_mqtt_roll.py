@@ -60,7 +60,8 @@ def stream(dev: Requester, total: int, fault_at: int, fault: object) -> None:
 BROKER_RESTART_LOSES = pytest.mark.xfail(
     # Not strict: whether a request lands in the window before the workers subscribe again
     # is a race (most runs lose some; a CI run lost none and the strict mark failed it).
-    strict=False, reason="the broker keeps no shared subscription over a restart"
+    strict=False,
+    reason="the broker keeps no shared subscription over a restart",
 )
 
 
