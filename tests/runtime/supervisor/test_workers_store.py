@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,17 +44,22 @@ def gateway(tmp_path: Path, models: Any) -> Iterator[tuple[Daemon, BenchKit]]:
 
 
 def server_pid(client: socket.socket, port: int, pids: list[int]) -> int:
-    """Which of ``pids`` holds the server end of ``client``'s connection to ``port``."""
+    """Which of ``pids`` holds the server end of ``client``'s connection to ``port`` (a
+    connection still in the accept queue has inode 0: looked at again until accepted)."""
     local_port = client.getsockname()[1]
     wanted = (f"0100007F:{port:04X}", f"0100007F:{local_port:04X}")
-    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    (inode,) = [f[9] for f in map(str.split, lines) if (f[1], f[2]) == wanted]
-    for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):  # an fd closed meanwhile
-                if str(fd.readlink()) == f"socket:[{inode}]":
-                    return pid
-    raise LookupError(f"no process of {pids} holds socket {inode}")
+    deadline = time.monotonic() + 10
+    while True:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        (inode,) = [f[9] for f in map(str.split, lines) if (f[1], f[2]) == wanted]
+        for pid in pids:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):  # an fd closed meanwhile
+                    if str(fd.readlink()) == f"socket:[{inode}]":
+                        return pid
+        if time.monotonic() > deadline:
+            raise LookupError(f"no process of {pids} holds socket {inode}")
+        time.sleep(0.05)
 
 
 def test_a_worker_started_during_an_upload_leaves_it_to_the_supervisor(
