@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,13 +108,28 @@ def _target(daemon: Daemon, path: str) -> tuple[str, bytes]:
     return f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
 
 
+def _errors_seen(daemon: Daemon) -> str:
+    """The daemon's error counters and log tail, for a cell that saw error answers (a 429
+    is counted but not logged)."""
+    try:
+        with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError as e:
+        text = f"/metrics: {e}"
+    counted = [ln for ln in text.splitlines() if "error" in ln and not ln.startswith("#")]
+    return "\n".join(["daemon error counters:", *counted, "daemon log:", daemon.log()[-6000:]])
+
+
 def http_cell(
     daemon: Daemon, pid: int | Sequence[int], path: str, conns: int, seconds: float
 ) -> Cell:
     url, body = _target(daemon, path)
 
     def run() -> tuple[int, float, float, float, float]:
-        r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
+        try:
+            r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
+        except RuntimeError as e:  # the daemon says what the error answers were
+            raise RuntimeError(f"{e}\n{_errors_seen(daemon)}") from None
         return r.requests, r.requests / r.rps, r.p50, r.p99, 0.0
 
     return measured(pid, run)
