@@ -41,7 +41,7 @@ def merge_status(own: dict[str, Any], workers: Iterable[dict[str, Any]]) -> dict
     errors = own.get("errors") or {"total": 0, "recent": []}
     components = own.get("components") or {}
     for doc in workers:
-        for name, add in (("mqtt", _add_mqtt), ("cloud", _add_cloud)):
+        for name, add in (("mqtt", _add_mqtt), ("cloud", _add_cloud), ("samples", _add_samples)):
             mine, theirs_card = components.get(name), (doc.get("components") or {}).get(name)
             if isinstance(mine, dict) and isinstance(theirs_card, dict):
                 add(mine, theirs_card)
@@ -132,6 +132,14 @@ def _add_cloud(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         mine["breaker"] = {**their_breaker, "opens": breaker.get("opens", 0)}
     for field in ("opens", "rejected"):
         mine["breaker"][field] = int(breaker.get(field) or 0) + int(their_breaker.get(field) or 0)
+
+
+def _add_samples(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    mine["kept"] = int(mine.get("kept") or 0) + int(theirs.get("kept") or 0)
+    skipped = dict(mine.get("skipped") or {})
+    for reason, count in (theirs.get("skipped") or {}).items():
+        skipped[reason] = int(skipped.get(reason, 0)) + int(count)
+    mine["skipped"] = skipped
 
 
 def _openness(breaker: dict[str, Any]) -> int:
