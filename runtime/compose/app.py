@@ -282,7 +282,9 @@ async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
 
     m = app[METRICS]
     settings = app[SETTINGS]
-    async with CloudFallback(settings.cloud) as cloud:
+    # One breaker for the gateway: its workers open and close it together.
+    shared = app[SLOTS].path.with_name("cloud-breaker") if SLOTS in app else None
+    async with CloudFallback(settings.cloud, shared=shared) as cloud:
         app[CLOUD] = cloud
 
         m.watch_breaker(lambda: str(cloud.breaker.current()))

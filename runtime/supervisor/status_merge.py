@@ -6,9 +6,9 @@ processes; the latency figures are the busiest process's (percentiles do not add
 recent failures are merged by time, the newest 50 kept; their total is summed. The MQTT
 card is the supervisor's connection (the gateway's status, metadata, fleet) with the
 requests the workers' connections served summed in, and each worker's connection listed.
-The cloud card sums the processes' cloud traffic and shows the most open breaker (each
-process has its own: they trip apart), every worker's beside it; ``attention`` is judged
-again on the merged components.
+The cloud card sums the processes' cloud traffic and shows the most open breaker (they
+share one state, `wasmgate.runtime.cloud.breaker_shared`; a process reads it when asked),
+every worker's beside it; ``attention`` is judged again on the merged components.
 The traffic chart (``history``) adds the workers' points to the supervisor's, the newest
 with the newest (every process samples every ``interval_s``; their clocks differ by less
 than one interval): request rates and queues summed, error and fallback percentages
