@@ -22,9 +22,7 @@ _RACER = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    import pytest
-
-from wasmgate.runtime.field.store import Quota, Store, StreamLimits
+    from wasmgate.runtime.field.store import Quota, Store, StreamLimits
 
     async def main() -> None:
         async with Store(Path(sys.argv[1]), {"samples": StreamLimits(1 << 20)}) as store:
@@ -47,14 +45,15 @@ def test_processes_racing_for_a_quota_never_overshoot_it(tmp_path: Path) -> None
     start = time.time() + 2.0
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(db), str(start)], stdout=subprocess.PIPE, text=True
-        )
+            [sys.executable, "-c", _RACER, str(db), str(start)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         for _ in range(3)
     ]
     kept = []
     for proc in racers:
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
         kept.append(int(out))
     assert sum(kept) == 10  # 60 tries, a cap of 10 for all three processes together
 
