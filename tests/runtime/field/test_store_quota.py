@@ -46,8 +46,10 @@ def test_processes_racing_for_a_quota_never_overshoot_it(tmp_path: Path) -> None
     racers = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(db), str(start)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(3)
     ]
     kept = []
