@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
+from tests.fixtures.notify_socket import NotifySocket
 from tests.fixtures.waits import metric
 from tests.runtime.supervisor.test_workers import (
     ADAPTER_REQUESTS,
@@ -164,3 +165,38 @@ def test_only_a_worker_hands_over_counts(gateway: Daemon) -> None:
         sock.sendall(head.encode() + forged)
         assert sock.recv(4096).split(b"\r\n", 1)[0] == b"HTTP/1.1 403 Forbidden"
     assert gateway.metric(ADAPTER_REQUESTS) < 1e9
+
+
+def test_status_says_what_changed_once_the_workers_serve_it(tmp_path: Path) -> None:
+    """systemd's ``STATUS=`` names what the gateway serves: after a removal it changes
+    only once both workers were replaced (the supervisor applies a change seconds before
+    its workers serve it)."""
+    sock = NotifySocket(tmp_path / "notify")
+    (tmp_path / "d").mkdir()
+    config = {"workers": {"count": 2}, "http": {"management_token": TOKEN}}
+    daemon = Daemon(tmp_path / "d", config, ("--demo",), {"NOTIFY_SOCKET": sock.address})
+    try:
+        with serving(daemon) as gateway:
+            old = {w["pid"] for w in until_serving(gateway, 2)}
+            ready = [d.fields["STATUS"] for d in sock.with_field("READY", "1")][-1]
+            removal = threading.Thread(target=_delete, args=(gateway, "digits-zig"))
+            removal.start()
+            try:
+                said = _next_status(sock, ready)
+                workers = gateway.get_json("/v1/status")["components"]["workers"]["workers"]
+            finally:
+                removal.join()
+            assert said != ready
+            assert not {w["pid"] for w in workers} & old, f"STATUS {said!r} before the roll"
+    finally:
+        sock.close()
+
+
+def _next_status(sock: NotifySocket, current: str) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        said = [d.fields["STATUS"] for d in sock.messages() if "STATUS" in d.fields]
+        if said and said[-1] != current and "READY" not in said[-1]:
+            return said[-1]
+        time.sleep(0.005)
+    raise AssertionError(f"no new STATUS after {current!r}: {sock.messages()}")
