@@ -9,7 +9,6 @@ supervisor or a single process sends the samples.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -32,12 +31,8 @@ async def store_ctx(app: web.Application) -> AsyncIterator[None]:
             app[STORE] = store
             app[METRICS].watch_store(store.stats)
             status.add_provider(app, "store", lambda: field_setup.status_of(store))
-            async with contextlib.AsyncExitStack() as upkeep:
-                expiry = field_setup.expire_periodically(store)
-                await upkeep.enter_async_context(background(expiry, "store-expiry"))
-                if app[ROLE] != "single":  # the file is every process's
-                    figures = field_setup.refresh_periodically(store)
-                    await upkeep.enter_async_context(background(figures, "store-figures"))
+            shared = app[ROLE] != "single"  # the file is every process's
+            async with background(field_setup.upkeep(store, shared=shared), "store-upkeep"):
                 yield
     except StoreError as e:
         raise ConfigError(str(e)) from e
