@@ -52,12 +52,12 @@ def test_processes_racing_for_a_quota_never_overshoot_it(tmp_path: Path) -> None
         )
         for _ in range(3)
     ]
-    kept = []
-    for proc in racers:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        kept.append(int(out))
-    assert sum(kept) == 10  # 60 tries, a cap of 10 for all three processes together
+    done = []
+    for proc in racers:  # every one waited for (and its pipes closed) before any check
+        with proc:
+            done.append((*proc.communicate(timeout=120), proc.returncode))
+    assert [code for _, _, code in done] == [0, 0, 0], [err for _, err, _ in done]
+    assert sum(int(out) for out, _, _ in done) == 10  # 60 tries, a cap of 10 for the three
 
 
 async def test_the_window_slides_and_keys_are_apart(tmp_path: Path) -> None:
