@@ -39,6 +39,8 @@ class Result:
     status: dict[str, Any]
     fds_at: dict[str, dict[str, int]]
     threads_at: dict[str, dict[str, int]]
+    processes: int = 1
+    """The gateway's processes (a supervisor and its workers, or one)."""
 
     def measured(self) -> list[Sample]:
         """Samples after warm-up while traffic ran (the slopes' window)."""
@@ -73,10 +75,10 @@ class Result:
     def fds_flat(self) -> bool:
         """No kind of fd grew between the rest points, except sockets (keep-alive
         connections to the cloud come and go on their own timer) and up to
-        `MEMFD_SLACK` wasmtime memory images (a replaced version's module is freed by the
-        collector's next full pass, not at once)."""
+        `MEMFD_SLACK` wasmtime memory images per process (a replaced version's module is
+        freed by the collector's next full pass, not at once)."""
         a, b = self.fds_at.get("rest after warm-up", {}), self.fds_at.get("rest at the end", {})
-        slack = {"socket": 1 << 30, "memfd": MEMFD_SLACK}
+        slack = {"socket": 1 << 30, "memfd": MEMFD_SLACK * self.processes}
         return all(b[k] - a.get(k, 0) <= slack.get(k, 0) for k in b)
 
     def fault_failures(self) -> list[str]:

@@ -4,9 +4,10 @@ files, sampled on a timer; slopes by least squares."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,28 +22,39 @@ class Sample:
     store_mib: float
 
 
-def read(pid: int, store_db: Path, t: float, phase: str) -> Sample:
-    status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    fields = {ln.split(":", 1)[0]: ln.split(":", 1)[1].split() for ln in status if ":" in ln}
-    fds = sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
+def read(pids: Sequence[int], store_db: Path, t: float, phase: str) -> Sample:
+    """RSS, fds and threads summed over the gateway's processes (a worker that ended
+    meanwhile counts as nothing)."""
+    rss = fds = threads = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            fds += sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        fields = {ln.split(":", 1)[0]: ln.split(":", 1)[1].split() for ln in status if ":" in ln}
+        rss += int(fields["VmRSS"][0])
+        threads += int(fields["Threads"][0])
     files = [store_db, store_db.with_name(store_db.name + "-wal")]
     store = sum(f.stat().st_size for f in files if f.exists())
-    return Sample(t, phase, int(fields["VmRSS"][0]) / 1024, fds, int(fields["Threads"][0]),
-                  store / (1 << 20))  # fmt: skip
+    return Sample(t, phase, rss / 1024, fds, threads, store / (1 << 20))
 
 
-def fd_kinds(pid: int) -> dict[str, int]:
-    """Open fds by what they are: ``socket``, ``pipe``, ``anon_inode``, ``memfd`` (wasmtime's
-    memory images, one per compiled module alive), else the file's path."""
+def fd_kinds(pids: Sequence[int]) -> dict[str, int]:
+    """Open fds by what they are, over the gateway's processes: ``socket``, ``pipe``,
+    ``anon_inode``, ``memfd`` (wasmtime's memory images, one per compiled module alive),
+    else the file's path."""
     kinds: Counter[str] = Counter()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = str(fd.readlink())
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("/memfd:"):
-            target = "memfd"
-        kinds[target.split(":[", 1)[0]] += 1
+    for pid in pids:
+        with contextlib.suppress(OSError):  # a worker that ended meanwhile
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = str(fd.readlink())
+                except OSError:
+                    continue  # closed meanwhile
+                if target.startswith("/memfd:"):
+                    target = "memfd"
+                kinds[target.split(":[", 1)[0]] += 1
     return dict(kinds)
 
 
@@ -63,7 +75,7 @@ class Prober:
     """Samples every ``every_s`` until stopped; ``phase`` is read at each sample.
     ``threads``: the daemon's threads by name, read at the rest points."""
 
-    pid: int
+    pids: Callable[[], list[int]]
     store_db: Path
     every_s: float
     threads: Callable[[], Counter[str]]
@@ -74,7 +86,7 @@ class Prober:
     threads_at: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def sample(self) -> Sample:
-        s = read(self.pid, self.store_db, time.perf_counter() - self.began, self.phase)
+        s = read(self.pids(), self.store_db, time.perf_counter() - self.began, self.phase)
         self.samples.append(s)
         return s
 
@@ -88,7 +100,7 @@ class Prober:
         phase, self.phase = self.phase, label
         self.sample()
         self.phase = phase
-        self.fds_at[label] = fd_kinds(self.pid)
+        self.fds_at[label] = fd_kinds(self.pids())
         self.threads_at[label] = dict(self.threads())
 
     def of(self, *phases: str) -> list[Sample]:

@@ -9,6 +9,7 @@ through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,11 +55,20 @@ class Cloud:
         terminate(proc)
 
 
+_WAITPID = re.compile(r"^asyncio-waitpid-\d+$")
+
+
+def _all_serving(status: dict[str, Any]) -> bool:
+    return all(w["state"] == "serving" for w in status["components"]["workers"]["workers"])
+
+
 class Rig:
     """Broker, cloud and daemon serving the soak's bundles (digits, events, edge, slow)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, workers: int = 1) -> None:
+        """``workers``: ``[workers] count`` (1: one process, as by default)."""
         self.root = root
+        self.workers = workers
         self.broker = Broker(root / "mosquitto")
         self.cloud = Cloud()
         self.kit = BenchKit(root / "kit")
@@ -75,7 +85,8 @@ class Rig:
                 "reconnect_max_s": 1.0}  # fmt: skip
         cloud = {"url": self.cloud.url, "timeout_s": 2.0, "breaker_reset_s": 5.0}
         config: dict[str, Any] = {"mqtt": mqtt, "cloud": cloud, "grpc": {"port": self.grpc_port},
-                                  "http": {"management_token": TOKEN}}  # fmt: skip
+                                  "http": {"management_token": TOKEN},
+                                  "workers": {"count": workers}}  # fmt: skip
         # The thread-name probe (a SIGUSR2 handler, no thread): the rest points say which
         # threads came or went, not only how many.
         self._probe = probe_env(root)
@@ -93,9 +104,27 @@ class Rig:
             raise RuntimeError("the daemon is not running")
         return self.daemon.proc.pid
 
+    def pids(self) -> list[int]:
+        """The gateway's processes: the daemon, and its workers when it has some."""
+        if self.workers == 1:
+            return [self.pid]
+        workers = self.status()["components"]["workers"]["workers"]
+        return [self.pid, *(int(w["pid"]) for w in workers if w["pid"] is not None)]
+
     def threads(self) -> Counter[str]:
-        """The daemon's threads by name (`tests.fixtures.thread_names.every_thread`)."""
-        return every_thread(self.daemon, self._probe)
+        """The gateway's threads by name, over its processes
+        (`tests.fixtures.thread_names.every_thread`)."""
+        names: Counter[str] = Counter()
+        for pid in self.pids():
+            for name, n in every_thread(self.daemon, pid).items():
+                # asyncio's child watcher names its thread per child by a running count.
+                names[_WAITPID.sub("asyncio-waitpid", name)] += n
+        return names
+
+    def settled(self) -> None:
+        """Until every worker serves (a change rolls them one at a time)."""
+        if self.workers > 1:
+            self.wait_status(_all_serving)
 
     def close(self) -> None:
         try:

@@ -89,7 +89,7 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
     mqtt = MqttLink(asyncio.get_running_loop(), ledger, rig.broker.port)
     mqtt.start()
     traffic = Traffic(Target(rig.daemon.url, rig.grpc_port), ledger, mqtt)
-    prober = Prober(rig.pid, rig.store_db, plan.sample_s, rig.threads)
+    prober = Prober(rig.pids, rig.store_db, plan.sample_s, rig.threads)
     sampling = asyncio.create_task(prober.run())
     sender = Sender(traffic)
     try:
@@ -111,6 +111,10 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
         await asyncio.gather(sender.run(rate, plan.during_s, abuse=True),
                              run_faults(rig, plan, faults))  # fmt: skip
         ledger.phase = prober.phase = "settle"
+        # Once the last change serves everywhere, a moment of traffic: a worker that came
+        # with it has then served, and started what serving starts (its spares' thread).
+        await asyncio.to_thread(rig.settled)
+        await sender.run(rate, 2.0, abuse=False)
         log(f"settle: waiting for {len(sender.tasks)} requests, then the events")
         await sender.drain()
         await _events_in(mqtt, traffic, 120)
@@ -123,7 +127,7 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
         await traffic.close()
         mqtt.close()
     return Result(plan, cap, rate, ledger, prober.samples, faults.done, mqtt, traffic, status,
-                  prober.fds_at, prober.threads_at)  # fmt: skip
+                  prober.fds_at, prober.threads_at, len(rig.pids()))  # fmt: skip
 
 
 def _save(path: Path, figs: Sequence[Figure], meta: dict[str, Any], goals: list[Any]) -> None:
@@ -138,6 +142,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the run")
     parser.add_argument("--fraction", type=float, default=0.5,
                         help="rate as a share of the capacity measured first")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1,
+                        help="the daemon's [workers] count (1: one process)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"JSON output ({RESULTS})")
     return parser.parse_args(argv)
 
@@ -149,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan.of(args.minutes)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wasmgate-soak-") as tmp:
-        rig = Rig(Path(tmp))
+        rig = Rig(Path(tmp), args.workers)
         try:
             rig.start()
             result = asyncio.run(soak(rig, plan, args.fraction))
@@ -158,7 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began
     figs = figures(result)
     goals = verdict(result)
-    meta = {"command": f"python -m bench soak --minutes {args.minutes:g}", "seconds": seconds,
+    workers = f" --workers {args.workers}" if args.workers != 1 else ""
+    command = f"python -m bench soak --minutes {args.minutes:g}{workers}"
+    meta = {"command": command, "seconds": seconds,
             "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
             "faults": result.faults, "fds_at_rest": result.fds_at,
             "threads_at_rest": result.threads_at}  # fmt: skip

@@ -25,12 +25,14 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from wasmgate.runtime.compose.app import build_app
 from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, GRPC, REPLACES, WORKER_INDEX
 from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_context
+from wasmgate.runtime.http import status
 from wasmgate.runtime.http.connections import GuardedSockSite
 from wasmgate.runtime.http.forward import Forwarder
 from wasmgate.runtime.http.keys import CONNECTIONS, METRICS, SERVICE
@@ -41,6 +43,7 @@ from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
 from wasmgate.runtime.ops.systemd import Notifier
+from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.supervisor.children import WorkerSpec, decode_spec
@@ -116,20 +119,32 @@ async def run_worker(spec: WorkerSpec) -> int:
             service = app[SERVICE]
             if isinstance(service, InferenceService):
                 service.start_draining()
+            page = _final_page(app)  # while its models are loaded: the page's rows
             await runner.cleanup()
-            await forward.retire(_final_counts(app))
+            await forward.retire(_final_counts(app, page))
     slots.close()
     return 0
 
 
-def _final_counts(app: web.Application) -> bytes:
-    """This worker's ``/metrics`` once it answers nothing more (a collector reading
-    something already closed must not keep the rest from the supervisor)."""
+def _final_page(app: web.Application) -> dict[str, Any]:
+    """This worker's ``/v1/status`` document, its last before it unloads."""
     try:
-        return app[METRICS].exposition()[0]
+        return status.document(app)
+    except Exception:
+        log.exception("this worker's final status could not be read")
+        return {}
+
+
+def _final_counts(app: web.Application, page: dict[str, Any]) -> bytes:
+    """This worker's ``/metrics`` once it answers nothing more and its last status page
+    (a collector reading something already closed must not keep the rest from the
+    supervisor)."""
+    try:
+        metrics = app[METRICS].exposition()[0].decode()
     except Exception:
         log.exception("this worker's final counts could not be read")
-        return b""
+        metrics = ""
+    return jsonio.dumps({"metrics": metrics, "status": page})
 
 
 def _place(spec: WorkerSpec, *, pin: bool) -> CpuPlan:

@@ -69,8 +69,8 @@ FAN_OUT = re.compile(
 sends it to every worker (``POST`` `FAN_OUT_PATH` on its socket, with the body as sent)."""
 FAN_OUT_PATH = "/v1/fan-out"
 RETIRED_PATH = "/v1/retired"
-"""``POST``: a stopping worker's final ``/metrics`` exposition, its counts kept by the
-supervisor (`Forwarder.retire`)."""
+"""``POST``: a stopping worker's final counts, ``{"metrics": exposition, "status":
+document}``, kept by the supervisor (`Forwarder.retire`)."""
 REPLAY_HEADERS = ("Authorization", "Content-Type", "Host")
 WORKER_HEADER = "X-Wasmgate-Worker"
 """``GET`` `FAN_OUT_PATH`: the private socket of the worker catching up."""
@@ -135,13 +135,13 @@ class Forwarder:
             raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
         return status, data
 
-    async def retire(self, exposition: bytes) -> None:
+    async def retire(self, counts: bytes) -> None:
         """Hand this worker's final counts to the supervisor (after its last answer), so
         the gateway's counters do not go back when it has ended."""
         if self._http is None:
             return
         try:
-            async with self._http.post(f"http://gateway{RETIRED_PATH}", data=exposition) as answer:
+            async with self._http.post(f"http://gateway{RETIRED_PATH}", data=counts) as answer:
                 if answer.status >= 300:
                     log.warning("the supervisor refused this worker's counts: %s", answer.status)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:

@@ -113,14 +113,19 @@ def _gateway(app: web.Application) -> str | None:
 
 
 async def status_json(request: web.Request) -> web.Response:
-    app = request.app
+    body = document(request.app)
+    return web.json_response(body, headers={"Cache-Control": "no-store"}, dumps=jsonio.dumps_text)
+
+
+def document(app: web.Application) -> dict[str, Any]:
+    """This process's ``/v1/status`` document."""
     service = app.get(SERVICE)
     metrics = app.get(METRICS)
     snapshot = metrics.snapshot() if metrics is not None else {}
     calls = metrics.model_calls.counts() if metrics is not None else {}
     infos = service.list_models() if service is not None else []
     components = _components(app)
-    body = {
+    return {
         "name": "wasmgate",
         "gateway": _gateway(app),
         "version": wasmgate.__version__,
@@ -136,7 +141,6 @@ async def status_json(request: web.Request) -> web.Response:
         "errors": metrics.failures.as_json() if metrics is not None else None,
         "history": _history(app),
     }
-    return web.json_response(body, headers={"Cache-Control": "no-store"}, dumps=jsonio.dumps_text)
 
 
 # A fixed list rather than a static directory route: no request path ever becomes a file

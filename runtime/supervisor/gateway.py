@@ -38,6 +38,7 @@ from wasmgate.runtime.supervisor.counts import GatewayCounts
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
 from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.rolling import peer_pid
+from wasmgate.runtime.supervisor.status_counts import StatusCounts, add_counts
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
 __all__ = ["install", "relay_variables"]
@@ -48,6 +49,20 @@ Scraped = list[tuple[int, str]]
 
 def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None:
     """Wrap ``app`` (before its runner is set up) to answer for ``pool``'s gateway."""
+    counts, page = GatewayCounts(), StatusCounts()
+    pool.on_exit.extend([counts.ended, page.ended])
+    retired = _retired(pool, counts, page)
+    app.middlewares.extend([_fan_out(pool), retired, *_views(pool, counts, page)])
+    status.add_provider(
+        app, "workers", lambda: {**pool.describe(), "shared_ports": ports.outside()}
+    )
+    if ports.grpc_port is not None:
+        status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
+
+
+def _fan_out(pool: WorkerPool) -> Middleware:
+    """``/v1/fan-out``: a call every worker applies (POST), the log a new worker replays
+    (GET)."""
 
     @web.middleware
     async def fan_out(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -72,8 +87,11 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
         await pool.fan_out(Call(method, path, await request.read(), headers))
         return web.Response(status=204)
 
-    counts = GatewayCounts()
-    pool.on_exit.append(counts.ended)
+    return fan_out
+
+
+def _views(pool: WorkerPool, counts: GatewayCounts, page: StatusCounts) -> list[Middleware]:
+    """``/metrics`` and ``/v1/status`` of the whole gateway."""
 
     def merged(path: str, merge: Callable[[web.Response, Scraped], web.Response]) -> Middleware:
         """``path``'s answer with every worker's answer to it merged in."""
@@ -95,16 +113,18 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
         text = counts.merge(_body(own).decode(), workers)
         return web.Response(body=text, headers={"Content-Type": own.headers["Content-Type"]})
 
-    gateway_metrics, gateway_status = merged("/metrics", metrics), merged("/v1/status", _status)
-    app.middlewares.extend([fan_out, _retired(pool, counts), gateway_metrics, gateway_status])
-    status.add_provider(
-        app, "workers", lambda: {**pool.describe(), "shared_ports": ports.outside()}
-    )
-    if ports.grpc_port is not None:
-        status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
+    def status_doc(own: web.Response, workers: Scraped) -> web.Response:
+        docs = [(pid, json.loads(text)) for pid, text in workers]
+        for pid, doc in docs:
+            page.seen(pid, doc)
+        merged_doc = merge_status(json.loads(_body(own) or b"{}"), [d for _, d in docs])
+        add_counts(merged_doc, page.gone({pid for pid, _ in docs}))
+        return web.json_response(merged_doc, headers={"Cache-Control": "no-store"})
+
+    return [merged("/metrics", metrics), merged("/v1/status", status_doc)]
 
 
-def _retired(pool: WorkerPool, counts: GatewayCounts) -> Middleware:
+def _retired(pool: WorkerPool, counts: GatewayCounts, page: StatusCounts) -> Middleware:
     """``POST`` `RETIRED_PATH`: a stopping worker's final counts (only from a worker of
     this pool, known by the pid at the other end of the Unix socket)."""
 
@@ -115,7 +135,12 @@ def _retired(pool: WorkerPool, counts: GatewayCounts) -> Middleware:
         pid = peer_pid(request)
         if request.method != "POST" or pid is None or not pool.known(pid):
             raise web.HTTPForbidden(text="only a worker of this gateway hands over its counts")
-        counts.final(pid, (await request.read()).decode(errors="replace"))
+        try:
+            final = json.loads(await request.read())
+            counts.final(pid, str(final["metrics"]))
+            page.final(pid, dict(final["status"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise web.HTTPBadRequest(text=f"not a worker's final counts: {e}") from None
         return web.Response(status=204)
 
     return retired
@@ -142,11 +167,6 @@ def relay_variables(app: web.Application, pool: WorkerPool) -> None:
         task.add_done_callback(sending.discard)
 
     app[VARIABLES].on_document.append(relay)
-
-
-def _status(own: web.Response, workers: Scraped) -> web.Response:
-    doc = merge_status(json.loads(_body(own) or b"{}"), [json.loads(t) for _, t in workers])
-    return web.json_response(doc, headers={"Cache-Control": "no-store"})
 
 
 def _body(answer: web.Response) -> bytes:

@@ -69,10 +69,10 @@ def test_overlapping_offloads_start_no_thread(tmp_path: Path) -> None:
     daemon.start(timeout=180)
     try:
         assert daemon.proc is not None
-        before_py = python_threads(daemon, env)
+        before_py = python_threads(daemon)
         before_os = native_threads(daemon.proc.pid)
         assert _overlapping_decodes(daemon) == {400}  # decoded, then refused by shape
-        assert python_threads(daemon, env) == before_py
+        assert python_threads(daemon) == before_py
         assert native_threads(daemon.proc.pid) == before_os
         offload = {n for n in before_py if n.startswith(NAME)}
         assert offload == {f"{NAME}_{i}" for i in range(size_for(daemon_cpus(daemon)))}

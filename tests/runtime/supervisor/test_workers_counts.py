@@ -100,6 +100,7 @@ def _delete(daemon: Daemon, bundle: str) -> None:
 def test_a_roll_keeps_every_count(gateway: Daemon) -> None:
     before_pids = {w["pid"] for w in until_serving(gateway, 2)}
     before = gateway.metric(ADAPTER_REQUESTS)
+    page_before = _page_requests(gateway)
     traffic = Traffic(gateway)
     with traffic.running():
         _delete(gateway, "digits-zig")  # answers once both workers were replaced
@@ -113,6 +114,13 @@ def test_a_roll_keeps_every_count(gateway: Daemon) -> None:
         assert time.monotonic() < deadline, "the replaced workers' counts were lost"
         time.sleep(0.1)
     assert gateway.metric(ADAPTER_REQUESTS) - before == traffic.answered  # and none twice
+    # The status page's row counts them too (no scraper of /metrics involved).
+    assert _page_requests(gateway) - page_before == traffic.answered
+
+
+def _page_requests(daemon: Daemon) -> int:
+    rows = daemon.get_json("/v1/status")["models"]
+    return sum(int(r["requests"]) for r in rows if (r["kind"], r["name"]) == ("adapter", "digits"))
 
 
 def test_a_killed_worker_never_takes_the_counter_back(gateway: Daemon) -> None:
