@@ -90,7 +90,8 @@ def _large(tensor: onnx.TensorProto) -> str | None:
     """The numpy dtype of an initializer worth sharing, None to keep it inside the graph."""
     import onnx  # noqa: PLC0415 - only a process that splits needs it (~10 MB)
 
-    if len(tensor.raw_data) < TENSOR_MIN_BYTES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+    size = len(tensor.raw_data)  # ORT writes every tensor of a graph it saves as raw data
+    if not size or size < TENSOR_MIN_BYTES or tensor.data_location == onnx.TensorProto.EXTERNAL:
         return None
     try:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).name
