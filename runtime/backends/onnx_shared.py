@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import onnxruntime as ort
 
 from wasmgate.runtime.backends import onnx_support as sup
+from wasmgate.runtime.backends import onnx_weights as weights
 from wasmgate.runtime.backends.onnx_weights import (
     Mapped,
     SharedWeights,
@@ -61,6 +62,8 @@ def shared_session(
     ``context``: the settings, the extra session entries and the providers to use."""
     share, (settings, extra, providers) = options.weights, context
     if share is None or [p for p, _ in providers] != [_CPU]:
+        return None
+    if len(model[0]) < weights.SHARE_MIN_BYTES:  # cannot hold enough: no split, no round trip
         return None
     key = _key(model, options, settings, extra, bf16=bf16)
     found = share.lookup(key)

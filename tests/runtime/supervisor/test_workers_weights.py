@@ -97,6 +97,8 @@ def test_workers_serve_one_shared_copy_and_a_new_version_replaces_it(tmp_path: P
             assert m, f"process {pid} does not map the shared weights"
             assert _shmem_kb(pid) >= 2048 // 3, "the weights are not shared memory"
         old = names.pop()
+        notes = [m["notes"] for m in daemon.get_json("/v1/status")["models"]]
+        assert any("weights shared in place" in n for n in notes), notes
 
         _install(daemon, newer)
         until_replaced(daemon, pids[1])
@@ -108,5 +110,27 @@ def test_workers_serve_one_shared_copy_and_a_new_version_replaces_it(tmp_path: P
         assert all(old not in m for m in maps), f"the old weights are still mapped: {maps}"
         assert len({n for m in maps for n in m}) == 1
         assert not [f for f in _fds(pids[0]) if old in f]  # the supervisor closed its files
+    finally:
+        daemon.stop()
+
+
+def test_a_single_process_keeps_its_own_copy(tmp_path: Path) -> None:
+    """``count = 1`` loads as before: no shared file, no socket, ORT's own tensors."""
+    kit = BenchKit(tmp_path / "kit")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "v1.onnx").write_bytes(wide_onnx(1))
+    kit.build("wide", tmp_path / "m" / "v1.onnx")
+    (tmp_path / "gw").mkdir()
+    daemon = Daemon(tmp_path / "gw", kit.config({"workers": {"count": 1}}))
+    daemon.start(timeout=240)
+    try:
+        assert daemon.proc is not None
+        _infer(daemon, 3)
+        assert _weights_maps(daemon.proc.pid) == {}
+        assert _shmem_kb(daemon.proc.pid) < 1024
+        notes = [m["notes"] for m in daemon.get_json("/v1/status")["models"]]
+        assert notes
+        assert not any("weights shared" in n for n in notes), notes
+        assert "optimized graph" in notes[0]  # loaded as before, through the cache
     finally:
         daemon.stop()
