@@ -226,8 +226,13 @@ def _shared(
         return None
     providers, bf16 = eps
     settings, extra = ep_context(model, options, providers, notes)
+    context = (settings, extra, providers)
+
+    def cache() -> tuple[DerivedCache, str, str] | None:
+        return _optimized_cache(model, providers, options, notes, bf16=bf16)
+
     try:
-        return shared_session(model, options, (settings, extra, providers), bf16=bf16, notes=notes)
+        return shared_session(model, options, context, bf16=bf16, notes=notes, cache=cache)
     except (BackendError, OSError) as e:
         raise BackendError(f"{spec.name}: cannot load the model with shared weights: {e}") from e
     except Exception as e:  # ORT's own errors

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from wasmgate.device_profiles.ort import OnnxRuntimeSettings
     from wasmgate.runtime.backends.base import LoadOptions
+    from wasmgate.signing.derived import DerivedCache
 
 __all__ = ["Held", "shared_session"]
 
@@ -47,6 +48,7 @@ class Held:
 
 
 Providers = list[tuple[str, dict[str, str]]]
+Cached = tuple["DerivedCache", str, str]
 
 
 def shared_session(
@@ -56,10 +58,12 @@ def shared_session(
     *,
     bf16: bool,
     notes: list[str],
+    cache: Callable[[], Cached | None] = lambda: None,
 ) -> tuple[ort.InferenceSession, Held] | None:
     """A session whose large initializers are the gateway's shared, read-only weights, or
     None to load as before (not the CPU EP alone, a small model, a worker's miss).
-    ``context``: the settings, the extra session entries and the providers to use."""
+    ``context``: the settings, the extra session entries and the providers to use;
+    ``cache``: the optimized-graph cache (store, key, source digest), asked only to split."""
     share, (settings, extra, providers) = options.weights, context
     if share is None or [p for p, _ in providers] != [_CPU]:
         return None
@@ -68,7 +72,9 @@ def shared_session(
     key = _key(model, options, settings, extra, bf16=bf16)
     found = share.lookup(key)
     if found is None and share.makes:
-        found = _make(model[0], settings, (extra, providers), bf16=bf16, name=key[:16])
+        cached = cache()
+        eps = (extra, providers)
+        found = _make(model[0], settings, eps, bf16=bf16, cache=(cached, notes), name=key[:16])
         if found is not None:
             share.publish(key, found)
     if found is None:
@@ -110,9 +116,21 @@ def _make(
     eps: tuple[dict[str, str], Providers],
     *,
     bf16: bool,
+    cache: tuple[Cached | None, list[str]],
     name: str,
 ) -> SharedWeights | None:
-    """Check ``data``, have ORT optimize it (into a memfd: no file to change after), split."""
+    """The checked, optimized graph of ``data``, split: from the optimized-graph cache
+    when it holds it (saved by this daemon only after the check), else checked here and
+    optimized by ORT into a memfd (no file to change after), then saved to the cache.
+    ``cache``: the cache's (store, key, source digest) or None, and the notes to add to."""
+    cached, notes = cache
+    if cached is not None:
+        store, key, source = cached
+        sealed = store.load_sealed(f"{key}.onnx", source, key)
+        if sealed is not None:
+            notes.append(f"optimized graph loaded from cache {key[:16]}")
+            with sealed, sealed.view() as view:
+                return split(view, name)
     sup.refuse_external_data(data)
     extra, providers = eps
     fd = os.memfd_create("wasmgate-optimizing", os.MFD_CLOEXEC)
@@ -123,4 +141,7 @@ def _make(
         graph = os.pread(fd, os.fstat(fd).st_size, 0)
     finally:
         os.close(fd)
+    if cached is not None:
+        cached[0].store(f"{cached[1]}.onnx", cached[2], cached[1], graph)
+        notes.append(f"optimized graph saved to cache {cached[1][:16]}")
     return split(graph, name)

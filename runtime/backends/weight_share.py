@@ -29,6 +29,7 @@ from pathlib import Path
 
 import msgspec
 
+from wasmgate._compat import Self
 from wasmgate.runtime.backends.onnx_weights import Entry, SharedWeights
 from wasmgate.sealed import SealedFile
 
@@ -135,6 +136,12 @@ class WeightServer(WeightShare):
             message = _HEADER.pack(len(body)) + body
             sent = socket.send_fds(conn, [message], [fd for fd in fds if fd is not None])
         conn.sendall(message[sent:])
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -259,11 +259,8 @@ def _weights(app: web.Application) -> Iterator[WeightShare | None]:
     if app[ROLE] == "worker":
         yield WeightClient(path)
         return
-    server = WeightServer(path)
-    try:
+    with WeightServer(path) as server:
         yield server
-    finally:
-        server.close()
 
 
 async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -191,3 +191,22 @@ def test_a_native_write_to_the_mapping_faults() -> None:
     assert "mapped" in proc.stdout, proc.stderr
     assert "wrote" not in proc.stdout
     assert proc.returncode == -11, (proc.returncode, proc.stderr[-2000:])  # SIGSEGV
+
+
+def test_the_supervisor_splits_the_cached_optimized_graph_on_a_warm_start(
+    cpu_profile: DeviceProfile, tmp_path: Path
+) -> None:
+    """The optimized graph the first start saved is split at the next, not optimized again;
+    the same outputs either way."""
+    answers, notes = [], []
+    for start in range(2):
+        with WeightServer(tmp_path / f"s{start}.sock") as srv:
+            options = LoadOptions(cpu_profile, cache_dir=tmp_path / "cache", weights=srv)
+            model = OnnxBackend().load(wide_onnx(3), ModelSpec("m"), options)
+            answers.append(model.infer([X])[0])
+            notes.append("; ".join(model.notes))
+            model.close()
+    assert "optimized graph saved to cache" in notes[0]
+    assert "optimized graph loaded from cache" in notes[1]
+    assert all("weights shared in place" in n for n in notes)
+    np.testing.assert_array_equal(answers[0], answers[1])
