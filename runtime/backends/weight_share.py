@@ -122,7 +122,7 @@ class WeightServer(WeightShare):
                 return
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(_TIMEOUT_S)
-                self._answer(conn, conn.recv(_KEY_MAX).decode(errors="replace").strip())
+                self._answer(conn, _read_key(conn))
 
     def _answer(self, conn: socket.socket, key: str) -> None:
         with self._lock:
@@ -154,6 +154,14 @@ class WeightServer(WeightShare):
             shared.close()
 
 
+def _read_key(conn: socket.socket) -> str:
+    """The key a worker sent, up to its end of writing (at most `_KEY_MAX` bytes)."""
+    data = b""
+    while len(data) < _KEY_MAX and (chunk := conn.recv(_KEY_MAX - len(data))):
+        data += chunk
+    return data.decode(errors="replace")
+
+
 class WeightClient(WeightShare):
     """A worker's side: asks the supervisor's socket, one connection per model load."""
 
@@ -172,6 +180,7 @@ class WeightClient(WeightShare):
             conn.settimeout(_TIMEOUT_S)
             conn.connect(self._path)
             conn.sendall(key.encode()[:_KEY_MAX])
+            conn.shutdown(socket.SHUT_WR)  # the key is whole
             data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 2)
             files = [SealedFile.adopt(fd) for fd in fds]  # each checked; closes a bad one
             try:

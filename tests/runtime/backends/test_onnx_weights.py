@@ -141,7 +141,8 @@ def test_a_worker_refuses_unsealed_weights_and_loads_a_copy(tmp_path: Path) -> N
     def rogue() -> None:
         conn, _ = listener.accept()
         with conn:
-            conn.recv(256)
+            while conn.recv(256):
+                pass
             fds = [os.memfd_create("w", os.MFD_ALLOW_SEALING) for _ in range(2)]
             socket.send_fds(conn, [b"\0\0\0\x02[]"], fds)
             for fd in fds:
