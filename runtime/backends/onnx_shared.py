@@ -3,8 +3,9 @@
 Used only where a `WeightShare` was given (``[workers] count`` > 1) and the model runs on
 ONNX Runtime's CPU EP alone (its in-place use of a supplied initializer is for tensors on
 the CPU); everything else, and a single process, loads as before. The supervisor, which
-loads every model before its workers do, checks the model, has ORT optimize it once, splits
-the optimized graph and publishes it; each worker asks for it by key and maps it.
+loads every model before its workers do, takes the optimized graph from the cache (or
+checks the model and has ORT optimize it), splits it and publishes it; each worker asks
+for it by key and maps it.
 """
 
 from __future__ import annotations
