@@ -96,6 +96,20 @@ class SealedFile:
         return cls._sealed(fd, lambda: _copy_range(src, fd, offset, size), size)
 
     @classmethod
+    def filled(cls, size: int, fill: Callable[[int], None], name: str) -> SealedFile:
+        """A memfd of ``size`` bytes that ``fill(fd)`` writes in place (``os.pwrite``), then
+        sealed: no buffer of the whole is ever made. OSError where memfd is missing."""
+        fd = _memfd(name)
+        if fd is None:
+            raise OSError("memfd_create is not available")
+
+        def sized() -> None:
+            os.ftruncate(fd, size)
+            fill(fd)
+
+        return cls._sealed(fd, sized, size)
+
+    @classmethod
     def adopt(cls, fd: int) -> SealedFile:
         """Own ``fd``, received from another process, only if it is sealed as this module
         seals: the seals, not a second check of the bytes, keep them the ones the sender

@@ -22,6 +22,7 @@ private copy of the tensors it packs; see docs/benchmarks.md for what that leave
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -109,26 +110,43 @@ def split(graph: bytes | memoryview, name: str) -> SharedWeights | None:
     chosen = [(t, d) for t in model.graph.initializer if (d := _large(t)) is not None]
     if sum(len(t.raw_data) for t, _ in chosen) < SHARE_MIN_BYTES:
         return None
-    weights, index = bytearray(), []
+    index, end = [], 0
     for tensor, dtype in chosen:
-        weights.extend(b"\0" * (-len(weights) % _ALIGN))
-        size = len(tensor.raw_data)
-        index.append(Entry(tensor.name, dtype, tuple(tensor.dims), len(weights), size))
-        weights.extend(tensor.raw_data)
-        where = {"location": _LOCATION, "offset": str(index[-1].offset),
-                 "length": str(index[-1].length)}  # fmt: skip
-        tensor.ClearField("raw_data")
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        del tensor.external_data[:]
-        for key, value in where.items():
-            tensor.external_data.add(key=key, value=value)
-    sealed = SealedFile.from_bytes(weights, f"wasmgate-weights-{name}")
+        offset = end + (-end % _ALIGN)
+        index.append(Entry(tensor.name, dtype, tuple(tensor.dims), offset, len(tensor.raw_data)))
+        end = offset + len(tensor.raw_data)
+
+    def fill(fd: int) -> None:  # straight into the memfd: no second buffer of the weights
+        for (tensor, _), entry in zip(chosen, index, strict=True):
+            _write_at(fd, tensor.raw_data, entry.offset)
+            _external(tensor, entry)
+
+    sealed = SealedFile.filled(end, fill, f"wasmgate-weights-{name}")
     try:
         rest = SealedFile.from_bytes(model.SerializeToString(), f"wasmgate-graph-{name}")
     except BaseException:
         sealed.close()
         raise
     return SharedWeights(rest, sealed, index)
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _external(tensor: onnx.TensorProto, entry: Entry) -> None:
+    """Mark ``tensor`` as external data at `_LOCATION` and drop its bytes from the graph."""
+    import onnx  # noqa: PLC0415
+
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", _LOCATION), ("offset", str(entry.offset)),
+                       ("length", str(entry.length))):  # fmt: skip
+        tensor.external_data.add(key=key, value=value)
 
 
 def map_weights(shared: SharedWeights) -> Mapped:
