@@ -57,6 +57,7 @@ SCENARIOS = (
     Scenario("batching", "bench.bench_batching", "dynamic batching on vs off"),
     Scenario("precision", "bench.bench_precision", "INT8 vs FP32, LiteRT vs ORT"),
     Scenario("openvino", "bench.bench_openvino", "OpenVINO EP vs CPU EP (onnxruntime-openvino)"),
+    Scenario("weights", "bench.bench_weights", "model weights shared by workers vs copied"),
     Scenario("daemon", "bench.bench_daemon", "cold start, hot swap, idle/loaded RSS"),
     Scenario("install", "bench.bench_install", "core install size, demo cold start without Zig"),
     Scenario("tracing", "bench.bench_tracing", "tracing off vs before, pass-through, on (OTLP)"),

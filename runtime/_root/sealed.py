@@ -25,9 +25,9 @@ from wasmgate._compat import Self
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 
 
-def _memfd() -> int | None:
+def _memfd(name: str = "wasmgate-sealed") -> int | None:
     try:
-        return os.memfd_create("wasmgate-sealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except (AttributeError, OSError):
         return None
 
@@ -59,6 +59,12 @@ def _seal(fd: int, size: int) -> None:
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
 
 
+def _check_sealed(fd: int) -> None:
+    seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    if seals & SEALS != SEALS:
+        raise OSError(f"file is not sealed (seals {seals:#x}, needs {SEALS:#x})")
+
+
 class SealedFile:
     """Bytes that cannot change any more, with a ``/proc/self/fd`` path when memfd exists."""
 
@@ -69,8 +75,11 @@ class SealedFile:
         self.size = size
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> SealedFile:
-        fd = _memfd()
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, name: str = "wasmgate-sealed"
+    ) -> SealedFile:
+        """``name`` shows in ``/proc/PID/maps`` and ``fd/`` as ``memfd:NAME``."""
+        fd = _memfd(name)
         if fd is None:
             return cls(None, bytes(data), len(data))
         return cls._sealed(fd, lambda: _write_all(fd, data), len(data))
@@ -85,6 +94,38 @@ class SealedFile:
                 raise OSError(f"source ended {size - len(data)} bytes early")
             return cls(None, data, size)
         return cls._sealed(fd, lambda: _copy_range(src, fd, offset, size), size)
+
+    @classmethod
+    def filled(cls, size: int, fill: Callable[[int], None], name: str) -> SealedFile:
+        """A memfd of ``size`` bytes that ``fill(fd)`` writes in place (``os.pwrite``), then
+        sealed: no buffer of the whole is ever made. OSError where memfd is missing."""
+        fd = _memfd(name)
+        if fd is None:
+            raise OSError("memfd_create is not available")
+
+        def sized() -> None:
+            os.ftruncate(fd, size)
+            fill(fd)
+
+        return cls._sealed(fd, sized, size)
+
+    @classmethod
+    def adopt(cls, fd: int) -> SealedFile:
+        """Own ``fd``, received from another process, only if it is sealed as this module
+        seals: the seals, not a second check of the bytes, keep them the ones the sender
+        checked. Raises OSError (and closes ``fd``) for any other file."""
+        try:
+            os.set_inheritable(fd, False)  # noqa: FBT003 - received ones come without CLOEXEC
+            _check_sealed(fd)
+            return cls(fd, b"", os.fstat(fd).st_size)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @property
+    def fileno(self) -> int | None:
+        """The memfd (still this object's to close), for sending to another process."""
+        return self._fd
 
     @classmethod
     def _sealed(cls, fd: int, fill: Callable[[], None], size: int) -> SealedFile:

@@ -27,6 +27,7 @@ from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import span
 
 if TYPE_CHECKING:  # at run time the backends do not need PyNaCl (wasmgate.signing)
+    from wasmgate.runtime.backends.weight_share import WeightShare
     from wasmgate.signing.records import VerifiedBlob
 
 Array = npt.NDArray[Any]
@@ -80,6 +81,9 @@ class LoadOptions(msgspec.Struct, frozen=True):
     raw_quantized_io: bool = False
     watchdog: Watchdog | None = None
     """Stops runs at their deadline (backends that can); None = runs are never stopped."""
+    weights: WeightShare | None = None
+    """The gateway's shared model weights (`wasmgate.runtime.backends.weight_share`), with
+    ``[workers] count`` > 1; None: each model's weights are this process's own."""
 
     def resolved_host(self) -> HostInfo:
         return self.host if self.host is not None else HostInfo.current()

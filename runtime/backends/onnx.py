@@ -31,6 +31,7 @@ from wasmgate.runtime.backends.onnx_providers import (
     placement_text,
     report_fallback,
 )
+from wasmgate.runtime.backends.onnx_shared import Held, shared_session
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.typed import replace
 
@@ -51,6 +52,7 @@ class OnnxModel(LoadedModel):
         spec: ModelSpec,
         options: LoadOptions,
         notes: list[str],
+        held: Held | None = None,
     ) -> None:
         super().__init__(
             name=spec.name,
@@ -63,16 +65,19 @@ class OnnxModel(LoadedModel):
         )
         self.node_placement = sup.node_placement(session)
         self.placement = placement_text(self.node_placement)
-        self._session: ort.InferenceSession | None = session
+        # One tuple: a run in flight keeps the session and the weights it reads in place
+        # (`held`) alive together, whenever close() drops them.
+        self._live: tuple[ort.InferenceSession, Held | None] | None = (session, held)
         self._input_names = [s.name for s in self.inputs]
         self._output_names = [s.name for s in self.outputs]
         self._watchdog = options.watchdog
         self._spare_options: list[ort.RunOptions] = []  # list.pop/append: thread-safe
 
     def _run(self, inputs: Sequence[Array], deadline: float | None) -> list[Array]:
-        session = self._session  # ORT's run() is thread-safe; close() only drops the ref
-        if session is None:
+        live = self._live  # ORT's run() is thread-safe; close() only drops the ref
+        if live is None:
             raise BackendError(f"{self.name}: model is closed")
+        session = live[0]
         feed = dict(zip(self._input_names, inputs, strict=True))
         if self._watchdog is None or deadline is None:
             return self._call(session, feed, None)
@@ -111,7 +116,9 @@ class OnnxModel(LoadedModel):
         return outputs
 
     def close(self) -> None:
-        self._session = None
+        live, self._live = self._live, None
+        if live is not None and live[1] is not None:
+            live[1].release()  # the supervisor's files; the mapping goes with the last run
 
 
 class OnnxBackend(InferenceBackend):
@@ -133,13 +140,28 @@ class OnnxBackend(InferenceBackend):
             notes.append(
                 "bf16: fp32 model with ARM64 BF16 fast-math GEMM (MatMulAddFusion disabled)"
             )
+        held: Held | None = None
         with blob_cache(blob, options, providers, notes) as run_on:
-            session = self._create(blob, spec, options, (run_on, plugin), bf16=bf16, notes=notes)
-        model = OnnxModel(session, spec, options, notes)
-        requested = [p for p, _ in providers] + (plugin.names if plugin else [])
-        report_fallback(model, requested, settings)
-        check_declared(spec.name, "inputs", spec.inputs, model.inputs)
-        check_declared(spec.name, "outputs", spec.outputs, model.outputs)
+            shared = None if plugin else _shared(blob, spec, options, (run_on, bf16), notes)
+            if shared is None:
+                eps = (run_on, plugin)
+                session = self._create(blob, spec, options, eps, bf16=bf16, notes=notes)
+            else:
+                session, held = shared
+        try:
+            model = OnnxModel(session, spec, options, notes, held=held)
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+        try:  # a model refused here lets its shared weights go at once
+            requested = [p for p, _ in providers] + (plugin.names if plugin else [])
+            report_fallback(model, requested, settings)
+            check_declared(spec.name, "inputs", spec.inputs, model.inputs)
+            check_declared(spec.name, "outputs", spec.outputs, model.outputs)
+        except BaseException:
+            model.close()
+            raise
         for note in model.notes:
             log.info("model %s: %s", spec.name, note)
         return model
@@ -189,6 +211,32 @@ class OnnxBackend(InferenceBackend):
             sup.save_optimized(cache, name, source, key, tmp)
             notes.append(f"optimized graph saved to cache {key[:16]}")
         return session
+
+
+def _shared(
+    model: tuple[bytes, str | None],
+    spec: ModelSpec,
+    options: LoadOptions,
+    eps: tuple[list[tuple[str, dict[str, str]]], bool],
+    notes: list[str],
+) -> tuple[ort.InferenceSession, Held] | None:
+    """A session over the gateway's shared weights (`onnx_shared`), or None. ``eps``: the
+    providers, and whether BF16 fast-math is on."""
+    if options.weights is None:
+        return None
+    providers, bf16 = eps
+    settings, extra = ep_context(model, options, providers, notes)
+    context = (settings, extra, providers)
+
+    def cache() -> tuple[DerivedCache, str, str] | None:
+        return _optimized_cache(model, providers, options, notes, bf16=bf16)
+
+    try:
+        return shared_session(model, options, context, bf16=bf16, notes=notes, cache=cache)
+    except (BackendError, OSError) as e:
+        raise BackendError(f"{spec.name}: cannot load the model with shared weights: {e}") from e
+    except Exception as e:  # ORT's own errors
+        raise BackendError(f"{spec.name}: ONNX Runtime cannot load the model: {e}") from e
 
 
 def _session(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
@@ -43,6 +43,9 @@ from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError,
 from wasmgate.sandbox.limits import ManifestLimits
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 from wasmgate.signing.records import VerifiedBlob
+
+if TYPE_CHECKING:
+    from wasmgate.runtime.backends.weight_share import WeightShare
 
 log = logging.getLogger("wasmgate.loader")
 _OCTETS = "application/octet-stream"
@@ -76,6 +79,8 @@ class LoaderDeps:
     """Operator variables; None: every variable keeps its manifest default."""
     cpus: CpuPlan | None = None
     """Where native inference threads may run (None: wherever the loading thread may)."""
+    weights: WeightShare | None = None
+    """The gateway's shared model weights (None: a single process keeps its own)."""
 
     _backend_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -135,7 +140,10 @@ def _load_model(
     variants: dict[str, Callable[[], VerifiedBlob]] = {
         v: functools.partial(blobs.verified_blob, sha) for v, sha in digests.items()
     }
-    options = LoadOptions(profile=deps.profile, cache_dir=deps.cache_dir, watchdog=deps.watchdog)
+    options = LoadOptions(
+        profile=deps.profile, cache_dir=deps.cache_dir, watchdog=deps.watchdog,
+        weights=deps.weights,
+    )  # fmt: skip
     try:
         # A backend's own thread pools start with the session: on every allowed CPU.
         with deps.cpus.native() if deps.cpus is not None else nullcontext():

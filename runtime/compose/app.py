@@ -26,14 +26,16 @@ No module-level singletons: two apps in one process share nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.backends.weight_share import WeightClient, WeightServer, WeightShare
 from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
 from wasmgate.runtime.bundles.kv import StateDb
@@ -217,6 +219,7 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
     state_dir = settings.paths.resolved("state_dir")
     variables = Variables(state_dir / VARIABLES_FILE, settings.variables)
     with (
+        _weights(app) as weights,
         StateDb(state_dir / STATE_FILE) as state,
         SandboxEngine(cache / "modules", ceilings(settings)) as engine,
         Watchdog(on_fire=m.observe_cancelled) as watchdog,
@@ -234,12 +237,30 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             state=state,
             variables=variables,
             cpus=app[CPUS],
+            weights=weights,
         )
         app[POOL], app[DEPS], app[VARIABLES] = pool, deps, variables
         try:
             yield
         finally:
             deps.close()
+
+
+@contextlib.contextmanager
+def _weights(app: web.Application) -> Iterator[WeightShare | None]:
+    """Model weights shared by the gateway's processes: the supervisor splits and serves
+    them on a socket in its run folder, each worker asks there; a single process keeps its
+    own (`wasmgate.runtime.backends.weight_share`)."""
+    slots = app.get(SLOTS)
+    if app[ROLE] == "single" or slots is None or not app[SETTINGS].workers.share_weights:
+        yield None
+        return
+    path = slots.path.with_name("weights.sock")
+    if app[ROLE] == "worker":
+        yield WeightClient(path)
+        return
+    with WeightServer(path) as server:
+        yield server
 
 
 async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:

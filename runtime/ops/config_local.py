@@ -271,6 +271,12 @@ class WorkerSettings(Document):
     kernel puts them (as before; a guest that computes long in WebAssembly may gain from
     that on a second CPU)."""
 
+    share_weights: bool = True
+    """With ``count`` > 1: an ONNX model on the CPU EP whose weights reach 1 MiB holds them
+    once for the gateway, in a sealed memory file every process maps read-only, instead of
+    a copy in each worker and the supervisor. ``false``: a copy per process (as before).
+    Restart-only."""
+
 
 class LogSettings(Document):
     format: Literal["plain", "json"] = "plain"

@@ -179,3 +179,27 @@ def _pack(tensors: list[tfl.TensorT], buffers: list[tfl.BufferT], version: int) 
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def wide_onnx(seed: int = RNG_SEED) -> bytes:
+    """y = relu(x @ W1 + b) @ W2, x: [N, 512] -> y: [N, 16]; W1 is 2 MiB (large enough to
+    share its weights between processes), W2 32 KiB, b 4 KiB (stays inside the graph)."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 0.05, (512, 1024)).astype(np.float32)
+    b = rng.normal(0, 0.1, (1024,)).astype(np.float32)
+    w2 = rng.normal(0, 0.05, (1024, 16)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("Add", ["h", "B"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "W2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "W1"), (b, "B"), (w2, "W2"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return bytes(model.SerializeToString())
