@@ -1,0 +1,159 @@
+"""The zygote's life: import and warm up what every worker needs, then fork workers on request.
+
+Forked by ``wasmgate serve`` before it starts a thread (`fork_early`: it shares the
+supervisor's import heap as well) or, when that one ends, ``exec``ed by the supervisor as
+``wasmgate serve --zygote FD``. The supervisor's end, the protocol and why the worker is
+forked twice: `wasmgate.runtime.supervisor.zygote`.
+
+It stays single-threaded: the imports start no thread of their own but OpenBLAS's pool,
+which OpenBLAS parks across ``fork`` (``pthread_atfork``) and which nothing here wakes, and
+ONNX Runtime's schema registry is built by a session with one intra- and one inter-op
+thread, which start none (telemetry, ONNX Runtime's only import-time thread, is off:
+`wasmgate.runtime.cli`). A Python thread in the zygote makes it refuse to fork. Its
+collector stays off (as a start's is: `wasmgate.runtime.ops.startgc`) and what it made is
+frozen before the first fork, so no collection in a worker copies the zygote's pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+from wasmgate.runtime.compose.worker import run_worker
+from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.cpus import CpuPlan
+from wasmgate.runtime.ops.parentage import die_with, name_process
+from wasmgate.runtime.supervisor.children import decode_spec
+from wasmgate.runtime.supervisor.plan import plan_workers
+from wasmgate.runtime.supervisor.zygote import SUPERVISOR_ONLY, Seed
+from wasmgate.typed import replace
+
+__all__ = ["fork_early", "serve_zygote"]
+
+_SPEC_MAX = 1 << 20
+_ADOPTED_S = 5.0
+"""How long a forked worker waits to become the supervisor's child (its first parent
+exits at once; only a supervisor that ended meanwhile makes it wait this long)."""
+
+
+def fork_early(settings: Settings) -> Seed | None:
+    """The zygote, forked now (``wasmgate serve``, before it starts a thread) when the
+    settings ask for workers; None when they do not, or a Python thread already runs."""
+    if plan_workers(settings, CpuPlan.current()).count <= 1 or threading.active_count() != 1:
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    supervisor = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        _exit(lambda: serve_zygote(theirs, supervisor))
+    theirs.close()
+    return Seed(pid, ours)
+
+
+def serve_zygote(sock: socket.socket, supervisor: int) -> int:
+    """Warm up, say ready, fork a worker for each request until the supervisor's end closes."""
+    name_process("wasmgate-zygote")
+    if not die_with(supervisor):
+        return 1
+    for key in [k for k in os.environ if k.startswith(SUPERVISOR_ONLY)]:
+        del os.environ[key]  # a forked zygote has the supervisor's environment
+    _warm()
+    gc.freeze()
+    sock.sendall(b"R")
+    while True:
+        data, fds, _flags, _addr = socket.recv_fds(sock, _SPEC_MAX, 1)
+        if not data:
+            return 0  # the supervisor closed its end
+        if not fds:
+            sock.sendall(b"Eno listening socket in the request")
+            continue
+        try:
+            sock.sendall(_fork_worker(data, fds[0], sock, supervisor))
+        finally:
+            os.close(fds[0])
+
+
+def _warm() -> None:
+    """Import the worker's modules and ONNX Runtime, and build its operator-schema
+    registry (~8 MB a process otherwise) with one session that starts no thread."""
+    import onnx  # noqa: PLC0415 - the zygote's very purpose: imports to share
+    import onnxruntime as ort  # noqa: PLC0415
+
+    import wasmgate.runtime.backends.onnx  # noqa: F401, PLC0415
+
+    node = onnx.helper.make_node("Identity", ["x"], ["y"])
+    tensor = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [node], "warm", [tensor("x", onnx.TensorProto.FLOAT, [1])],
+        [tensor("y", onnx.TensorProto.FLOAT, [1])],
+    )  # fmt: skip
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    model = onnx.helper.make_model(graph).SerializeToString()
+    ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _fork_worker(data: bytes, listener: int, sock: socket.socket, supervisor: int) -> bytes:
+    """Fork a worker through a middle process that exits at once (the answer: ``P`` and
+    the worker's pid, or ``E`` and why not)."""
+    if threading.active_count() != 1:
+        return b"Ethe zygote runs a thread: it forks no worker"
+    reader, writer = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(reader)
+        _exit(lambda: _middle(data, listener, sock, supervisor, writer))
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        pid = pipe.read(4)
+    os.waitpid(middle, 0)  # the worker is the supervisor's child from here on
+    return b"P" + pid if len(pid) == 4 else b"Ethe worker's fork failed"
+
+
+def _middle(data: bytes, listener: int, sock: socket.socket, supervisor: int, pipe: int) -> int:
+    pid = os.fork()
+    if pid == 0:
+        os.close(pipe)
+        sock.close()  # a worker cannot ask for workers
+        _exit(lambda: _worker(data, listener, supervisor))
+    os.write(pipe, pid.to_bytes(4, "little"))
+    return 0
+
+
+def _worker(data: bytes, listener: int, supervisor: int) -> int:
+    """Become the supervisor's child, then serve (`wasmgate.runtime.compose.worker`)."""
+    deadline = time.monotonic() + _ADOPTED_S
+    while os.getppid() != supervisor:  # the middle process is exiting
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.001)
+    if not die_with(supervisor):
+        return 1
+    spec = replace(decode_spec(data), listen_fd=listener)
+    name_process(f"wasmgate-w{spec.index}")
+    return asyncio.run(run_worker(spec))
+
+
+def _exit(body: Callable[[], int]) -> NoReturn:
+    """Run ``body`` in a forked child and end the child with its code, never returning into
+    the parent's stack (its ``finally`` blocks and handlers are the parent's)."""
+    code = 1
+    try:
+        code = body()
+    except BaseException:  # the child ends here whatever happened
+        traceback.print_exc()
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
