@@ -37,7 +37,7 @@ from wasmgate.runtime.supervisor.plan import plan_workers
 from wasmgate.runtime.supervisor.zygote import SUPERVISOR_ONLY, Seed
 from wasmgate.typed import replace
 
-__all__ = ["fork_early", "serve_zygote"]
+__all__ = ["fork_early", "serve_zygote", "warm"]
 
 _SPEC_MAX = 1 << 20
 _ADOPTED_S = 5.0
@@ -47,27 +47,31 @@ exits at once; only a supervisor that ended meanwhile makes it wait this long)."
 
 def fork_early(settings: Settings) -> Seed | None:
     """The zygote, forked now (``wasmgate serve``, before it starts a thread) when the
-    settings ask for workers; None when they do not, or a Python thread already runs."""
-    if plan_workers(settings, CpuPlan.current()).count <= 1 or threading.active_count() != 1:
+    settings ask for workers; None when they do not (or no zygote), or a Python thread runs."""
+    wanted = settings.workers.zygote and plan_workers(settings, CpuPlan.current()).count > 1
+    if not wanted or threading.active_count() != 1:
         return None
+    warm()  # here: the supervisor imports and builds the same, so all of it is shared
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     supervisor = os.getpid()
     pid = os.fork()
     if pid == 0:
         ours.close()
-        _exit(lambda: serve_zygote(theirs, supervisor))
+        _exit(lambda: serve_zygote(theirs, supervisor, warmed=True))
     theirs.close()
     return Seed(pid, ours)
 
 
-def serve_zygote(sock: socket.socket, supervisor: int) -> int:
-    """Warm up, say ready, fork a worker for each request until the supervisor's end closes."""
+def serve_zygote(sock: socket.socket, supervisor: int, *, warmed: bool = False) -> int:
+    """Warm up (unless forked warm), say ready, fork a worker for each request until the
+    supervisor's end closes."""
     name_process("wasmgate-zygote")
     if not die_with(supervisor):
         return 1
     for key in [k for k in os.environ if k.startswith(SUPERVISOR_ONLY)]:
         del os.environ[key]  # a forked zygote has the supervisor's environment
-    _warm()
+    if not warmed:
+        warm()
     gc.freeze()
     sock.sendall(b"R")
     while True:
@@ -83,7 +87,7 @@ def serve_zygote(sock: socket.socket, supervisor: int) -> int:
             os.close(fds[0])
 
 
-def _warm() -> None:
+def warm() -> None:
     """Import the worker's modules and ONNX Runtime, and build its operator-schema
     registry (~8 MB a process otherwise) with one session that starts no thread."""
     import onnx  # noqa: PLC0415 - the zygote's very purpose: imports to share

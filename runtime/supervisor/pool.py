@@ -85,7 +85,7 @@ class WorkerPool:
         """``seed``: the zygote ``serve`` forked (`wasmgate.runtime.supervisor.zygote`)."""
         self._plan, self._settings, self._config = plan, settings, config_path
         self._listeners, self._run_dir = listeners, run_dir
-        self._slots, self._zygote = slots, Zygote(seed)
+        self._slots, self._zygote = slots, Zygote(seed, wanted=settings.workers.zygote)
         self._columns = set(range(1, COLUMNS))  # 0 is the supervisor's
         self.control = str(run_dir / "control.sock")
         self.dedupe = run_dir / "mqtt-dedupe"

@@ -114,7 +114,8 @@ class Zygote:
     """One zygote at a time: started (or adopted from a `Seed`), asked for workers, started
     again when it ends. An async context: it ends the zygote on the way out."""
 
-    def __init__(self, seed: Seed | None) -> None:
+    def __init__(self, seed: Seed | None, *, wanted: bool = True) -> None:
+        """``wanted``: False (``[workers] zygote = false``) execs every worker."""
         self._seed = seed
         self._proc: ProcessHandle | None = None
         self._sock: socket.socket | None = None
@@ -124,9 +125,13 @@ class Zygote:
         self._failed = 0
         self._fallback_told = False
         self.state, self.started, self.restarts, self.last_exit = "starting", "", 0, ""
+        if not wanted:
+            self.state, self._fallback_told = "off", True
 
     async def __aenter__(self) -> Self:
         """Adopt the seed (or exec a zygote) and keep one running."""
+        if self.state == "off":
+            return self
         try:
             become_subreaper()  # before the first fork: a worker becomes this process's child
         except OSError as e:
