@@ -268,7 +268,7 @@ def memory_figures(quick: bool = False) -> list[Figure]:
             if label == "demo":
                 floor = floor_anon()
                 for zygote, how in ((True, "forked"), (False, "exec'd")):
-                    out.append(Figure("cores", f"demo: an {how} worker's anonymous PSS",
+                    out.append(Figure("cores", f"demo: a worker's anonymous PSS ({how})",
                                       worker_anon(runs, zygote), "MB", "its imports alone",
                                       floor))  # fmt: skip
     return out
