@@ -185,7 +185,8 @@ class Zygote:
             self.last_exit = f"did not start: {str(e) or 'timeout'}"
             return False
         if said != b"R":
-            self.last_exit = "ended before it was ready"
+            why = said[1:].decode(errors="replace") if said[:1] == b"E" else ""
+            self.last_exit = why or "ended before it was ready"
         return said == b"R"
 
     async def _end(self) -> None:
