@@ -119,7 +119,8 @@ class Zygote:
         self._seed = seed
         self._proc: ProcessHandle | None = None
         self._sock: socket.socket | None = None
-        self._ready = asyncio.Event()
+        self._settled = asyncio.Event()
+        """Set while the zygote is ready, and once none can be had ("off")."""
         self._asking = asyncio.Lock()
         self._keeper: asyncio.Task[None] | None = None
         self._failed = 0
@@ -127,6 +128,7 @@ class Zygote:
         self.state, self.started, self.restarts, self.last_exit = "starting", "", 0, ""
         if not wanted:
             self.state, self._fallback_told = "off", True
+            self._settled.set()
 
     async def __aenter__(self) -> Self:
         """Adopt the seed (or exec a zygote) and keep one running."""
@@ -137,6 +139,7 @@ class Zygote:
         except OSError as e:
             log.error("%s: workers are started as fresh interpreters", e)  # noqa: TRY400
             self.state = "off"
+            self._settled.set()
             return self
         self._keeper = asyncio.create_task(self._keep(), name="zygote")
         return self
@@ -156,10 +159,10 @@ class Zygote:
             began = time.monotonic()
             if await self._start():
                 self._failed, self.state = 0, "ready"
-                self._ready.set()
+                self._settled.set()
                 assert self._proc is not None  # noqa: S101 - started
                 self.last_exit = describe_exit(await self._proc.wait())
-                self._ready.clear()
+                self._settled.clear()
             else:
                 self._failed += 1
             self.restarts, self.state = self.restarts + 1, "restarting"
@@ -167,6 +170,7 @@ class Zygote:
             await self._end()
             await asyncio.sleep(0.5 if time.monotonic() - began < 10 else 0.0)
         self.state = "off"
+        self._settled.set()
         log.error("no zygote after %d starts: workers are started as fresh interpreters", _GIVE_UP)
 
     async def _start(self) -> bool:
@@ -180,7 +184,7 @@ class Zygote:
                 self.started = "exec"
             self._sock.setblocking(False)  # noqa: FBT003 - the socket module's signature
             async with timeout(_READY_S):
-                said = await asyncio.get_running_loop().sock_recv(self._sock, 16)
+                said = await asyncio.get_running_loop().sock_recv(self._sock, 4096)
         except (OSError, TimeoutError) as e:
             self.last_exit = f"did not start: {str(e) or 'timeout'}"
             return False
@@ -202,11 +206,10 @@ class Zygote:
     async def fork(self, spec: bytes, listener: int) -> Forked | None:
         """A worker forked with ``spec`` (its JSON) and ``listener``; None when no zygote can
         be had (the caller execs the worker, as without one; logged once)."""
-        if self.state != "off":
-            with contextlib.suppress(TimeoutError):
-                async with timeout(_READY_S):
-                    await self._ready.wait()
-        pid = await self._ask(spec, listener) if self._ready.is_set() else None
+        with contextlib.suppress(TimeoutError):
+            async with timeout(_READY_S):
+                await self._settled.wait()
+        pid = await self._ask(spec, listener) if self.state == "ready" else None
         if pid is not None:
             return Forked(pid)
         if not self._fallback_told:

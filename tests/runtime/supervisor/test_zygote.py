@@ -143,6 +143,24 @@ def test_zygote_false_execs_the_workers(tmp_path: Path) -> None:
         assert {call(daemon, "/v1/adapters/digits", SAMPLE) for _ in range(10)} == {200}
 
 
+def test_without_a_zygote_to_be_had_the_workers_are_execd_and_it_is_told_once(
+    tmp_path: Path,
+) -> None:
+    """ONNX Runtime's telemetry turned on runs a thread from its import: then no zygote is
+    forked, each exec'd one refuses, and after three the workers start as before."""
+    env = {"ORT_DISABLE_TELEMETRY": "0", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
+    with serving(Daemon(tmp_path, {"workers": {"count": 2}}, ("--demo",), env)) as daemon:
+        z = zygote(daemon)
+        assert z["state"] == "off", z
+        assert z["started"] == "exec", z
+        assert "telemetry" in str(z["last_exit"]), z
+        for worker in until_serving(daemon, 2):
+            assert b"--worker" in Path(f"/proc/{worker['pid']}/cmdline").read_bytes()
+        assert {call(daemon, "/v1/adapters/digits", SAMPLE) for _ in range(10)} == {200}
+        log = daemon.log_path.read_text()
+        assert log.count("no zygote to fork a worker from") == 1, log
+
+
 def _ppid(proc: Path) -> int:
     try:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
