@@ -135,6 +135,7 @@ class Zygote:
         if self.state == "off":
             return self
         try:
+            os.close(os.pidfd_open(os.getpid()))  # Linux 5.3+; waitid(P_PIDFD) 5.4+
             become_subreaper()  # before the first fork: a worker becomes this process's child
         except OSError as e:
             log.error("%s: workers are started as fresh interpreters", e)  # noqa: TRY400
