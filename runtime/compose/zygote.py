@@ -32,6 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn
 
 from wasmgate.runtime.compose.worker import run_worker
@@ -94,9 +95,26 @@ def serve_zygote(sock: socket.socket, supervisor: int, *, warmed: bool = False) 
             sock.sendall(b"Eno listening socket in the request")
             continue
         try:
-            sock.sendall(_fork_worker(data, fds[0], sock, supervisor))
+            _answer(sock, data, fds[0], supervisor)
         finally:
             os.close(fds[0])
+
+
+def _answer(sock: socket.socket, data: bytes, listener: int, supervisor: int) -> None:
+    """Fork the worker, tell the supervisor its pid, and only then let it run: a worker
+    whose pid never reached the supervisor (this process killed in between) reads the end
+    of its pipe and exits, rather than serve unwatched beside the one started instead."""
+    try:
+        answer, go = _fork_worker(data, listener, sock, supervisor)
+    except OSError as e:  # fork refused (EAGAIN, ENOMEM): the supervisor execs this one
+        answer, go = f"Ecannot fork: {e}".encode(), None
+    try:
+        sock.sendall(answer)
+        if go is not None:
+            os.write(go, b"G")
+    finally:
+        if go is not None:
+            os.close(go)
 
 
 def warm() -> None:
@@ -125,44 +143,67 @@ def _no_telemetry_thread() -> bool:
     return os.environ.get("ORT_DISABLE_TELEMETRY") == "1"
 
 
-def _fork_worker(data: bytes, listener: int, sock: socket.socket, supervisor: int) -> bytes:
-    """Fork a worker through a middle process that exits at once (the answer: ``P`` and
-    the worker's pid, or ``E`` and why not)."""
+def _fork_worker(
+    data: bytes, listener: int, sock: socket.socket, supervisor: int
+) -> tuple[bytes, int | None]:
+    """Fork a worker through a middle process that exits at once: the answer (``P`` and
+    the worker's pid, or ``E`` and why not) and the pipe that lets the worker run."""
     if threading.active_count() != 1:
-        return b"Ethe zygote runs a thread: it forks no worker"
+        return b"Ethe zygote runs a thread: it forks no worker", None
+    wait, go = os.pipe()
     reader, writer = os.pipe()
     middle = os.fork()
     if middle == 0:
         os.close(reader)
-        _exit(lambda: _middle(data, listener, sock, supervisor, writer))
+        os.close(go)
+        _exit(lambda: _middle(_Child(data, listener, supervisor, wait), sock, writer))
     os.close(writer)
+    os.close(wait)
     with os.fdopen(reader, "rb") as pipe:
         pid = pipe.read(4)
     os.waitpid(middle, 0)  # the worker is the supervisor's child from here on
-    return b"P" + pid if len(pid) == 4 else b"Ethe worker's fork failed"
+    if len(pid) != 4:
+        os.close(go)
+        return b"Ethe worker's fork failed", None
+    return b"P" + pid, go
 
 
-def _middle(data: bytes, listener: int, sock: socket.socket, supervisor: int, pipe: int) -> int:
+@dataclass(frozen=True)
+class _Child:
+    """What a forked worker starts from."""
+
+    data: bytes
+    listener: int
+    supervisor: int
+    wait: int
+    """Its end of the pipe the zygote writes to once the supervisor has its pid."""
+
+
+def _middle(child: _Child, sock: socket.socket, pipe: int) -> int:
     pid = os.fork()
     if pid == 0:
         os.close(pipe)
         sock.close()  # a worker cannot ask for workers
-        _exit(lambda: _worker(data, listener, supervisor))
+        _exit(lambda: _worker(child))
     os.write(pipe, pid.to_bytes(4, "little"))
     return 0
 
 
-def _worker(data: bytes, listener: int, supervisor: int) -> int:
-    """Become the supervisor's child, then serve (`wasmgate.runtime.compose.worker`)."""
+def _worker(child: _Child) -> int:
+    """Become the supervisor's child, wait for the zygote's word, then serve
+    (`wasmgate.runtime.compose.worker`)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as an exec'd worker has it
     deadline = time.monotonic() + _ADOPTED_S
-    while os.getppid() != supervisor:  # the middle process is exiting
+    while os.getppid() != child.supervisor:  # the middle process is exiting
         if time.monotonic() > deadline:
             return 1
         time.sleep(0.001)
-    if not die_with(supervisor):
+    if not die_with(child.supervisor):
         return 1
-    spec = replace(decode_spec(data), listen_fd=listener)
+    with os.fdopen(child.wait, "rb") as pipe:
+        if pipe.read(1) != b"G":
+            return 1  # the supervisor never heard of this process
+    spec = replace(decode_spec(child.data), listen_fd=child.listener)
     name_process(f"wasmgate-w{spec.index}")
     return asyncio.run(run_worker(spec))
 

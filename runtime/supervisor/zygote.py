@@ -9,13 +9,15 @@ pages. An ``exec``ed worker shares none of it: ~57 MB more a worker, measured.
 
 The zygote stays single-threaded and only forks on request: a message on a
 ``SOCK_SEQPACKET`` pair with the spec and, as ``SCM_RIGHTS``, the worker's listening
-socket; it answers with the worker's pid. It forks twice, so the worker's parent exits at
-once and the worker becomes the supervisor's child (the supervisor is a child subreaper):
-the supervisor reaps it with a pidfd (`Forked`) and reads its real exit status, and the
-worker dies with the supervisor (``PR_SET_PDEATHSIG``), not with the zygote. A zygote that
-ends is started again (``exec``ed: one forked from a supervisor with threads could
-inherit a lock held by one of them); one that cannot be had (three starts in a row that do
-not become ready) leaves the workers to be ``exec``ed, as without it, logged once.
+socket; it answers with the worker's pid and only then lets the worker run (a worker whose
+pid was lost with a zygote killed in between exits). It forks twice, so the worker's parent
+exits at once and the worker becomes the supervisor's child (the supervisor is a child
+subreaper): the supervisor reaps it with a pidfd (`Forked`) and reads its real exit status,
+and the worker dies with the supervisor (``PR_SET_PDEATHSIG``), not with the zygote. A
+zygote that ends is started again (``exec``ed: one forked from a supervisor with threads
+could inherit a lock held by one of them); one that cannot be had (three starts in a row
+that do not become ready, or a kernel without pidfds) leaves the workers to be ``exec``ed,
+as without it, logged once.
 """
 
 from __future__ import annotations
