@@ -4,10 +4,10 @@
 
 Fresh daemons under ``taskset -c 0,1`` with ``[workers] count`` = 1, 2 and 3, the workers
 forked from the zygote (the default) and, same run, exec'd (``[workers] zygote = false``, how
-every worker started before the zygote), three starts each (one with ``--quick``), on two
-sets of bundles: the demo's (``serve --demo``: four
-adapters, five ONNX models of a few KB) and one MobileNet-class bundle (a 17 MB fp32 ONNX
-model behind the pass-through adapter), the second showing what a model's weights cost each
+every worker started before the zygote), three starts each (one, forked only, with
+``--quick``), on two sets of bundles: the demo's (``serve --demo``: four adapters, five ONNX
+models of a few KB) and one MobileNet-class bundle (a 17 MB fp32 ONNX model behind the
+pass-through adapter), the second showing what a model's weights cost each
 worker. Once every bundle has answered a few requests (each adapter on its sample, each model
 on a zeroed tensor of its shape, so every session has run), every process of the gateway is
 read from ``/proc/PID/smaps_rollup``: PSS (each page divided among the processes that map
@@ -135,11 +135,13 @@ def exercise(daemon: Daemon, adapters: dict[str, bytes]) -> None:
 Starter = Callable[[Path, Variant], tuple[Daemon, dict[str, bytes]]]
 
 
-def measure(start: Starter, root: Path, starts: int) -> dict[Variant, list[Gateway]]:
+def measure(
+    start: Starter, root: Path, starts: int, variants: tuple[Variant, ...]
+) -> dict[Variant, list[Gateway]]:
     """``starts`` fresh gateways of each variant, interleaved (every variant, then again)."""
-    out: dict[Variant, list[Gateway]] = {variant: [] for variant in VARIANTS}
+    out: dict[Variant, list[Gateway]] = {variant: [] for variant in variants}
     for n in range(starts):
-        for count, zygote in VARIANTS:
+        for count, zygote in variants:
             daemon, adapters = start(root / f"w{count}-{zygote:d}-{n}", (count, zygote))
             try:
                 exercise(daemon, adapters)
@@ -241,6 +243,8 @@ def figures(label: str, runs: dict[Variant, list[Gateway]]) -> list[Figure]:
     one = med([g[0].rss for g in runs[1, True]])
     out = []
     for zygote, how in ((True, "forked"), (False, "exec'd")):
+        if (2, zygote) not in runs:
+            continue
         two, three = (med([total(g) for g in runs[c, zygote]]) for c in (2, 3))
         out += [
             Figure("cores", f"{label}: 2 {how} workers, total PSS (goal <= {GOAL_RATIO}x)",
@@ -257,17 +261,21 @@ def worker_anon(runs: dict[Variant, list[Gateway]], zygote: bool) -> float:
 
 def memory_figures(quick: bool = False) -> list[Figure]:
     starts = 1 if quick else 3
+    # --quick (CI: that it runs) leaves the exec'd workers out, as many starts as before.
+    variants = tuple(v for v in VARIANTS if v[1]) if quick else VARIANTS
     out: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="wasmgate-mem-") as tmp:
         root = Path(tmp)
         for label, starter in (("demo", demo_starter), ("mobilenet", mobilenet_starter)):
             with starter(root / label) as start:
-                runs = measure(start, root / label, starts)
+                runs = measure(start, root / label, starts, variants)
             print(table(label, runs), file=sys.stderr)
             out += figures(label, runs)
             if label == "demo":
                 floor = floor_anon()
                 for zygote, how in ((True, "forked"), (False, "exec'd")):
+                    if (2, zygote) not in runs:
+                        continue
                     out.append(Figure("cores", f"demo: a worker's anonymous PSS ({how})",
                                       worker_anon(runs, zygote), "MB", "its imports alone",
                                       floor))  # fmt: skip
@@ -275,7 +283,7 @@ def memory_figures(quick: bool = False) -> list[Figure]:
 
 
 def main() -> None:
-    script_main(__doc__, memory_figures, "one start per count instead of three")
+    script_main(__doc__, memory_figures, "one start per count, forked workers only")
 
 
 if __name__ == "__main__":
