@@ -47,6 +47,7 @@ from wasmgate.typed import replace
 __all__ = ["fork_early", "serve_zygote", "warm"]
 
 _SPEC_MAX = 1 << 20
+_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _ADOPTED_S = 5.0
 """How long a forked worker waits to become the supervisor's child (its first parent
 exits at once; only a supervisor that ended meanwhile makes it wait this long)."""
@@ -58,7 +59,10 @@ def fork_early(settings: Settings) -> Seed | None:
     wanted = settings.workers.zygote and plan_workers(settings, CpuPlan.current()).count > 1
     if not wanted or threading.active_count() != 1 or not _no_telemetry_thread():
         return None
-    warm()  # here: the supervisor imports and builds the same, so all of it is shared
+    try:
+        warm()  # here: the supervisor imports and builds the same, so all of it is shared
+    except Exception:  # the exec'd zygote tries again, and logs why it fails
+        return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     supervisor = os.getpid()
     pid = os.fork()
@@ -78,9 +82,11 @@ def serve_zygote(sock: socket.socket, supervisor: int, *, warmed: bool = False) 
     if not _no_telemetry_thread():
         sock.sendall(b"Eno zygote with ONNX Runtime's telemetry on (its thread)")
         return 1
-    # A terminal's Ctrl-C reaches the whole process group: the supervisor stops the gateway
-    # (and this process with it); its workers get the handler back before they serve.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A terminal's Ctrl-C reaches the whole process group, and systemd's stop signals every
+    # process of the unit: the supervisor stops the gateway, and this process with it (a
+    # zygote that ended on its own would be started again). Its workers get them back.
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
     for key in [k for k in os.environ if k.startswith(SUPERVISOR_ONLY)]:
         del os.environ[key]  # a forked zygote has the supervisor's environment
     if not warmed:
@@ -133,7 +139,10 @@ def warm() -> None:
     )  # fmt: skip
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    model = onnx.helper.make_model(graph).SerializeToString()
+    # The oldest ONNX Runtime a gateway may have (1.23, on Python 3.10) reads IR 11 at most.
+    model = onnx.helper.make_model(
+        graph, ir_version=8, opset_imports=[onnx.helper.make_opsetid("", 13)]
+    ).SerializeToString()
     ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
@@ -192,7 +201,9 @@ def _middle(child: _Child, sock: socket.socket, pipe: int) -> int:
 def _worker(child: _Child) -> int:
     """Become the supervisor's child, wait for the zygote's word, then serve
     (`wasmgate.runtime.compose.worker`)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as an exec'd worker has it
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as an exec'd worker has them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     deadline = time.monotonic() + _ADOPTED_S
     while os.getppid() != child.supervisor:  # the middle process is exiting
         if time.monotonic() > deadline:

@@ -251,6 +251,7 @@ class WorkerPool:
         """SIGTERM every worker; SIGKILL those still running after ``drain_s`` (the
         gateway's whole drain: a worker's own stop fits in it)."""
         self._stopping = True
+        await self._zygote.__aexit__()  # first: none is started again while the workers stop
         for worker in self.workers:
             worker.signal(signal.SIGTERM)
         procs = [w.proc for w in self.workers if w.proc is not None]
@@ -265,7 +266,6 @@ class WorkerPool:
             task.cancel()
         if self._reaping:
             await asyncio.wait(self._reaping, timeout=drain_s + 5)
-        await self._zygote.__aexit__()
 
     async def fan_out(self, call: Call) -> None:
         """Apply ``call`` on every serving worker, and on every later one."""

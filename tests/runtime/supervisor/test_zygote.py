@@ -161,6 +161,28 @@ def test_without_a_zygote_to_be_had_the_workers_are_execd_and_it_is_told_once(
         assert log.count("no zygote to fork a worker from") == 1, log
 
 
+def test_a_stop_that_signals_every_process_stops_cleanly(tmp_path: Path) -> None:
+    """systemd's stop sends SIGTERM to every process of the unit at once (and a terminal's
+    Ctrl-C SIGINT to the whole group): the zygote is not started again, the workers drain,
+    the supervisor exits 0 and leaves none of them."""
+    daemon = Daemon(tmp_path, {"workers": {"count": 2}}, ("--demo",))
+    daemon.start(timeout=240)
+    assert daemon.proc is not None
+    supervisor = daemon.proc
+    workers = [int(str(w["pid"])) for w in until_serving(daemon, 2)]
+    zpid = int(str(zygote(daemon)["pid"]))
+    os.kill(zpid, signal.SIGTERM)  # the zygote first, noticeably: the worst order
+    time.sleep(0.5)
+    for pid in (*workers, supervisor.pid):
+        os.kill(pid, signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+    daemon.proc = None
+    log = daemon.log_path.read_text()
+    assert "zygote ended" not in log, log
+    assert "stopped" in log
+    assert not [p for p in (zpid, *workers) if Path(f"/proc/{p}").exists()]
+
+
 def _ppid(proc: Path) -> int:
     try:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
