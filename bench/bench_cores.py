@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -108,6 +109,24 @@ def _target(daemon: Daemon, path: str) -> tuple[str, bytes]:
     return f"{daemon.url}/v2/models/{MODEL}/infer", v2_json()
 
 
+def idle(daemon: Daemon, timeout: float = 30.0) -> None:
+    """Until the daemon runs and queues nothing (every process's, in the gateway's
+    ``/metrics``): a window must not start with the last one's requests still queued."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        busy = sum(
+            float(ln.rsplit(" ", 1)[1])
+            for ln in text.splitlines()
+            if ln.startswith(("wasmgate_in_flight", "wasmgate_queue_depth"))
+        )
+        if busy == 0:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{daemon.url}: still busy after {timeout} s")
+
+
 def _errors_seen(daemon: Daemon) -> str:
     """The daemon's error counters and log tail, for a cell that saw error answers (a 429
     is counted but not logged)."""
@@ -127,7 +146,7 @@ def http_cell(
 
     def run() -> tuple[int, float, float, float, float]:
         try:
-            r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU)
+            r = wrk.run(url, body, {}, conns, seconds, cpus=LOAD_CPU, idle=lambda: idle(daemon))
         except RuntimeError as e:  # the daemon says what the error answers were
             raise RuntimeError(f"{e}\n{_errors_seen(daemon)}") from None
         return r.requests, r.requests / r.rps, r.p50, r.p99, 0.0
@@ -172,7 +191,7 @@ def warm(daemon: Daemon, path: str, conns: int) -> None:
     """One second of the cell's load, not counted: a fresh daemon's first requests compile
     and measure (the inline policy's warm-up), which is not what it serves at steady state."""
     url, body = _target(daemon, path)
-    wrk.run(url, body, {}, conns, 1.0, cpus=LOAD_CPU)
+    wrk.run(url, body, {}, conns, 1.0, cpus=LOAD_CPU, idle=lambda: idle(daemon))
 
 
 def two_daemons(root: Path, broker: Broker, conns: int, seconds: float) -> Cell:

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ def run(
     seconds: float,
     *,
     cpus: str | None = None,
+    idle: Callable[[], None] | None = None,
 ) -> WrkResult:
     """POST ``body`` to ``url`` from ``connections`` connections for ``seconds`` (whole
     seconds, at least 1: wrk takes no fractions); ``cpus`` pins wrk (``taskset -c``), so a
@@ -87,9 +89,14 @@ def run(
     window on a loaded machine, slower than one answer) is run again, twice as long, up to
     three times before that counts as a failure too. A window with errors is run once more
     (a loaded CI machine stalled a fresh daemon past a request's 1 s deadline: 8 of 850 in
-    one such window); errors again fail it."""
+    one such window); errors again fail it. ``idle``: called before each window, returns
+    once the server has finished the requests of the window before (wrk closes its
+    connections at the end; the server still runs what they sent: on a loaded machine 16
+    of them and 16 new ones filled an adapter's queue, and the new ones were answered 429)."""
     retried = False
     for attempt in range(4):
+        if idle is not None:
+            idle()
         out, stdout = _once(url, body, headers, connections, seconds * 2**attempt, cpus=cpus)
         if (out["status_errors"] or out["socket_errors"]) and not retried:
             retried = True

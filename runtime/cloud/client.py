@@ -29,6 +29,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -36,6 +37,7 @@ import aiohttp
 
 from wasmgate._compat import Self, timeout
 from wasmgate.runtime.cloud.breaker import CircuitBreaker
+from wasmgate.runtime.cloud.breaker_shared import SharedCell
 from wasmgate.runtime.cloud.v2wire import (
     HEADER_LENGTH,
     Array,
@@ -57,13 +59,19 @@ class CloudFallback:
     """Owns one aiohttp session: ``async with CloudFallback(settings.cloud) as cloud: ...``."""
 
     def __init__(
-        self, settings: CloudSettings, *, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: CloudSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        shared: Path | None = None,
     ) -> None:
-        """``clock``: the breaker's (a test moves it instead of sleeping ``reset_s``)."""
+        """``clock``: the breaker's (a test moves it instead of sleeping ``reset_s``);
+        ``shared``: the gateway's breaker file, when its processes share one breaker."""
         if settings.url is None:
             raise ConfigError("cloud.url is not set: cloud fallback is off")
         self._settings = settings
         self._base = settings.url.rstrip("/")
+        self._cell = None if shared is None else SharedCell(shared, settings.breaker_window)
         self.breaker = CircuitBreaker(
             failures=settings.breaker_failures,
             reset_s=settings.breaker_reset_s,
@@ -71,6 +79,7 @@ class CloudFallback:
             failure_rate=settings.breaker_failure_rate,
             probes=settings.breaker_probes,
             clock=clock,
+            cell=self._cell,
         )
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._session: aiohttp.ClientSession | None = None
@@ -105,6 +114,8 @@ class CloudFallback:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._cell is not None:
+            self._cell.close()
 
     @property
     def state(self) -> dict[str, Any]:

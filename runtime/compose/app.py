@@ -10,8 +10,8 @@ aiohttp ``cleanup_ctx`` entry, in this order (closed in reverse):
    at their deadline, sandbox engine, device profile, backends;
 2. the store-and-forward queue (``[store]``, SQLite under the state dir): a corrupt or
    locked file stops the start with one line naming it, nothing is deleted; the samples'
-   OCI sink, when ``samples.oci_repository`` is set;
-   the cloud fallback client, when ``cloud.url`` is set;
+   OCI sink, when ``samples.oci_repository`` is set; the cloud fallback client, when
+   ``cloud.url`` is set (`wasmgate.runtime.compose.app_field`);
 3. the shared-memory regions clients register (`wasmgate.runtime.shm`), none at start,
    all unmapped after the service drained; bundle store + registry + `InferenceService`,
    empty (`wasmgate.runtime.compose.app_service`); on close the service drains, then unloads;
@@ -26,7 +26,6 @@ No module-level singletons: two apps in one process share nothing.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -41,8 +40,8 @@ from wasmgate.runtime.bundles.kv import StateDb
 from wasmgate.runtime.bundles.loader import LoaderDeps
 from wasmgate.runtime.bundles.variables import FILE_NAME as VARIABLES_FILE
 from wasmgate.runtime.bundles.variables import Variables
+from wasmgate.runtime.compose import app_field
 from wasmgate.runtime.compose.app_keys import (
-    CLOUD,
     DEPS,
     FORWARD,
     LOG_LIMITS,
@@ -52,15 +51,11 @@ from wasmgate.runtime.compose.app_keys import (
     ROLE,
     SERVICE_IMPL,
     SLOTS,
-    STORE,
 )
 from wasmgate.runtime.compose.app_open import load_bundles, stages
 from wasmgate.runtime.compose.app_service import service_ctx
 from wasmgate.runtime.compose.opening import Opening
 from wasmgate.runtime.errors import ConfigError
-from wasmgate.runtime.field import setup as field_setup
-from wasmgate.runtime.field.setup import build_store
-from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.http import (
     edge,
     manage,
@@ -89,7 +84,6 @@ from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.systemd import Notifier
-from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.ops.tracing import Tracing
 from wasmgate.runtime.serving.scheduler import FairPool
@@ -152,11 +146,11 @@ def build_app(
     edge.finish(app)  # the catch-all, after every route
     app.cleanup_ctx.append(_tracing_ctx)
     app.cleanup_ctx.append(_engine_ctx)
-    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(app_field.store_ctx)
     if settings.samples.sink == "oci" and forward is None:  # one process sends the samples
-        app.cleanup_ctx.append(_samples_oci_ctx)
+        app.cleanup_ctx.append(app_field.samples_oci_ctx)
     if settings.cloud.url is not None:
-        app.cleanup_ctx.append(_cloud_ctx)
+        app.cleanup_ctx.append(app_field.cloud_ctx)
     app.cleanup_ctx.append(_shm_ctx)
     app.cleanup_ctx.append(service_ctx)
     # Stage two (`wasmgate.runtime.compose.app_open`): after the start-up bundles are loaded.
@@ -246,58 +240,6 @@ async def _engine_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
         finally:
             deps.close()
-
-
-async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
-    try:
-        async with build_store(app[SETTINGS]) as store:
-            app[STORE] = store
-            app[METRICS].watch_store(store.stats)
-            status.add_provider(app, "store", lambda: field_setup.status_of(store))
-            async with contextlib.AsyncExitStack() as upkeep:
-                expiry = field_setup.expire_periodically(store)
-                await upkeep.enter_async_context(background(expiry, "store-expiry"))
-                if app[ROLE] != "single":  # the file is every process's
-                    figures = field_setup.refresh_periodically(store)
-                    await upkeep.enter_async_context(background(figures, "store-figures"))
-                yield
-    except StoreError as e:
-        raise ConfigError(str(e)) from e
-
-
-async def _samples_oci_ctx(app: web.Application) -> AsyncIterator[None]:
-    # Imported here: the sink brings oras, requests and jsonschema (~70 ms, ~6 MB at start).
-    from wasmgate.runtime.field.samples_oci import OciSamples  # noqa: PLC0415
-
-    with OciSamples.of(app[STORE], app[SETTINGS]) as sink:
-        status.add_provider(app, "samples_oci", sink.status)
-        async with background(sink.run(), "samples-oci"):
-            yield
-
-
-async def _cloud_ctx(app: web.Application) -> AsyncIterator[None]:
-    # Imported here: only a daemon with cloud.url uses them (~2.5 ms of every start without).
-    from wasmgate.runtime.cloud.client import CloudFallback  # noqa: PLC0415
-    from wasmgate.runtime.field.samples_http import HttpSamples  # noqa: PLC0415
-
-    m = app[METRICS]
-    settings = app[SETTINGS]
-    async with CloudFallback(settings.cloud) as cloud:
-        app[CLOUD] = cloud
-
-        m.watch_breaker(lambda: str(cloud.breaker.current()))
-        status.add_provider(app, "cloud", lambda: cloud.state)
-        path = settings.samples.http_path
-        if path is None or app[ROLE] == "worker":  # one process sends the samples
-            yield
-            return
-        sink = HttpSamples(
-            app[STORE], cloud, path,
-            retry_s=settings.cloud.breaker_reset_s, rate=settings.store.drain_rate,
-        )  # fmt: skip
-        status.add_provider(app, "samples_http", sink.status)
-        async with background(sink.run(), "samples-http"):
-            yield
 
 
 async def _shm_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -109,7 +109,8 @@ async def run_supervised(
                 ports.check()  # nothing outside the gateway listens on its ports
                 log.info("ready", extra={"startup_s": round(time.monotonic() - started, 2)})
                 notifier.ready(f"{summary(app)}, {plan.count} workers")
-                app[REGISTRY].on_change.append(lambda: tell(notifier, summary(app)))
+                # STATUS= says what the workers serve: it follows a change once rolled.
+                rolling.on_settled.append(lambda: tell(notifier, summary(app)))
                 startgc.serving()
                 await serve(app, notifier, signals, after_reload=pool.hup,
                             share=lambda lim: share_limits(lim, 0, parts))  # fmt: skip

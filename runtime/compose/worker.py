@@ -32,7 +32,7 @@ from wasmgate.runtime.compose.app_keys import DEDUPE_TABLE, GRPC, REPLACES, WORK
 from wasmgate.runtime.compose.lifecycle import Signals, opened, serve, ssl_context
 from wasmgate.runtime.http.connections import GuardedSockSite
 from wasmgate.runtime.http.forward import Forwarder
-from wasmgate.runtime.http.keys import CONNECTIONS, SERVICE
+from wasmgate.runtime.http.keys import CONNECTIONS, METRICS, SERVICE
 from wasmgate.runtime.ops import offload, startgc
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.confine import confine_worker
@@ -109,8 +109,19 @@ async def run_worker(spec: WorkerSpec) -> int:
             if isinstance(service, InferenceService):
                 service.start_draining()
             await runner.cleanup()
+            await forward.retire(_final_counts(app))
     slots.close()
     return 0
+
+
+def _final_counts(app: web.Application) -> bytes:
+    """This worker's ``/metrics`` once it answers nothing more (a collector reading
+    something already closed must not keep the rest from the supervisor)."""
+    try:
+        return app[METRICS].exposition()[0]
+    except Exception:
+        log.exception("this worker's final counts could not be read")
+        return b""
 
 
 def _place(spec: WorkerSpec, *, pin: bool) -> CpuPlan:

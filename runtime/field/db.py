@@ -39,6 +39,10 @@ CREATE TABLE IF NOT EXISTS streams (
     dropped_full INTEGER NOT NULL DEFAULT 0,
     dropped_expired INTEGER NOT NULL DEFAULT 0
 );
+-- When each entry appended under a quota was (`StoreDb.append_within`): a cap such as
+-- samples' max_per_hour holds for every process appending to this file, across restarts.
+CREATE TABLE IF NOT EXISTS quota (key TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS quota_by_key ON quota (key, at);
 """
 _BUMP = {
     "dropped_full": "UPDATE streams SET dropped_full = dropped_full + ? WHERE stream = ?",
@@ -66,6 +70,16 @@ class Record(msgspec.Struct, frozen=True):
     """Wall-clock time of the append (Unix seconds): ages must survive a restart."""
     payload: bytes
     meta: Mapping[str, Any]
+
+
+class Quota(msgspec.Struct, frozen=True):
+    """At most ``cap`` entries appended under ``key`` in any ``window_s`` ending at ``now``
+    (wall-clock Unix seconds: the window outlives a restart)."""
+
+    key: str
+    cap: int
+    window_s: float
+    now: float
 
 
 class StreamStats(msgspec.Struct, frozen=True):
@@ -147,21 +161,53 @@ class StoreDb:
 
         Then each touched stream is cut back to its limits, oldest first (which may drop
         what was just appended when a burst alone exceeds ``max_bytes``)."""
-        now = time.time()
-        ids: list[int] = []
         with self._tx() as conn:
-            for stream, payload, meta in items:
-                encoded = jsonio.dumps(dict(meta))
-                cur = conn.execute(
-                    "INSERT INTO records (stream, at, size, payload, meta) VALUES (?, ?, ?, ?, ?)",
-                    (stream, now, len(payload) + len(encoded), payload, encoded),
-                )
-                ids.append(int(cur.lastrowid or 0))
-                conn.execute("INSERT OR IGNORE INTO streams (stream) VALUES (?)", (stream,))
-            for stream in {s for s, _, _ in items}:
-                self._enforce(conn, stream, limits[stream], now)
+            ids = self._insert(conn, items, limits)
         self._refresh({s for s, _, _ in items})
         return ids
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        items: Sequence[tuple[str, bytes, Mapping[str, Any]]],
+        limits: Mapping[str, StreamLimits],
+    ) -> list[int]:
+        now = time.time()
+        ids: list[int] = []
+        for stream, payload, meta in items:
+            encoded = jsonio.dumps(dict(meta))
+            cur = conn.execute(
+                "INSERT INTO records (stream, at, size, payload, meta) VALUES (?, ?, ?, ?, ?)",
+                (stream, now, len(payload) + len(encoded), payload, encoded),
+            )
+            ids.append(int(cur.lastrowid or 0))
+            conn.execute("INSERT OR IGNORE INTO streams (stream) VALUES (?)", (stream,))
+        for stream in {s for s, _, _ in items}:
+            self._enforce(conn, stream, limits[stream], now)
+        return ids
+
+    def append_within(
+        self,
+        item: tuple[str, bytes, Mapping[str, Any]],
+        limits: Mapping[str, StreamLimits],
+        quota: Quota,
+    ) -> int | None:
+        """Append one item if ``quota`` has room (its id), else nothing (None): the count and
+        the append are one transaction, so processes sharing the file never overshoot."""
+        with self._tx() as conn:
+            conn.execute(
+                "DELETE FROM quota WHERE key = ? AND at <= ?",
+                (quota.key, quota.now - quota.window_s),
+            )
+            (used,) = conn.execute(
+                "SELECT COUNT(*) FROM quota WHERE key = ?", (quota.key,)
+            ).fetchone()
+            if used >= quota.cap:
+                return None
+            conn.execute("INSERT INTO quota (key, at) VALUES (?, ?)", (quota.key, quota.now))
+            (rid,) = self._insert(conn, [item], limits)
+        self._refresh({item[0]})
+        return rid
 
     def ack(self, stream: str, ids: Iterable[int]) -> int:
         """Delete delivered entries; ids already gone are ignored (acks are idempotent)."""

@@ -15,8 +15,10 @@ connected (`wasmgate.runtime.mqtt.spool`), the cloud endpoint (`samples_http`) o
 registry (`samples_oci`); it is read by ``wasmgate samples list|export``
 (`wasmgate.runtime.cli.samples`).
 
-The hourly cap counts in memory per bundle name (a restart starts a new hour); a sample the
-store refuses is logged and counted, and the request's answer stands either way.
+The hourly cap counts per bundle name in the store itself (`Store.append_within`), so it
+holds for the whole gateway — every worker process appends to the one file — and across a
+restart; a sample the store refuses is logged and counted, and the request's answer stands
+either way.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ import logging
 import math
 import random
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
 
-from wasmgate.runtime.field.store import Store, StoreError
+from wasmgate.runtime.field.store import Quota, Store, StoreError
 from wasmgate.runtime.ops.config import SamplesSettings
 from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest
@@ -148,13 +149,12 @@ class StoredSamples:
         conf: SamplesSettings,
         *,
         draw: Callable[[], float] = random.random,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._conf = conf
         self._draw = draw
         self._clock = clock
-        self._recent: dict[str, deque[float]] = {}
         self.kept = 0
         self.skipped: dict[str, int] = {"rate": 0, "hourly": 0, "size": 0, "store": 0}
 
@@ -172,28 +172,23 @@ class StoredSamples:
         if self._draw() >= policy.rate:
             self.skipped["rate"] += 1
             return
-        if not self._room(origin.bundle, policy.max_per_hour):
-            self.skipped["hourly"] += 1
-            return
         doc = _document(origin, req, local, final if final.source == "cloud" else None)
         if len(doc) > policy.max_bytes:
             self.skipped["size"] += 1
             return
+        quota = Quota(f"samples/{origin.bundle}", policy.max_per_hour, _HOUR_S, self._clock())
         try:
-            await self._store.append(SAMPLES, doc, {"adapter": origin.mqtt_name})
+            kept = await self._store.append_within(
+                SAMPLES, doc, {"adapter": origin.mqtt_name}, quota
+            )
         except StoreError as e:
             self.skipped["store"] += 1
             log.warning("sample of %s not kept: %s", origin.bundle, e)
             return
-        self._recent[origin.bundle].append(self._clock())
+        if kept is None:
+            self.skipped["hourly"] += 1
+            return
         self.kept += 1
-
-    def _room(self, bundle: str, per_hour: int) -> bool:
-        recent = self._recent.setdefault(bundle, deque())
-        now = self._clock()
-        while recent and recent[0] <= now - _HOUR_S:
-            recent.popleft()
-        return len(recent) < per_hour
 
     def status(self) -> dict[str, object]:
         return {"kept": self.kept, "skipped": dict(self.skipped)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from wasmgate.runtime.errors import ConfigError
@@ -37,27 +38,25 @@ def build_store(settings: Settings) -> Store:
 
 
 REFRESH_EVERY_S = 1.0
+"""How often a process sharing the file reads its figures again."""
 
 
-async def expire_periodically(store: Store) -> None:
-    """Apply age limits every `EXPIRE_EVERY_S` (run under `ops.tasks.background`)."""
+async def upkeep(store: Store, *, shared: bool) -> None:
+    """Apply age limits every `EXPIRE_EVERY_S`; when other processes share the file (a
+    supervisor and its workers: each process's figures are otherwise its own writes'), also
+    read `Store.stats` again every `REFRESH_EVERY_S`. Run under `ops.tasks.background`."""
+    tick = REFRESH_EVERY_S if shared else EXPIRE_EVERY_S
+    expire_at = time.monotonic() + EXPIRE_EVERY_S
     while True:
-        await asyncio.sleep(EXPIRE_EVERY_S)
+        await asyncio.sleep(tick)
         try:
-            await store.expire()
+            if time.monotonic() >= expire_at - tick / 2:
+                expire_at = time.monotonic() + EXPIRE_EVERY_S
+                await store.expire()
+            if shared:
+                await store.refresh()
         except StoreError as e:
             log.warning("store upkeep failed: %s", e)
-
-
-async def refresh_periodically(store: Store, every_s: float = REFRESH_EVERY_S) -> None:
-    """Keep `Store.stats` at most ``every_s`` old while other processes share the file (a
-    supervisor and its workers: each process's figures are otherwise its own writes')."""
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await store.refresh()
-        except StoreError as e:
-            log.warning("store figures not read: %s", e)
 
 
 def status_of(store: Store) -> dict[str, object]:

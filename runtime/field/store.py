@@ -44,9 +44,9 @@ from typing import Any, ParamSpec, TypeVar
 import msgspec
 
 from wasmgate._compat import Self
-from wasmgate.runtime.field.db import Record, StoreDb, StreamLimits, StreamStats, Sync
+from wasmgate.runtime.field.db import Quota, Record, StoreDb, StreamLimits, StreamStats, Sync
 
-__all__ = ["Record", "Store", "StoreError", "StreamLimits", "StreamStatus", "Sync"]
+__all__ = ["Quota", "Record", "Store", "StoreError", "StreamLimits", "StreamStatus", "Sync"]
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -121,17 +121,36 @@ class Store:
         self, stream: str, payload: bytes, meta: Mapping[str, Any] | None = None
     ) -> int:
         """Store one entry; returns its id once committed. StoreError if it can never fit."""
+        self._fits(stream, payload)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._batch.append((stream, payload, meta or {}, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="store-flush")
+        return await asyncio.shield(fut)  # a cancelled caller does not un-append
+
+    async def append_within(
+        self, stream: str, payload: bytes, meta: Mapping[str, Any], quota: Quota
+    ) -> int | None:
+        """Store one entry if ``quota`` has room, counted over every process that uses this
+        file (its id once committed), else None. Not group-committed: for rare entries."""
+        self._fits(stream, payload)
+        try:
+            rid = await self._run(
+                self._db_or_fail().append_within, (stream, payload, meta), self._limits, quota
+            )
+        except sqlite3.Error as e:
+            raise StoreError(f"store append failed: {e}") from e
+        if rid is not None:
+            self._signal(stream)
+        return rid
+
+    def _fits(self, stream: str, payload: bytes) -> None:
         lim = self.limits(stream)
         if len(payload) > lim.max_bytes:
             raise StoreError(
                 f"entry of {len(payload)} bytes exceeds store.streams.{stream}.max_bytes "
                 f"({lim.max_bytes}; store.defaults.max_bytes when the stream sets none)"
             )
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._batch.append((stream, payload, meta or {}, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="store-flush")
-        return await asyncio.shield(fut)  # a cancelled caller does not un-append
 
     async def _flush(self) -> None:
         while self._batch:

@@ -25,6 +25,7 @@ from wasmgate.runtime.errors import NotReady
 __all__ = [
     "LOCAL_ROUTES",
     "PEER_HEADER",
+    "RETIRED_PATH",
     "WORKER_HEADER",
     "Forwarder",
     "from_outside",
@@ -67,6 +68,9 @@ FAN_OUT = re.compile(
 """Calls that change a worker's memory, not the store: once the supervisor applied one, it
 sends it to every worker (``POST`` `FAN_OUT_PATH` on its socket, with the body as sent)."""
 FAN_OUT_PATH = "/v1/fan-out"
+RETIRED_PATH = "/v1/retired"
+"""``POST``: a stopping worker's final ``/metrics`` exposition, its counts kept by the
+supervisor (`Forwarder.retire`)."""
 REPLAY_HEADERS = ("Authorization", "Content-Type", "Host")
 WORKER_HEADER = "X-Wasmgate-Worker"
 """``GET`` `FAN_OUT_PATH`: the private socket of the worker catching up."""
@@ -130,6 +134,18 @@ class Forwarder:
             log.warning("control plane unreachable: %s", e)
             raise NotReady(f"the gateway's control plane is unavailable: {e}") from e
         return status, data
+
+    async def retire(self, exposition: bytes) -> None:
+        """Hand this worker's final counts to the supervisor (after its last answer), so
+        the gateway's counters do not go back when it has ended."""
+        if self._http is None:
+            return
+        try:
+            async with self._http.post(f"http://gateway{RETIRED_PATH}", data=exposition) as answer:
+                if answer.status >= 300:
+                    log.warning("the supervisor refused this worker's counts: %s", answer.status)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            log.warning("this worker's counts were not handed over: %s", e)
 
     async def catch_up(self) -> None:
         """Apply, in order, the calls the supervisor sent every worker so far (`FAN_OUT`:

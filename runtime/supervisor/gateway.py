@@ -5,7 +5,8 @@ to. Two steps wrap its handlers (aiohttp middlewares: they see every forwarded r
 a management call that changes what a worker holds in memory
 (`wasmgate.runtime.http.forward.FAN_OUT`), once applied here, comes back from the worker
 that forwarded it as ``POST /v1/fan-out`` and goes to every worker (`WorkerPool.fan_out`);
-``GET /metrics`` adds the workers' counts to the supervisor's (`merge_expositions`);
+``GET /metrics`` adds the workers' counts to the supervisor's and to those of workers that
+have ended (`GatewayCounts`, whose final counts a stopping worker posts to `RETIRED_PATH`);
 ``GET /v1/status`` adds their traffic and failures (`merge_status`) and gains
 ``components.workers`` (with the ports a process outside the gateway listens on too) and,
 with gRPC, the gateway's ``components.grpc`` (its workers serve it).
@@ -28,16 +29,21 @@ from wasmgate.runtime.http.forward import (
     FAN_OUT_PATH,
     PEER_HEADER,
     REPLAY_HEADERS,
+    RETIRED_PATH,
     WORKER_HEADER,
 )
 from wasmgate.runtime.http.variables import DOCUMENT_PATH, VARIABLES
 from wasmgate.runtime.supervisor.children import unix_session
-from wasmgate.runtime.supervisor.metrics_merge import merge_expositions
+from wasmgate.runtime.supervisor.counts import GatewayCounts
 from wasmgate.runtime.supervisor.pool import Call, WorkerPool
 from wasmgate.runtime.supervisor.ports import GatewayPorts
+from wasmgate.runtime.supervisor.rolling import peer_pid
 from wasmgate.runtime.supervisor.status_merge import merge_status
 
 __all__ = ["install", "relay_variables"]
+
+Scraped = list[tuple[int, str]]
+"""What the running workers answered: (pid, body)."""
 
 
 def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None:
@@ -66,7 +72,10 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
         await pool.fan_out(Call(method, path, await request.read(), headers))
         return web.Response(status=204)
 
-    def merged(path: str, merge: Callable[[web.Response, list[str]], web.Response]) -> Middleware:
+    counts = GatewayCounts()
+    pool.on_exit.append(counts.ended)
+
+    def merged(path: str, merge: Callable[[web.Response, Scraped], web.Response]) -> Middleware:
         """``path``'s answer with every worker's answer to it merged in."""
 
         @web.middleware
@@ -75,18 +84,41 @@ def install(app: web.Application, pool: WorkerPool, ports: GatewayPorts) -> None
             if request.path != path or answer.status != 200:
                 return answer
             assert isinstance(answer, web.Response)  # noqa: S101 - the route's own
-            texts = await asyncio.gather(*(_scrape(w.private, path) for w in pool.workers))
-            return merge(answer, [t for t in texts if t])
+            workers = [(w.pid, w.private) for w in pool.workers if w.pid is not None]
+            texts = await asyncio.gather(*(_scrape(private, path) for _, private in workers))
+            got = [(pid, t) for (pid, _), t in zip(workers, texts, strict=True) if t]
+            return merge(answer, got)
 
         return gateway_view
 
-    gateway_metrics, gateway_status = merged("/metrics", _metrics), merged("/v1/status", _status)
-    app.middlewares.extend([fan_out, gateway_metrics, gateway_status])
+    def metrics(own: web.Response, workers: Scraped) -> web.Response:
+        text = counts.merge(_body(own).decode(), workers)
+        return web.Response(body=text, headers={"Content-Type": own.headers["Content-Type"]})
+
+    gateway_metrics, gateway_status = merged("/metrics", metrics), merged("/v1/status", _status)
+    app.middlewares.extend([fan_out, _retired(pool, counts), gateway_metrics, gateway_status])
     status.add_provider(
         app, "workers", lambda: {**pool.describe(), "shared_ports": ports.outside()}
     )
     if ports.grpc_port is not None:
         status.add_provider(app, "grpc", lambda: ports.grpc_status(len(pool.workers)))
+
+
+def _retired(pool: WorkerPool, counts: GatewayCounts) -> Middleware:
+    """``POST`` `RETIRED_PATH`: a stopping worker's final counts (only from a worker of
+    this pool, known by the pid at the other end of the Unix socket)."""
+
+    @web.middleware
+    async def retired(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != RETIRED_PATH:
+            return await handler(request)
+        pid = peer_pid(request)
+        if request.method != "POST" or pid is None or not pool.known(pid):
+            raise web.HTTPForbidden(text="only a worker of this gateway hands over its counts")
+        counts.final(pid, (await request.read()).decode(errors="replace"))
+        return web.Response(status=204)
+
+    return retired
 
 
 def _doc(call: Call) -> dict[str, object]:
@@ -112,13 +144,8 @@ def relay_variables(app: web.Application, pool: WorkerPool) -> None:
     app[VARIABLES].on_document.append(relay)
 
 
-def _metrics(own: web.Response, workers: list[str]) -> web.Response:
-    text = merge_expositions(_body(own).decode(), workers)
-    return web.Response(body=text, headers={"Content-Type": own.headers["Content-Type"]})
-
-
-def _status(own: web.Response, workers: list[str]) -> web.Response:
-    doc = merge_status(json.loads(_body(own) or b"{}"), [json.loads(t) for t in workers])
+def _status(own: web.Response, workers: Scraped) -> web.Response:
+    doc = merge_status(json.loads(_body(own) or b"{}"), [json.loads(t) for _, t in workers])
     return web.json_response(doc, headers={"Cache-Control": "no-store"})
 
 

@@ -32,33 +32,51 @@ _SUMMED_GAUGES = frozenset(
         "process_open_fds",
     }
 )
-_SUMMED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+SUMMED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+"""Families whose samples are counts of what each process did: summed over processes."""
+Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def merge_expositions(own: str, workers: Iterable[str]) -> bytes:
-    """One exposition from the supervisor's (``own``, first) and the workers' texts."""
-    families: dict[str, Metric] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
-    for text in (own, *workers):
-        for family in text_string_to_metric_families(text):
-            kept = families.setdefault(family.name, family)
-            table = values.setdefault(family.name, {})
-            summed = kept.type in _SUMMED_TYPES or kept.name in _SUMMED_GAUGES
-            for sample in family.samples:
-                if sample.name.endswith("_created"):
-                    continue  # a creation time is not a count
-                key = (sample.name, tuple(sorted(sample.labels.items())))
-                if key not in table:
-                    table[key] = sample.value
-                elif summed:
-                    table[key] += sample.value
-    for name, family in families.items():
+def merge_expositions(
+    own: str,
+    workers: Iterable[str],
+    *,
+    floor: dict[Key, float] | None = None,
+    families: Iterable[Metric] = (),
+) -> bytes:
+    """One exposition from the supervisor's (``own``, first) and the workers' texts (and
+    ``families`` already parsed). ``floor``: the last value exposed per summed sample,
+    kept and raised here; no summed sample goes below it
+    (`wasmgate.runtime.supervisor.counts`)."""
+    kept: dict[str, Metric] = {}
+    values: dict[str, dict[Key, float]] = {}
+    parsed = (f for text in (own, *workers) for f in text_string_to_metric_families(text))
+    for family in (*families, *parsed):
+        first = kept.setdefault(family.name, family)
+        table = values.setdefault(family.name, {})
+        summed = first.type in SUMMED_TYPES or first.name in _SUMMED_GAUGES
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue  # a creation time is not a count
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            if key not in table:
+                table[key] = sample.value
+            elif summed:
+                table[key] += sample.value
+    for name, family in kept.items():
+        if floor is not None and family.type in SUMMED_TYPES:
+            _raise_to(values[name], floor)
         family.samples = [
             Sample(sample, dict(labels), value) for (sample, labels), value in values[name].items()
         ]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(list(families.values())))
+    registry.register(_Fixed(list(kept.values())))
     return generate_latest(registry)
+
+
+def _raise_to(table: dict[Key, float], floor: dict[Key, float]) -> None:
+    for key, value in table.items():
+        table[key] = floor[key] = max(value, floor.get(key, value))
 
 
 class _Fixed:

@@ -100,6 +100,9 @@ class WorkerPool:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._reaping: set[asyncio.Task[None]] = set()
         self.on_state: list[Callable[[], None]] = []
+        self.on_exit: list[Callable[[int], None]] = []
+        """Called with a worker's pid once its process has ended (and been reaped)."""
+        self._leaving: set[int] = set()
 
     def spec(
         self, index: int, private: str, column: int, replaces: int | None = None
@@ -164,10 +167,18 @@ class WorkerPool:
         spec = self.spec(worker.index, worker.private, worker.column, replaces)
         await worker.spawn(spec, spec.listen_fd, self._zygote)
 
-    def _ended(self, column: int) -> None:
+    def _ended(self, column: int, pid: int | None) -> None:
         """A worker process is gone: its running slots with it (it ran nothing more)."""
         self._slots.forget(column)
         self._columns.add(column)
+        if pid is not None:
+            self._leaving.discard(pid)
+            for hook in self.on_exit:
+                hook(pid)
+
+    def known(self, pid: int) -> bool:
+        """``pid`` is one of this pool's workers, serving or finishing after a roll."""
+        return pid in self._leaving or any(w.pid == pid for w in self.workers)
 
     async def _keep(self, worker: Worker) -> None:
         """Restart ``worker`` whenever its process ends, until the pool stops."""
@@ -178,7 +189,7 @@ class WorkerPool:
                 code = await proc.wait()
             if self.stopping() or worker.proc is not proc:
                 return  # stopped, or replaced by a roll (which frees the old column)
-            self._ended(worker.column)
+            self._ended(worker.column, proc.pid)
             pause = worker.exited(code)
             log.error(
                 "worker %d ended (%s): %s",
@@ -221,7 +232,7 @@ class WorkerPool:
             fresh.signal(signal.SIGKILL)
             if fresh.proc is not None:
                 await fresh.proc.wait()
-            self._ended(fresh.column)
+            self._ended(fresh.column, fresh.pid)
             return
         await self._replay_to(fresh)
         old_column = worker.column
@@ -229,8 +240,9 @@ class WorkerPool:
         worker.started_at, worker.state, worker.column = fresh.started_at, "serving", fresh.column
         self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
         if old is None:
-            self._ended(old_column)
+            self._ended(old_column, None)
             return
+        self._leaving.add(old.pid)
         with contextlib.suppress(ProcessLookupError):
             old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
         # Not awaited here: the old worker may be relaying the very call that waits for
@@ -241,7 +253,7 @@ class WorkerPool:
 
     async def _reap(self, old: ProcessHandle, column: int) -> None:
         await old.wait()
-        self._ended(column)
+        self._ended(column, old.pid)
 
     def hup(self) -> None:
         for worker in self.workers:

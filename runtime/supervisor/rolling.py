@@ -15,6 +15,7 @@ import logging
 import re
 import socket
 import struct
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -41,6 +42,8 @@ class Rolling:
         self._task: asyncio.Task[None] | None = None
         self._relaying: int | None = None
         """The pid of the worker that relayed the last change through the API."""
+        self.on_settled: list[Callable[[], None]] = []
+        """Called once every worker serves what changed (systemd's ``STATUS=``)."""
 
     def changed(self) -> None:
         """The registry's change hook: a roll is due."""
@@ -73,7 +76,10 @@ class Rolling:
             last, self._relaying = self._relaying, None
             await self._pool.roll(last)
             if not self._wanted.is_set():
+                log.info("every worker serves what changed")
                 self._idle.set()
+                for hook in self.on_settled:
+                    hook()
 
     def middleware(self) -> Middleware:
         """Answer a change made through the API once every worker serves it."""

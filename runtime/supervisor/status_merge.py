@@ -6,9 +6,9 @@ processes; the latency figures are the busiest process's (percentiles do not add
 recent failures are merged by time, the newest 50 kept; their total is summed. The MQTT
 card is the supervisor's connection (the gateway's status, metadata, fleet) with the
 requests the workers' connections served summed in, and each worker's connection listed.
-The cloud card sums the processes' cloud traffic and shows the most open breaker (each
-process has its own: they trip apart), every worker's beside it; ``attention`` is judged
-again on the merged components.
+The cloud card sums the processes' cloud traffic and shows the most open breaker (they
+share one state, `wasmgate.runtime.cloud.breaker_shared`; a process reads it when asked),
+every worker's beside it; ``attention`` is judged again on the merged components.
 The traffic chart (``history``) adds the workers' points to the supervisor's, the newest
 with the newest (every process samples every ``interval_s``; their clocks differ by less
 than one interval): request rates and queues summed, error and fallback percentages
@@ -41,7 +41,7 @@ def merge_status(own: dict[str, Any], workers: Iterable[dict[str, Any]]) -> dict
     errors = own.get("errors") or {"total": 0, "recent": []}
     components = own.get("components") or {}
     for doc in workers:
-        for name, add in (("mqtt", _add_mqtt), ("cloud", _add_cloud)):
+        for name, add in (("mqtt", _add_mqtt), ("cloud", _add_cloud), ("samples", _add_samples)):
             mine, theirs_card = components.get(name), (doc.get("components") or {}).get(name)
             if isinstance(mine, dict) and isinstance(theirs_card, dict):
                 add(mine, theirs_card)
@@ -132,6 +132,14 @@ def _add_cloud(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         mine["breaker"] = {**their_breaker, "opens": breaker.get("opens", 0)}
     for field in ("opens", "rejected"):
         mine["breaker"][field] = int(breaker.get(field) or 0) + int(their_breaker.get(field) or 0)
+
+
+def _add_samples(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    mine["kept"] = int(mine.get("kept") or 0) + int(theirs.get("kept") or 0)
+    skipped = dict(mine.get("skipped") or {})
+    for reason, count in (theirs.get("skipped") or {}).items():
+        skipped[reason] = int(skipped.get(reason, 0)) + int(count)
+    mine["skipped"] = skipped
 
 
 def _openness(breaker: dict[str, Any]) -> int:
