@@ -2,10 +2,12 @@
 
 ``python -m bench.cores_memory [--quick]`` (also the last figures of `bench.bench_cores`)
 
-Fresh daemons under ``taskset -c 0,1`` with ``[workers] count`` = 1, 2 and 3, three starts
-each (one with ``--quick``), on two sets of bundles: the demo's (``serve --demo``: four
-adapters, five ONNX models of a few KB) and one MobileNet-class bundle (a 17 MB fp32 ONNX
-model behind the pass-through adapter), the second showing what a model's weights cost each
+Fresh daemons under ``taskset -c 0,1`` with ``[workers] count`` = 1, 2 and 3, the workers
+forked from the zygote (the default) and, same run, exec'd (``[workers] zygote = false``, how
+every worker started before the zygote), three starts each (one, forked only, with
+``--quick``), on two sets of bundles: the demo's (``serve --demo``: four adapters, five ONNX
+models of a few KB) and one MobileNet-class bundle (a 17 MB fp32 ONNX model behind the
+pass-through adapter), the second showing what a model's weights cost each
 worker. Once every bundle has answered a few requests (each adapter on its sample, each model
 on a zeroed tensor of its shape, so every session has run), every process of the gateway is
 read from ``/proc/PID/smaps_rollup``: PSS (each page divided among the processes that map
@@ -50,7 +52,9 @@ SAMPLES = {
 }
 REQUESTS = 20
 GOAL_RATIO, GOAL_WORKER_MB = 1.5, 50.0
-COUNTS = (1, 2, 3)
+VARIANTS = ((1, True), (2, False), (3, False), (2, True), (3, True))
+"""(``[workers] count``, ``[workers] zygote``): one process, exec'd workers, forked workers."""
+Variant = tuple[int, bool]
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,10 @@ def gateway(pid: int) -> Gateway:
     procs = []
     for p in tree(pid):
         argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-        role = "worker" if b"--worker" in argv else "main" if p == pid else "child"
+        name = Path(f"/proc/{p}/comm").read_text().strip()  # a forked worker's argv is serve's
+        worker = b"--worker" in argv or name.startswith("wasmgate-w")
+        zygote = b"--zygote" in argv or name == "wasmgate-zygote"
+        role = "worker" if worker else "zygote" if zygote else "main" if p == pid else "child"
         r = rollup(p)
         procs.append(Proc(role, r["Rss"], r["Pss"], r["Pss_Anon"], r["Pss_File"]))
     return procs
@@ -125,26 +132,29 @@ def exercise(daemon: Daemon, adapters: dict[str, bytes]) -> None:
                 _post(f"{daemon.url}/v2/models/{entry['name']}/infer", body)
 
 
-Starter = Callable[[Path, int], tuple[Daemon, dict[str, bytes]]]
+Starter = Callable[[Path, Variant], tuple[Daemon, dict[str, bytes]]]
 
 
-def measure(start: Starter, root: Path, starts: int) -> dict[int, list[Gateway]]:
-    """``starts`` fresh gateways of each count, interleaved (count 1, 2, 3, then again)."""
-    out: dict[int, list[Gateway]] = {count: [] for count in COUNTS}
+def measure(
+    start: Starter, root: Path, starts: int, variants: tuple[Variant, ...]
+) -> dict[Variant, list[Gateway]]:
+    """``starts`` fresh gateways of each variant, interleaved (every variant, then again)."""
+    out: dict[Variant, list[Gateway]] = {variant: [] for variant in variants}
     for n in range(starts):
-        for count in COUNTS:
-            daemon, adapters = start(root / f"w{count}-{n}", count)
+        for count, zygote in variants:
+            daemon, adapters = start(root / f"w{count}-{zygote:d}-{n}", (count, zygote))
             try:
                 exercise(daemon, adapters)
                 assert daemon.proc is not None  # started above
-                out[count].append(gateway(daemon.proc.pid))
+                out[count, zygote].append(gateway(daemon.proc.pid))
             finally:
                 daemon.stop()
     return out
 
 
-def _config(count: int, extra: dict[str, Any]) -> dict[str, Any]:
-    return {"log": {"level": "WARNING"}, "workers": {"count": count}, **extra}
+def _config(variant: Variant, extra: dict[str, Any]) -> dict[str, Any]:
+    count, zygote = variant
+    return {"log": {"level": "WARNING"}, "workers": {"count": count, "zygote": zygote}, **extra}
 
 
 @contextmanager
@@ -155,9 +165,9 @@ def demo_starter(root: Path) -> Iterator[Starter]:
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": "memory"}
     bodies = {name: (EXAMPLES / path).read_bytes() for name, path in SAMPLES.items()}
 
-    def start(workdir: Path, count: int) -> tuple[Daemon, dict[str, bytes]]:
+    def start(workdir: Path, variant: Variant) -> tuple[Daemon, dict[str, bytes]]:
         workdir.mkdir(parents=True)
-        daemon = Daemon(workdir, _config(count, {"mqtt": mqtt}), ("--demo",), None,
+        daemon = Daemon(workdir, _config(variant, {"mqtt": mqtt}), ("--demo",), None,
                         ("taskset", "-c", "0,1"))  # fmt: skip
         daemon.start(timeout=180)
         return daemon, bodies
@@ -176,9 +186,10 @@ def mobilenet_starter(root: Path) -> Iterator[Starter]:
     kit.build("mobilenet", model)
     body = payload(np.zeros((1, 3, 128, 128), np.float32))
 
-    def start(workdir: Path, count: int) -> tuple[Daemon, dict[str, bytes]]:
+    def start(workdir: Path, variant: Variant) -> tuple[Daemon, dict[str, bytes]]:
         workdir.mkdir(parents=True)
-        daemon = Daemon(workdir, kit.config(_config(count, {})), (), None, ("taskset", "-c", "0,1"))
+        daemon = Daemon(workdir, kit.config(_config(variant, {})), (), None,
+                        ("taskset", "-c", "0,1"))  # fmt: skip
         daemon.start(timeout=180)
         return daemon, {"mobilenet": body}
 
@@ -196,11 +207,12 @@ def med(values: list[float]) -> float:
 _FIELDS = ("pss", "anon", "file", "rss")
 
 
-def table(label: str, runs: dict[int, list[Gateway]]) -> str:
-    """Per count: the median gateway total, then each role's median PSS and its split."""
-    lines = [f"{label}: PSS per process (MiB), median of {len(runs[1])} fresh starts"]
-    for count, gateways in runs.items():
-        lines.append(f"  count={count}: gateway {med([total(g) for g in gateways]):.1f}")
+def table(label: str, runs: dict[Variant, list[Gateway]]) -> str:
+    """Per variant: the median gateway total, then each role's median PSS and its split."""
+    lines = [f"{label}: PSS per process (MiB), median of {len(runs[1, True])} fresh starts"]
+    for (count, zygote), gateways in runs.items():
+        how = "" if count == 1 else ", forked" if zygote else ", exec'd"
+        lines.append(f"  count={count}{how}: gateway {med([total(g) for g in gateways]):.1f}")
         for i, p in enumerate(gateways[0]):
             same = [g[i] for g in gateways if len(g) > i]
             pss, anon, file, rss = (med([getattr(q, f) for q in same]) for f in _FIELDS)
@@ -225,41 +237,53 @@ def floor_anon() -> float:
     return med([int(r.stdout) / 1024 for r in runs])
 
 
-def figures(label: str, runs: dict[int, list[Gateway]]) -> list[Figure]:
-    """The goals as same-run figures: each ratio is against the goal's base (1 process's RSS;
-    the 50 MB itself), so the ratio column reads against 1.5 and 1.0."""
-    one = med([g[0].rss for g in runs[1]])
-    two, three = (med([total(g) for g in runs[c]]) for c in (2, 3))
-    return [
-        Figure("cores", f"{label}: 2 workers, total PSS (goal <= {GOAL_RATIO}x)", two, "MB",
-               "1 process's RSS", one),
-        Figure("cores", f"{label}: a 3rd worker, PSS (goal <= {GOAL_WORKER_MB:.0f} MB)",
-               three - two, "MB", "goal", GOAL_WORKER_MB),
-    ]  # fmt: skip
+def figures(label: str, runs: dict[Variant, list[Gateway]]) -> list[Figure]:
+    """The goals as same-run figures, forked workers then exec'd ones: each ratio is against
+    the goal's base (1 process's RSS; the 50 MB itself), so it reads against 1.5 and 1.0."""
+    one = med([g[0].rss for g in runs[1, True]])
+    out = []
+    for zygote, how in ((True, "forked"), (False, "exec'd")):
+        if (2, zygote) not in runs:
+            continue
+        two, three = (med([total(g) for g in runs[c, zygote]]) for c in (2, 3))
+        out += [
+            Figure("cores", f"{label}: 2 {how} workers, total PSS (goal <= {GOAL_RATIO}x)",
+                   two, "MB", "1 process's RSS", one),
+            Figure("cores", f"{label}: a 3rd {how} worker, PSS (goal <= {GOAL_WORKER_MB:.0f} MB)",
+                   three - two, "MB", "goal", GOAL_WORKER_MB),
+        ]  # fmt: skip
+    return out
 
 
-def worker_anon(runs: dict[int, list[Gateway]]) -> float:
-    return med([p.anon for g in runs[2] for p in g if p.role == "worker"])
+def worker_anon(runs: dict[Variant, list[Gateway]], zygote: bool) -> float:
+    return med([p.anon for g in runs[2, zygote] for p in g if p.role == "worker"])
 
 
 def memory_figures(quick: bool = False) -> list[Figure]:
     starts = 1 if quick else 3
+    # --quick (CI: that it runs) leaves the exec'd workers out, as many starts as before.
+    variants = tuple(v for v in VARIANTS if v[1]) if quick else VARIANTS
     out: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="wasmgate-mem-") as tmp:
         root = Path(tmp)
         for label, starter in (("demo", demo_starter), ("mobilenet", mobilenet_starter)):
             with starter(root / label) as start:
-                runs = measure(start, root / label, starts)
+                runs = measure(start, root / label, starts, variants)
             print(table(label, runs), file=sys.stderr)
             out += figures(label, runs)
             if label == "demo":
-                out.append(Figure("cores", "demo: a worker's anonymous PSS", worker_anon(runs),
-                                  "MB", "its imports alone", floor_anon()))  # fmt: skip
+                floor = floor_anon()
+                for zygote, how in ((True, "forked"), (False, "exec'd")):
+                    if (2, zygote) not in runs:
+                        continue
+                    out.append(Figure("cores", f"demo: a worker's anonymous PSS ({how})",
+                                      worker_anon(runs, zygote), "MB", "its imports alone",
+                                      floor))  # fmt: skip
     return out
 
 
 def main() -> None:
-    script_main(__doc__, memory_figures, "one start per count instead of three")
+    script_main(__doc__, memory_figures, "one start per count, forked workers only")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -41,6 +43,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     # A data-plane worker, started by the supervisor with its spec on stdin (not for hands).
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    # The zygote workers are forked from, exec'd by the supervisor with its socket's fd.
+    parser.add_argument("--zygote", type=int, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=_run)
 
 
@@ -76,7 +80,12 @@ def _run(args: argparse.Namespace) -> int:
         from wasmgate.runtime.compose.worker import read_spec, run_worker  # noqa: PLC0415
 
         return asyncio.run(run_worker(read_spec()))
+    if args.zygote is not None:
+        from wasmgate.runtime.compose.zygote import serve_zygote  # noqa: PLC0415
+
+        return serve_zygote(socket.socket(fileno=args.zygote), os.getppid())
     from wasmgate.runtime.compose.daemon import ListenError, check_listen, run_daemon  # noqa: PLC0415
+    from wasmgate.runtime.compose.zygote import fork_early  # noqa: PLC0415
     from wasmgate.runtime.ops.lock import data_dir_lock  # noqa: PLC0415 - keep `--help` fast
 
     try:
@@ -87,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     if overrides:
         settings = replace(settings, http=replace(settings.http, **overrides))
     config_path = args.config if args.config is not None else _default_config()
+    # Now, imported and with no thread yet: the workers share this process's import heap.
+    zygote = fork_early(settings)
     # The demo owns <data_dir>/demo only, so a demo beside the real daemon is fine.
     owned = settings.paths.data_dir / "demo" if args.demo else settings.paths.data_dir
     try:
@@ -94,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         with data_dir_lock(owned):
             if args.demo:
                 settings = _demo_settings(settings)
-            return asyncio.run(run_daemon(settings, config_path))
+            return asyncio.run(run_daemon(settings, config_path, zygote))
     except ConfigError as e:
         raise CliError(str(e), EXIT_USAGE) from e
     except ListenError as e:

@@ -54,26 +54,30 @@ from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.supervisor.plan import plan_workers
+from wasmgate.runtime.supervisor.zygote import Seed
 
 __all__ = ["ListenError", "check_listen", "run_daemon"]
 
 log = logging.getLogger("wasmgate.daemon")
 
 
-async def run_daemon(settings: Settings, config_path: Path | None = None) -> int:
+async def run_daemon(
+    settings: Settings, config_path: Path | None = None, zygote: Seed | None = None
+) -> int:
     """Serve until SIGTERM/SIGINT, then drain in-flight requests for at most ``drain_s``.
 
     ``config_path`` is the file SIGHUP re-reads (None: the default file, if it exists).
     The HTTP listener is up before the start-up bundles are loaded
     (`wasmgate.runtime.compose.opening`): ``/v2/health/live`` and the status page answer at
-    once, ``/v2/health/ready`` and systemd's READY=1 wait for the loading.
+    once, ``/v2/health/ready`` and systemd's READY=1 wait for the loading. ``zygote``:
+    the one ``serve`` forked for the workers (`wasmgate.runtime.compose.zygote`).
     """
     setup_logging(settings.log.format, settings.log.level)
     plan = plan_workers(settings, CpuPlan.current())
     cpus = place_threads(settings.workers.cpu_affinity == "auto")
     offload.install(asyncio.get_running_loop(), cpus.count)  # every thread it will have, now
     if plan.count > 1:
-        return await run_supervised(settings, config_path, plan, cpus)
+        return await run_supervised(settings, config_path, plan, cpus, zygote)
     notifier = Notifier()
     app = build_app(
         settings, LiveSettings(settings, config_path), notifier, listen_first=True, cpus=cpus

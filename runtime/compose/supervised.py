@@ -50,6 +50,7 @@ from wasmgate.runtime.supervisor.plan import WorkerPlan
 from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
 from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.rolling import Rolling
+from wasmgate.runtime.supervisor.zygote import Seed
 from wasmgate.typed import replace
 
 __all__ = ["run_supervised"]
@@ -58,7 +59,11 @@ log = logging.getLogger("wasmgate.supervisor")
 
 
 async def run_supervised(
-    settings: Settings, config_path: Path | None, plan: WorkerPlan, cpus: CpuPlan
+    settings: Settings,
+    config_path: Path | None,
+    plan: WorkerPlan,
+    cpus: CpuPlan,
+    zygote: Seed | None = None,  # the one `serve` forked for the workers: the pool adopts it
 ) -> int:
     parts = plan.count + 1
     own = replace(settings, limits=share_limits(settings.limits, 0, parts))
@@ -67,7 +72,7 @@ async def run_supervised(
     listeners, ports, serving = _open_ports(settings, plan.count)
     own = replace(own, grpc=replace(own.grpc, port=None))  # the workers serve gRPC
     slots = GatewaySlots(run_dir / "slots", 0)
-    pool = WorkerPool(plan, serving, config_path, listeners, run_dir, slots=slots)
+    pool = WorkerPool(plan, serving, config_path, listeners, run_dir, slots=slots, seed=zygote)
     app = build_app(
         own, LiveSettings(own, config_path), notifier,
         listen_first=True, cpus=cpus, slots=slots, supervisor=True,

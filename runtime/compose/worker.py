@@ -1,6 +1,7 @@
 """A data-plane worker's life (``[workers] count`` > 1; `wasmgate.runtime.supervisor`).
 
-Started by the supervisor as ``wasmgate serve --worker`` with its `WorkerSpec` on stdin.
+Forked from the zygote (`wasmgate.runtime.compose.zygote`) or, without one, started by the
+supervisor as ``wasmgate serve --worker`` with its `WorkerSpec` on stdin.
 It builds the same app as the single daemon, minus what the supervisor owns (the bundle
 folder's watcher, the fleet member, MQTT: `build_app`'s ``forward``; its gRPC listener binds
 the gateway's gRPC port beside its siblings', `wasmgate.runtime.grpc.server`), listens on its
@@ -17,10 +18,8 @@ and exits. SIGHUP re-reads the config file's live settings, with its share of th
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -42,6 +41,7 @@ from wasmgate.runtime.ops.confine import confine_worker
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.ops.live import LiveSettings
 from wasmgate.runtime.ops.logs import setup_logging
+from wasmgate.runtime.ops.parentage import die_with
 from wasmgate.runtime.ops.systemd import Notifier
 from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.service import InferenceService
@@ -55,25 +55,17 @@ log = logging.getLogger("wasmgate.worker")
 
 
 def read_spec() -> WorkerSpec:
-    """The spec the supervisor wrote on this process's stdin; from here on this process
-    dies with the supervisor (`_die_with_parent`)."""
-    _die_with_parent()
-    return decode_spec(sys.stdin.buffer.read())
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this worker when the supervisor ends, however it ends (a SIGKILL included):
-    an orphaned worker would go on accepting on the gateway's port beside the next
-    supervisor's workers, with what it loaded from a store it no longer follows."""
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        log.warning("cannot ask to die with the supervisor: errno %d", ctypes.get_errno())
-    if os.getppid() != parent:  # the supervisor ended before the request took effect
+    """The spec the supervisor wrote on this process's stdin (an exec'd worker); from here
+    on this process dies with the supervisor, however it ends
+    (`wasmgate.runtime.ops.parentage.die_with`)."""
+    try:
+        alive = die_with(os.getppid())
+    except OSError as e:
+        log.warning("cannot ask to die with the supervisor: %s", e)
+        alive = True
+    if not alive:  # the supervisor ended before the request took effect
         os._exit(1)
+    return decode_spec(sys.stdin.buffer.read())
 
 
 async def run_worker(spec: WorkerSpec) -> int:

@@ -263,6 +263,13 @@ class WorkerSettings(Document):
     the process's affinity, fewer when the memory available would not hold them
     (``MemAvailable`` / 256 MiB per worker; 1 on a single CPU). Restart-only."""
 
+    zygote: bool = True
+    """With ``count`` > 1: fork each worker from a zygote process that imported the
+    workers' code and warmed up ONNX Runtime before the supervisor started a thread, so the
+    workers share those pages with it and each other (~50 MB less a worker). ``false``:
+    each worker is a fresh interpreter (``exec``), as when no zygote can be had.
+    Restart-only."""
+
     cpu_affinity: Literal["auto", "off"] = "auto"
     """``auto``: on a process allowed on several CPUs, its Python threads share the last of
     them (one interpreter runs Python on one CPU at a time, and threads spread over CPUs

@@ -1,7 +1,9 @@
 """The worker processes: started, watched, restarted, replaced and stopped by the supervisor.
 
-A worker is ``python -m wasmgate serve --worker`` with its `WorkerSpec` on stdin and the
-gateway's listening socket inherited as a file descriptor (`Worker.spawn`). The supervisor
+A worker is forked from the zygote (`wasmgate.runtime.supervisor.zygote`) with its
+`WorkerSpec` and the gateway's listening socket in one message, or, when no zygote can be
+had, ``python -m wasmgate serve --worker`` with the spec on stdin and the socket inherited
+as a file descriptor (`Worker.spawn`). The supervisor
 talks to it over its private Unix socket (`Worker.private`, a 0700 directory of the
 supervisor's): readiness (``/v2/health/ready``) before it counts as serving, liveness
 (``/v2/health/live``) every second as the watchdog — a worker whose event loop does not
@@ -17,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 import time
@@ -28,6 +29,7 @@ import aiohttp
 import msgspec
 
 from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.supervisor.zygote import ProcessHandle, Zygote, describe_exit, worker_env
 from wasmgate.typed import convert, plain
 
 __all__ = ["HUNG_S", "QUICK_EXIT_S", "Worker", "WorkerSpec", "decode_spec", "unix_session"]
@@ -96,20 +98,17 @@ class Worker:
     last_exit: str = ""
     column: int = 0
     """Its column in the gateway's slot table."""
-    proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    proc: ProcessHandle | None = field(default=None, repr=False)
 
-    async def spawn(self, spec: WorkerSpec, listener: int) -> None:
-        """Start the process (``listener``: the fd it inherits, as ``spec.listen_fd``)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_SUPERVISOR_ONLY)}
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "wasmgate", "serve", "--worker",
-            stdin=asyncio.subprocess.PIPE, pass_fds=(listener,), env=env,
-        )  # fmt: skip
-        assert self.proc.stdin is not None  # noqa: S101 - asked for above
-        self.proc.stdin.write(msgspec.json.encode(plain(spec)))
-        self.proc.stdin.close()
+    async def spawn(self, spec: WorkerSpec, listener: int, zygote: Zygote | None) -> None:
+        """Start the process (``listener``: the fd it inherits, as ``spec.listen_fd``):
+        forked from ``zygote``, or exec'd when there is none to be had."""
+        data = msgspec.json.encode(plain(spec))
+        forked = await zygote.fork(data, listener) if zygote is not None else None
+        self.proc = forked if forked is not None else await _exec(data, listener)
         self.pid, self.state, self.started_at = self.proc.pid, "starting", time.monotonic()
-        log.info("worker %d started", self.index, extra={"pid": self.pid})
+        how = "forked" if forked is not None else "exec"
+        log.info("worker %d started", self.index, extra={"pid": self.pid, "start": how})
 
     async def ready(self, timeout_s: float) -> bool:
         """Wait until the worker answers ready on its private socket (or exits, or times out)."""
@@ -147,7 +146,7 @@ class Worker:
     def exited(self, code: int) -> float:
         """Record an exit; returns the back-off before the next start."""
         lived = time.monotonic() - self.started_at
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        how = describe_exit(code)
         if not self.last_exit.startswith("killed by the watchdog"):
             self.last_exit = how
         self.restarts += 1
@@ -177,8 +176,16 @@ class Worker:
         }
 
 
-_SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
-"""systemd's variables are the supervisor's: a worker must not notify or claim its sockets."""
+async def _exec(spec: bytes, listener: int) -> ProcessHandle:
+    """``python -m wasmgate serve --worker``, the spec on its stdin (not in its environment)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "wasmgate", "serve", "--worker",
+        stdin=asyncio.subprocess.PIPE, pass_fds=(listener,), env=worker_env(),
+    )  # fmt: skip
+    assert proc.stdin is not None  # noqa: S101 - asked for above
+    proc.stdin.write(spec)
+    proc.stdin.close()
+    return proc
 
 
 def private_socket(run_dir: Path, index: int, generation: int) -> str:

@@ -33,6 +33,7 @@ from wasmgate.runtime.supervisor.children import (
     unix_session,
 )
 from wasmgate.runtime.supervisor.plan import WorkerPlan
+from wasmgate.runtime.supervisor.zygote import ProcessHandle, Seed, Zygote
 from wasmgate.typed import replace
 
 __all__ = ["Call", "WorkerPool", "share_limits", "shares"]
@@ -79,10 +80,12 @@ class WorkerPool:
         run_dir: Path,
         *,
         slots: GatewaySlots,
+        seed: Seed | None = None,
     ) -> None:
+        """``seed``: the zygote ``serve`` forked (`wasmgate.runtime.supervisor.zygote`)."""
         self._plan, self._settings, self._config = plan, settings, config_path
         self._listeners, self._run_dir = listeners, run_dir
-        self._slots = slots
+        self._slots, self._zygote = slots, Zygote(seed, wanted=settings.workers.zygote)
         self._columns = set(range(1, COLUMNS))  # 0 is the supervisor's
         self.control = str(run_dir / "control.sock")
         self.dedupe = run_dir / "mqtt-dedupe"
@@ -146,6 +149,7 @@ class WorkerPool:
             await self._start()
 
     async def _start(self) -> None:
+        await self._zygote.__aenter__()  # closed by `stop`
         for worker in self.workers:
             await self._launch(worker)
         results = await asyncio.gather(*(w.ready(_READY_S) for w in self.workers))
@@ -161,7 +165,7 @@ class WorkerPool:
         worker.column = min(self._columns)
         self._columns.discard(worker.column)
         spec = self.spec(worker.index, worker.private, worker.column, replaces)
-        await worker.spawn(spec, spec.listen_fd)
+        await worker.spawn(spec, spec.listen_fd, self._zygote)
 
     def _ended(self, column: int, pid: int | None) -> None:
         """A worker process is gone: its running slots with it (it ran nothing more)."""
@@ -247,7 +251,7 @@ class WorkerPool:
         self._reaping.add(reap)
         reap.add_done_callback(self._reaping.discard)
 
-    async def _reap(self, old: asyncio.subprocess.Process, column: int) -> None:
+    async def _reap(self, old: ProcessHandle, column: int) -> None:
         await old.wait()
         self._ended(column, old.pid)
 
@@ -259,6 +263,7 @@ class WorkerPool:
         """SIGTERM every worker; SIGKILL those still running after ``drain_s`` (the
         gateway's whole drain: a worker's own stop fits in it)."""
         self._stopping = True
+        await self._zygote.__aexit__()  # first: none is started again while the workers stop
         for worker in self.workers:
             worker.signal(signal.SIGTERM)
         procs = [w.proc for w in self.workers if w.proc is not None]
@@ -319,4 +324,5 @@ class WorkerPool:
             "count": self._plan.count,
             "why": self._plan.why,
             "workers": [w.describe() for w in self.workers],
+            "zygote": self._zygote.describe(),
         }

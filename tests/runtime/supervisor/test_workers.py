@@ -298,16 +298,20 @@ def _next_pid(gateway: Daemon, pid: object, timeout: float = 30.0) -> object:
 
 
 def test_workers_die_with_a_killed_supervisor_and_the_next_start_serves(tmp_path: Path) -> None:
-    """A SIGKILLed supervisor takes its workers with it (none is left accepting on the port
-    beside the next start's), and a restart on the same port and data serves at once."""
+    """A SIGKILLed supervisor takes its workers and the zygote they were forked from with
+    it (none is left accepting on the port beside the next start's), and a restart on the
+    same port and data serves at once."""
     daemon = Daemon(tmp_path, {"workers": {"count": 2}}, ("--demo",))
     daemon.start(timeout=240)
     pids = [int(str(w["pid"])) for w in until_serving(daemon, 2)]
+    zygote = daemon.get_json("/v1/status")["components"]["workers"]["zygote"]
+    assert zygote["state"] == "ready", zygote
+    pids.append(int(str(zygote["pid"])))
     daemon.kill()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
-    assert not any(_alive(p) for p in pids), "a worker outlived its supervisor"
+    assert not any(_alive(p) for p in pids), "a worker or the zygote outlived its supervisor"
     daemon.start(timeout=240)
     try:
         again = until_serving(daemon, 2)
