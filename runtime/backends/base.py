@@ -22,12 +22,12 @@ import numpy.typing as npt
 
 from wasmgate.device_profiles import DeviceProfile, Precision, read_facts
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.backends.weight_share import WeightShare
 from wasmgate.runtime.errors import BackendError, DeadlineExceeded
 from wasmgate.sandbox.models import TensorSpec
 from wasmgate.sandbox.spans import span
 
 if TYPE_CHECKING:  # at run time the backends do not need PyNaCl (wasmgate.signing)
-    from wasmgate.runtime.backends.weight_share import WeightShare
     from wasmgate.signing.records import VerifiedBlob
 
 Array = npt.NDArray[Any]

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import onnxruntime as ort
 
 from wasmgate.sealed import SealedFile
 
 if TYPE_CHECKING:
     import onnx
+    import onnxruntime as ort
 
 __all__ = ["SHARE_MIN_BYTES", "Entry", "Mapped", "SharedWeights", "map_weights", "split"]
 
@@ -160,6 +160,8 @@ def map_weights(shared: SharedWeights) -> Mapped:
     except BaseException:
         mapping.close()
         raise
+    import onnxruntime as ort  # noqa: PLC0415 - a thread at import when telemetry is on
+
     values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
     return Mapped([e.name for e in shared.index], values, arrays, mapping)
 

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from wasmgate.device_profiles import DeviceProfile
 from wasmgate.runtime.backends import LoadOptions, ModelSpec, create_backend, negotiate
 from wasmgate.runtime.backends.base import InferenceBackend, LoadedModel
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.backends.weight_share import WeightShare
 from wasmgate.runtime.batching.batcher import Batcher, BatchHook, capped
 from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.acceptance import check_targets, selftest
@@ -43,9 +44,6 @@ from wasmgate.sandbox import Ceilings, GuestLimits, SandboxEngine, SandboxError,
 from wasmgate.sandbox.limits import ManifestLimits
 from wasmgate.signing.manifest import Manifest, ModelEntry, TensorSig
 from wasmgate.signing.records import VerifiedBlob
-
-if TYPE_CHECKING:
-    from wasmgate.runtime.backends.weight_share import WeightShare
 
 log = logging.getLogger("wasmgate.loader")
 _OCTETS = "application/octet-stream"

@@ -30,12 +30,12 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from wasmgate.device_profiles import DeviceProfile, ProfileError, detect, load_profile
 from wasmgate.runtime.backends.watchdog import Watchdog
+from wasmgate.runtime.backends.weight_share import WeightClient, WeightServer, WeightShare
 from wasmgate.runtime.batching.dispatch import BatchDispatcher
 from wasmgate.runtime.bundles.kv import FILE_NAME as STATE_FILE
 from wasmgate.runtime.bundles.kv import StateDb
@@ -93,9 +93,6 @@ from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.shm.registry import Regions
 from wasmgate.sandbox import Ceilings, SandboxEngine
 from wasmgate.sandbox.limits import MIB
-
-if TYPE_CHECKING:
-    from wasmgate.runtime.backends.weight_share import WeightShare
 
 log = logging.getLogger("wasmgate.app")
 
@@ -258,13 +255,6 @@ def _weights(app: web.Application) -> Iterator[WeightShare | None]:
     if app[ROLE] == "single" or slots is None or not app[SETTINGS].workers.share_weights:
         yield None
         return
-    # Imported here: it brings ONNX Runtime, whose import may start a thread (telemetry
-    # turned on), and a worker imports this module before it confines itself.
-    from wasmgate.runtime.backends.weight_share import (  # noqa: PLC0415
-        WeightClient,
-        WeightServer,
-    )
-
     path = slots.path.with_name("weights.sock")
     if app[ROLE] == "worker":
         yield WeightClient(path)
