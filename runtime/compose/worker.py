@@ -157,12 +157,14 @@ async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: f
     other workers while the running ones finish."""
     guard = app[CONNECTIONS]
     guard.closing = True
+    # Every connection the listener gave this worker is counted by the guard once the
+    # site stopped (`GuardedSockSite.stop`): the drain below waits for each.
     await public.stop()
     grpc = app.get(GRPC)
     stopping = asyncio.ensure_future(grpc.stop(drain_s / 2)) if grpc is not None else None
     deadline = time.monotonic() + drain_s / 2
     # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
-    while len(guard) and time.monotonic() < deadline:  # noqa: ASYNC110
+    while guard.unfinished() and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     if stopping is not None:
         await stopping

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -48,6 +49,7 @@ class _Guarded(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else "-"
+        self._guard.settled(self)
         self.admitted = self._guard.admit(self)
         if self.admitted:
             # The transport looks data_received up on every read: the instance attribute
@@ -71,6 +73,7 @@ class _Guarded(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._guard.settled(self)
         self._guard.release(self)
         if self.admitted:
             self.inner.connection_lost(exc)
@@ -85,6 +88,9 @@ class ConnectionGuard:
         self._open: dict[_Guarded, None] = {}  # insertion order = age
         self._per_peer: Counter[str] = Counter()
         self._by_transport: dict[Any, _Guarded] = {}
+        self._starting: weakref.WeakSet[_Guarded] = weakref.WeakSet()
+        """Taken from the listener, not yet made (a TLS handshake under way); weak, so
+        one whose handshake fails (asyncio then never calls its protocol) is not kept."""
         self.refused = 0
         self.evicted = 0
         self.closing = False
@@ -96,7 +102,23 @@ class ConnectionGuard:
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """The protocol factory to give ``loop.create_server`` instead of aiohttp's."""
-        return lambda: _Guarded(self, inner())
+
+        def guarded() -> asyncio.Protocol:
+            conn = _Guarded(self, inner())
+            self._starting.add(conn)
+            return conn
+
+        return guarded
+
+    def settled(self, conn: _Guarded) -> None:
+        """``conn`` is made, or lost before it was."""
+        self._starting.discard(conn)
+
+    def unfinished(self) -> int:
+        """Connections taken from the listener and not closed yet, those still being set
+        up included: what a worker that stopped accepting waits for (`__len__` counts the
+        admitted ones only)."""
+        return len(self._open) + len(self._starting)
 
     def admit(self, conn: _Guarded) -> bool:
         if self._per_peer[conn.peer] >= self._max_per_peer and not self._evict(conn.peer):
@@ -159,6 +181,10 @@ class GuardedSite(web.TCPSite):
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
+    async def stop(self) -> None:
+        await _stop_listening(self._server)
+        await super().stop()
+
 
 class GuardedSockSite(web.SockSite):
     """aiohttp's site over a socket already listening (a data-plane worker's, inherited from
@@ -176,6 +202,10 @@ class GuardedSockSite(web.SockSite):
             backlog=self._backlog,
         )  # fmt: skip
 
+    async def stop(self) -> None:
+        await _stop_listening(self._server)
+        await super().stop()
+
 
 async def _guarded_factory(
     site: web.BaseSite, runner: web.BaseRunner, guard: ConnectionGuard
@@ -186,3 +216,20 @@ async def _guarded_factory(
     if server is None:
         raise RuntimeError("set the runner up before starting its site")
     return guard.factory(server)
+
+
+async def _stop_listening(server: asyncio.AbstractServer | None) -> None:
+    """Stop reading the server's listeners, then give the connections already taken from
+    them a turn of the loop to reach their protocols, before the server is closed.
+
+    CPython's accept task attaches each accepted connection to its server on the loop's
+    next turn; one whose server closed first is neither served nor closed (the attach
+    asserts and the socket lingers until the process ends: its client, request sent, got a
+    reset). A worker being replaced closes its server under load, so this turn matters; what
+    is still in the kernel's queue stays there for the sibling sharing the listener."""
+    if server is None:
+        return
+    loop = asyncio.get_running_loop()
+    for sock in getattr(server, "sockets", ()):
+        loop.remove_reader(sock.fileno())
+    await asyncio.sleep(0)
