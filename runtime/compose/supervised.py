@@ -46,8 +46,8 @@ from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.supervisor.gateway import install, relay_variables
 from wasmgate.runtime.supervisor.outcomes import Outcomes
-from wasmgate.runtime.supervisor.plan import WorkerPlan
-from wasmgate.runtime.supervisor.pool import WorkerPool, share_limits
+from wasmgate.runtime.supervisor.plan import WorkerPlan, share_limits
+from wasmgate.runtime.supervisor.pool import WorkerPool
 from wasmgate.runtime.supervisor.ports import GatewayPorts
 from wasmgate.runtime.supervisor.rolling import Rolling
 from wasmgate.runtime.supervisor.zygote import Seed

@@ -47,7 +47,7 @@ from wasmgate.runtime.protocol import jsonio
 from wasmgate.runtime.serving.service import InferenceService
 from wasmgate.runtime.serving.slots import GatewaySlots
 from wasmgate.runtime.supervisor.children import WorkerSpec, decode_spec
-from wasmgate.runtime.supervisor.pool import share_limits
+from wasmgate.runtime.supervisor.plan import share_limits
 
 __all__ = ["read_spec", "run_worker"]
 

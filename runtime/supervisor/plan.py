@@ -2,9 +2,10 @@
 
 ``[workers] count = auto`` is one worker per CPU of the process's affinity
 (``os.sched_getaffinity``: systemd's ``CPUAffinity=``, taskset, a cpuset; not
-``os.cpu_count()``, the machine's), bounded by memory: each worker holds its own copy of
-the sandbox, the interpreter and (until weights are shared) the models, measured at
-150-250 MB with the demo bundles, so ``MemAvailable`` / 256 MiB caps the count. One CPU
+``os.cpu_count()``, the machine's), bounded by memory: ``MemAvailable`` / 256 MiB caps the
+count (a worker that held its own copy of everything measured 150-250 MB with the demo
+bundles; forked from the zygote, with the weights shared, about 50 MB PSS: the plan keeps
+the margin for bundles larger than the demo's). One CPU
 (or one worker's worth of memory) means one process, exactly as with ``count = 1``.
 """
 
@@ -13,10 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasmgate.runtime.ops.config import Settings
+from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, Settings
 from wasmgate.runtime.ops.cpus import CpuPlan
+from wasmgate.typed import replace
 
-__all__ = ["WORKER_MIB", "WorkerPlan", "plan_workers"]
+__all__ = [
+    "WORKER_MIB",
+    "WorkerPlan",
+    "plan_workers",
+    "share_connections",
+    "share_limits",
+    "shares",
+]
 
 WORKER_MIB = 256
 """The memory a worker is planned at (``auto``): the demo's measured 150-250 MB, rounded up."""
@@ -61,3 +70,27 @@ def _available_mib(meminfo: Path) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 1 << 30
+
+
+def shares(total: int, parts: int, index: int) -> int:
+    """``index``'s share of a gateway-wide cap split over ``parts`` (the shares add up to
+    ``total`` when it is at least ``parts``; each at least 1)."""
+    return max(1, total // parts + (1 if index < total % parts else 0))
+
+
+def share_limits(limits: LimitSettings, part: int, parts: int) -> LimitSettings:
+    """Part ``part`` of the gateway's queue (``max_in_flight`` is counted over all the
+    processes exactly: `wasmgate.runtime.serving.slots`)."""
+    queue = shares(limits.queue_size, parts, part) if limits.queue_size else 0
+    return replace(limits, queue_size=queue)
+
+
+def share_connections(http: HttpSettings, count: int, index: int) -> HttpSettings:
+    """Worker ``index``'s part of the gateway's connection caps (only workers take HTTP
+    connections); a peer's connections spread over the workers by port, so a peer may
+    meet its share on one worker before its total."""
+    return replace(
+        http,
+        max_connections=shares(http.max_connections, count, index),
+        max_connections_per_peer=shares(http.max_connections_per_peer, count, index),
+    )

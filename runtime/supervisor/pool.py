@@ -23,7 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
-from wasmgate.runtime.ops.config import HttpSettings, LimitSettings, Settings
+from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.slots import COLUMNS, GatewaySlots
 from wasmgate.runtime.supervisor.children import (
@@ -32,11 +32,11 @@ from wasmgate.runtime.supervisor.children import (
     private_socket,
     unix_session,
 )
-from wasmgate.runtime.supervisor.plan import WorkerPlan
+from wasmgate.runtime.supervisor.plan import WorkerPlan, share_connections, share_limits
 from wasmgate.runtime.supervisor.zygote import ProcessHandle, Seed, Zygote
 from wasmgate.typed import replace
 
-__all__ = ["Call", "WorkerPool", "share_limits", "shares"]
+__all__ = ["Call", "WorkerPool"]
 
 log = logging.getLogger("wasmgate.supervisor")
 
@@ -53,19 +53,6 @@ class Call:
     path: str
     body: bytes
     headers: dict[str, str]
-
-
-def shares(total: int, parts: int, index: int) -> int:
-    """``index``'s share of a gateway-wide cap split over ``parts`` (the shares add up to
-    ``total`` when it is at least ``parts``; each at least 1)."""
-    return max(1, total // parts + (1 if index < total % parts else 0))
-
-
-def share_limits(limits: LimitSettings, part: int, parts: int) -> LimitSettings:
-    """Part ``part`` of the gateway's queue (``max_in_flight`` is counted over all the
-    processes exactly: `wasmgate.runtime.serving.slots`)."""
-    queue = shares(limits.queue_size, parts, part) if limits.queue_size else 0
-    return replace(limits, queue_size=queue)
 
 
 class WorkerPool:
@@ -115,7 +102,7 @@ class WorkerPool:
             settings=replace(
                 self._settings,
                 limits=share_limits(self._settings.limits, index + 1, parts),
-                http=self._connections(index),
+                http=share_connections(self._settings.http, self._plan.count, index),
             ),
             config_path=str(self._config) if self._config is not None else None,
             control=self.control,
@@ -129,17 +116,6 @@ class WorkerPool:
             slot_column=column,
             dedupe=str(self.dedupe),
             replaces=replaces,
-        )
-
-    def _connections(self, index: int) -> HttpSettings:
-        """The worker's part of the gateway's connection caps (only workers take HTTP
-        connections); a peer's connections spread over the workers by port, so a peer may
-        meet its share on one worker before its total."""
-        http, count = self._settings.http, self._plan.count
-        return replace(
-            http,
-            max_connections=shares(http.max_connections, count, index),
-            max_connections_per_peer=shares(http.max_connections_per_peer, count, index),
         )
 
     async def start(self) -> None:
@@ -156,10 +132,9 @@ class WorkerPool:
         for worker, ok in zip(self.workers, results, strict=True):
             if ok:
                 await self._replay_to(worker)
-                self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
             else:
                 log.error("worker %d did not become ready", worker.index)
-                self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
+            self._tasks[worker.index] = asyncio.create_task(self._keep(worker))
 
     async def _launch(self, worker: Worker, replaces: int | None = None) -> None:
         worker.column = min(self._columns)

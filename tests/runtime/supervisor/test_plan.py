@@ -11,8 +11,7 @@ from wasmgate.runtime.errors import ConfigError
 from wasmgate.runtime.ops.config import settings_from
 from wasmgate.runtime.ops.cpus import CpuPlan
 from wasmgate.runtime.supervisor.children import Worker
-from wasmgate.runtime.supervisor.plan import plan_workers
-from wasmgate.runtime.supervisor.pool import share_limits, shares
+from wasmgate.runtime.supervisor.plan import plan_workers, share_limits, shares
 
 FOUR = CpuPlan(frozenset({0, 1, 2, 3}), frozenset({0, 1, 2, 3}))
 
