@@ -40,6 +40,7 @@ from wasmgate.runtime.errors import (
 from wasmgate.runtime.field.deferral import Deferral
 from wasmgate.runtime.field.store import StoreError
 from wasmgate.runtime.ops.logs import Throttled
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.served.api import AdapterAnswer, AdapterRequest, ModelAnswer, ModelRequest
 from wasmgate.runtime.served.loaded import FallbackPolicy, LoadedBundle
 from wasmgate.sandbox.spans import Attributes, span
@@ -79,12 +80,17 @@ class FallbackRunner:
         cloud: CloudClient | None,
         observe: Callable[[str, str, bool], None] | None = None,
         deferrer: Deferrer | None = None,
+        log_limits: SharedThrottle | None = None,
     ) -> None:
+        """``log_limits``: the gateway's, when several processes serve (a worker)."""
         self._cloud = cloud
         self._observe = observe
         self._deferrer = deferrer
-        # Per adapter, once a minute: while the cloud is away every request fails the same way.
+        # Per adapter, once a minute: while the cloud is away every request fails the same
+        # way; once a minute for the whole gateway when its workers share the decision.
         self._cloud_failed = Throttled(log)
+        if log_limits is not None:
+            self._cloud_failed.share(log_limits)
 
     def _note(self, name: str, error: DaemonError | None, asked: bool, ok: bool) -> None:
         if self._observe is not None:
@@ -133,7 +139,9 @@ class FallbackRunner:
             self._note(req.adapter, local_error, local_answer is not None, ok=False)
             if local_answer is not None:
                 self._cloud_failed.warning(
-                    req.adapter, "cloud fallback failed, serving the local answer", {"e": str(e)}
+                    f"cloud {req.adapter}",
+                    "cloud fallback failed, serving the local answer",
+                    {"e": str(e)},
                 )
                 return local_answer
             deferred = await self._defer(bundle, req, reason, e)

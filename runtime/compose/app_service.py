@@ -16,6 +16,7 @@ from wasmgate.runtime.compose.app_keys import (
     BUNDLE_STORE,
     CLOUD,
     DEPS,
+    LOG_LIMITS,
     POOL,
     SERVICE_IMPL,
     SLOTS,
@@ -100,6 +101,7 @@ async def service_ctx(app: web.Application) -> AsyncIterator[None]:
     service = InferenceService(
         registry.table, app[POOL], settings.limits, cloud=cloud, metrics=m,
         events=events, deferrer=deferrer(app), samples=samples, slots=app.get(SLOTS),
+        log_limits=app.get(LOG_LIMITS),
     )  # fmt: skip
     service.opening()  # not ready before stage two is done, loaded or not
     bundle_dir = settings.paths.resolved("bundle_dir")

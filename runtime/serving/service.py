@@ -28,6 +28,7 @@ from wasmgate.runtime.field.samples import Origin, SampleKeeper
 from wasmgate.runtime.ops.config import LimitSettings
 from wasmgate.runtime.ops.metrics import Metrics
 from wasmgate.runtime.ops.tasks import wake_or_timeout
+from wasmgate.runtime.ops.throttle_shared import SharedThrottle
 from wasmgate.runtime.served.api import (
     AdapterAnswer,
     AdapterRequest,
@@ -69,10 +70,12 @@ class InferenceService:
         samples: SampleKeeper | None = None,
         inline_adapters: InlinePolicy | None = None,
         slots: GatewaySlots | None = None,
+        log_limits: SharedThrottle | None = None,
     ) -> None:
         """``inline_adapters`` decides which adapter runs stay on the event loop (default:
         `InlinePolicy` with ``ADAPTER_CAP_S``; ``InlinePolicy(cap_s=0)``: none).
-        ``slots``: the gateway's running slots when several processes serve (workers)."""
+        ``slots`` and ``log_limits``: the gateway's running slots and log-line limits when
+        several processes serve (workers)."""
         self._table = table
         self._events = events
         self._samples = samples
@@ -81,7 +84,7 @@ class InferenceService:
         self._metrics = metrics
         self._model_calls = metrics.model_calls.add if metrics is not None else None
         observe = metrics.observe_fallback if metrics else None
-        self._fallback = FallbackRunner(cloud, observe, deferrer)
+        self._fallback = FallbackRunner(cloud, observe, deferrer, log_limits)
         self._tenants = Tenants(pool, limits, slots)
         if metrics is not None:
             metrics.watch_gates(self._tenants.gate_figures)

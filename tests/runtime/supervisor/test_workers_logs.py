@@ -1,20 +1,25 @@
 """A client's mistakes logged as one gateway's with ``[workers] count = 2``: a 4xx answer
 is logged at most once a minute per transport and status, an ignored MQTT request once a
-minute per kind, whichever worker saw it (`wasmgate.runtime.ops.throttle_shared`), as one
-process logs them; per process, a gateway of N workers wrote each line N times."""
+minute per kind, a failing cloud once a minute per adapter, whichever worker saw it
+(`wasmgate.runtime.ops.throttle_shared`), as one process logs them; per process, a gateway
+of N workers wrote each line N times."""
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker, running_broker
+from tests.runtime.bundlekit import BundleKit
+from tests.runtime.cloud.test_daemon_fallback import FALLBACK, FailingCloud
 from tests.runtime.mqtt.requester import Requester
+from tests.runtime.stack import host_profile_name
 from tests.runtime.supervisor.test_workers import call, cpu_ticks, serving, until_serving
 from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers
 from wasmgate.runtime.ops.throttle_shared import ROWS, SharedThrottle
@@ -83,6 +88,39 @@ def test_an_ignored_mqtt_request_is_logged_once_a_minute_for_the_whole_gateway(
     assert card["oversize_refused"] == 100, card
     assert all(w["received"] > 0 for w in card["workers"]), card  # both workers saw some
     assert mqtt_gateway.log().count(OVERSIZE) == 1, mqtt_gateway.log()
+
+
+def test_a_failing_cloud_is_logged_once_a_minute_for_the_whole_gateway(
+    tmp_path: Path, daemon_factory: Callable[..., Daemon]
+) -> None:
+    """The guest asks for the cloud, the cloud fails: each worker serves the weak local
+    answer, and the gateway writes "cloud fallback failed" once, not once per worker."""
+    kit = BundleKit(tmp_path / "kit")
+    bundle = kit.build("probe", 7, tag="edge", sections={"fallback": FALLBACK})
+    with FailingCloud() as cloud:
+        config = {
+            "paths": {"trust_file": kit.save_trust(tmp_path / "trust.json")},
+            "profile": host_profile_name(),
+            "cloud": {"url": cloud.url},
+            "workers": {"count": 2},
+        }
+        (tmp_path / "edge" / "data" / "bundles").mkdir(parents=True)
+        bundle.rename(tmp_path / "edge" / "data" / "bundles" / bundle.name)
+        edge = daemon_factory(config=config, name="edge")
+        pids = [w["pid"] for w in until_serving(edge, 2)]
+        before = [cpu_ticks(p) for p in pids]
+        answers = [_post(f"{edge.url}/v1/adapters/probe", b"F") for _ in range(100)]
+        used = [cpu_ticks(p) - b for p, b in zip(pids, before, strict=True)]
+        assert cloud.calls >= 1
+    assert answers == [b"edge:local"] * 100
+    assert min(used) >= 2, f"one worker answered (almost) nothing: CPU ticks {used}"
+    assert edge.log().count("cloud fallback failed") == 1, edge.log()
+
+
+def _post(url: str, body: bytes) -> bytes:
+    """A fresh connection each: the kernel spreads them over both workers' sockets."""
+    with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30) as r:
+        return bytes(r.read())
 
 
 def test_the_table_is_one_decision_for_every_process(tmp_path: Path) -> None:
