@@ -32,6 +32,9 @@ from bench.soak.ledger import LOST_AFTER_S, OK, Ledger
 ROOT = "wasmgate/v1/soak"
 OVERSIZE_TOPIC = "soak/big/" + "t" * 2000  # over mqtt.max_response_topic_bytes (1024)
 OVERSIZE_CORRELATION = b"c" * 1000  # over mqtt.max_correlation_bytes (256)
+NEAR_RESTART_S = 5.0
+"""A lost request sent this soon after a broker restart is named as such (a gateway of
+several workers loses those: the broker keeps no shared subscription over a restart)."""
 
 
 def _client(name: str, *, v5: bool) -> paho.Client:
@@ -54,6 +57,8 @@ class MqttLink:
         self._seen: dict[str, tuple[int, str]] = {}  # id -> (connection, transport) 1st answer
         self._lost: dict[str, str] = {}  # id -> transport of requests counted lost
         self._connects: dict[str, int] = {}
+        self.broker_restarts: list[tuple[float, float]] = []
+        """When each broker restart began and ended (``time.perf_counter``)."""
         self.events: dict[int, int] = {}  # sequence number -> copies received
         self.event_ids: dict[str, int] = {}  # store-id -> connection number
         self.event_duplicates = 0
@@ -137,7 +142,8 @@ class MqttLink:
     async def request(self, transport: str, rid: str, publish: Callable[[], None]) -> None:
         """Send through ``publish`` and wait for the answer to ``rid`` (or count it lost)."""
         future: asyncio.Future[str] = self._loop.create_future()
-        self._pending[rid] = (transport, time.perf_counter(), future)
+        began = time.perf_counter()
+        self._pending[rid] = (transport, began, future)
         self._ledger.sent(transport)
         publish()
         try:
@@ -146,7 +152,14 @@ class MqttLink:
         except TimeoutError:
             self._pending.pop(rid, None)
             self._lost[rid] = transport
-            self._ledger.lost(transport, f"no answer in {LOST_AFTER_S:g} s")
+            self._ledger.lost(transport, f"no answer in {LOST_AFTER_S:g} s{self._near(began)}")
+
+    def _near(self, sent: float) -> str:
+        """Why a request sent at ``sent`` may be lost: a broker restart just before."""
+        for start, end in self.broker_restarts:
+            if start <= sent <= end + NEAR_RESTART_S:
+                return f" (sent within {NEAR_RESTART_S:g} s of a broker restart)"
+        return ""
 
     def publish_r5(self, rid: str, body: bytes, timeout_ms: int | None = None) -> None:
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]

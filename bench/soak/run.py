@@ -58,14 +58,17 @@ def _do(rig: Rig, name: str) -> str:
     return "done" if outcome is None else str(outcome)
 
 
-async def run_faults(rig: Rig, plan: Plan, faults: FaultLog) -> None:
+async def run_faults(rig: Rig, plan: Plan, faults: FaultLog, mqtt: MqttLink) -> None:
     began = time.perf_counter()
     for at, name in plan.schedule():
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - began)))
+        start = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(_do, rig, name)
         except Exception as e:  # a fault that could not be done is reported, not fatal
             outcome = f"FAILED {type(e).__name__}: {e}"
+        if name == "broker restart":
+            mqtt.broker_restarts.append((start, time.perf_counter()))
         faults.add(time.perf_counter() - began, name, outcome)
 
 
@@ -109,7 +112,7 @@ async def soak(rig: Rig, plan: Plan, fraction: float) -> Result:
         ledger.phase = prober.phase = "during"
         log(f"during: {plan.during_s:.0f} s, {len(plan.schedule())} faults")
         await asyncio.gather(sender.run(rate, plan.during_s, abuse=True),
-                             run_faults(rig, plan, faults))  # fmt: skip
+                             run_faults(rig, plan, faults, mqtt))  # fmt: skip
         ledger.phase = prober.phase = "settle"
         # Once the last change serves everywhere, a moment of traffic: a worker that came
         # with it has then served, and started what serving starts (its spares' thread).
