@@ -37,6 +37,7 @@ from wasmgate.runtime.mqtt.connection import ClientState, LoopSockets, connect_b
 from wasmgate.runtime.mqtt.messages import Incoming, Outgoing
 from wasmgate.runtime.mqtt.paho_adapt import build_client, incoming, publish_properties
 from wasmgate.runtime.ops.config import MqttSettings
+from wasmgate.runtime.ops.tasks import mark_retrieved
 
 log = logging.getLogger("wasmgate.mqtt")
 
@@ -50,12 +51,6 @@ timeout (5 s) and a margin. A slower DNS lookup is left to the loop's executor s
 
 class NotPublished(Exception):
     """The message was not handed to the broker (disconnected, or paho's queue is full)."""
-
-
-def _consume(fut: asyncio.Future[None]) -> None:
-    """Mark a future's exception as retrieved (its waiter may have timed out already)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class MqttClient:
@@ -175,13 +170,13 @@ class MqttClient:
     async def _open(self) -> None:
         self._lost.clear()
         self._connack = self._loop.create_future()
-        self._connack.add_done_callback(_consume)
+        self._connack.add_done_callback(mark_retrieved)
         # Shielded: a cancel (`stop`) must not walk away from a thread still creating the
         # socket that `stop` is about to close (`_connect_finished`).
         self._connecting = self._loop.run_in_executor(None, self._connect_blocking)
         # A `stop` landing during the connect leaves its failure to nobody: without this,
         # asyncio logs "Future exception was never retrieved" with a traceback at exit.
-        self._connecting.add_done_callback(_consume)
+        self._connecting.add_done_callback(mark_retrieved)
         await asyncio.shield(self._connecting)
         # Not `wait_for`: on 3.11 it drops a cancel (`stop`) landing in the loop turn the
         # CONNACK arrives (gh-86296), and the supervisor then waits on `_lost` for ever.

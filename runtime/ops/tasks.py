@@ -68,3 +68,10 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def mark_retrieved(fut: asyncio.Future[None]) -> None:
+    """A done callback marking a future's exception as retrieved: its waiter may have timed
+    out or been cancelled already, and asyncio would log the exception at exit."""
+    if not fut.cancelled():
+        fut.exception()

@@ -26,12 +26,7 @@ import aiohttp
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.slots import COLUMNS, GatewaySlots
-from wasmgate.runtime.supervisor.children import (
-    Worker,
-    WorkerSpec,
-    private_socket,
-    unix_session,
-)
+from wasmgate.runtime.supervisor.children import Worker, WorkerSpec, private_socket, unix_session
 from wasmgate.runtime.supervisor.plan import WorkerPlan, share_connections, share_limits
 from wasmgate.runtime.supervisor.zygote import ProcessHandle, Seed, Zygote
 from wasmgate.typed import replace

@@ -15,7 +15,7 @@ from tests.runtime.cloud.test_daemon_fallback import (
     _post,
     _start,
 )
-from tests.runtime.supervisor.test_workers import cpu_ticks, until_serving
+from tests.runtime.supervisor.workerkit import cpu_ticks, until_serving
 
 FAILURES = 3
 

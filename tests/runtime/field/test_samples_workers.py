@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.fixtures.daemon import Daemon
 from tests.runtime.field.test_samples_daemon import _ask, _cli, _daemon
-from tests.runtime.supervisor.test_workers import until_serving
+from tests.runtime.supervisor.workerkit import until_serving
 
 CAP = 3
 KEEP = {"keep_payload": True, "rate": 1.0, "max_per_hour": CAP}

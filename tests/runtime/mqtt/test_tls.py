@@ -187,8 +187,8 @@ async def test_a_gateways_workers_answer_over_mutual_tls(
     """``[workers] count = 2``: each confined worker opens its own TLS connection with the
     gateway's CA, certificate and key (files it may read, nothing else of the data folder)."""
     from tests.fixtures.daemon import Daemon  # noqa: PLC0415 - only this test starts one
-    from tests.runtime.supervisor.test_workers import until_serving  # noqa: PLC0415
     from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers  # noqa: PLC0415
+    from tests.runtime.supervisor.workerkit import until_serving  # noqa: PLC0415
 
     mqtt = {"host": "127.0.0.1", "port": tls_broker.port, "gateway_id": "gw1",
             "tls_ca": pki.ca, "tls_cert": pki.bridge.cert, "tls_key": pki.bridge.key}  # fmt: skip

@@ -18,7 +18,7 @@ import tritonclient.grpc as tgrpc
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.test_workers import until_serving
+from tests.runtime.supervisor.workerkit import until_serving
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.test_workers import (
+from tests.runtime.supervisor.workerkit import (
     SAMPLE,
     TOKEN,
     call,

@@ -13,7 +13,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,74 +20,30 @@ import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.runtime.http.cdp import probe
+from tests.runtime.supervisor.workerkit import (
+    ADAPTER_REQUESTS,
+    SAMPLE,
+    TOKEN,
+    call,
+    call_quietly,
+    cpu_ticks,
+    demo_gateway,
+    until_replaced,
+    until_serving,
+)
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[3]
-SAMPLE = (REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json").read_bytes()
-TOKEN = "s3cret-token"
-ADAPTER_REQUESTS = (
-    'wasmgate_requests_total{kind="adapter",name="digits",source="local",transport="http"}'
-)
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    config = {"workers": {"count": 2}, "http": {"management_token": TOKEN}}
-    with serving(Daemon(tmp_path_factory.mktemp("workers"), config, ("--demo",))) as daemon:
+    with demo_gateway(tmp_path_factory, "workers") as daemon:
         yield daemon
-
-
-@contextmanager
-def serving(daemon: Daemon, count: int = 2) -> Iterator[Daemon]:
-    """``daemon`` started, for the ``with`` block, once its ``count`` workers serve."""
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, count)
-        yield daemon
-    finally:
-        daemon.stop()
-
-
-def until_serving(daemon: Daemon, count: int, timeout: float = 60.0) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        workers = daemon.get_json("/v1/status")["components"]["workers"]["workers"]
-        if sum(1 for w in workers if w["state"] == "serving") == count:
-            return list(workers)
-        time.sleep(0.05)
-    raise TimeoutError(f"workers not serving: {workers}")
-
-
-def until_replaced(daemon: Daemon, pid: object, timeout: float = 10.0) -> list[dict[str, object]]:
-    """The workers once none is ``pid`` and both serve."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        workers = until_serving(daemon, 2, timeout)
-        if all(w["pid"] != pid for w in workers):
-            return workers
-        time.sleep(0.02)
-    raise TimeoutError(f"worker {pid} not replaced")
-
-
-def call(daemon: Daemon, path: str, body: bytes | None = None, token: bool = False) -> int:
-    headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
-    req = urllib.request.Request(f"{daemon.url}{path}", data=body, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as answer:
-            answer.read()
-            return int(answer.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
 
 
 def charted(status: dict[str, Any], name: str) -> bool:
     series = status["history"]["series"].get(name)
     return series is not None and max(r or 0 for r in series["rps"]) > 0
-
-
-def cpu_ticks(pid: object) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def test_both_workers_serve_and_metrics_count_each_request_once(gateway: Daemon) -> None:
@@ -187,13 +142,6 @@ def test_a_killed_worker_is_replaced_and_the_others_serve(
     # the connections hashed to its socket wait in the backlog for the new worker.
     assert len(failures) <= 1, failures
     assert served[0] > 20
-
-
-def call_quietly(daemon: Daemon) -> int:
-    try:
-        return call(daemon, "/v1/adapters/digits", SAMPLE)
-    except (urllib.error.URLError, OSError):
-        return -1
 
 
 def test_a_removal_replaces_every_worker_without_a_failed_request(gateway: Daemon) -> None:

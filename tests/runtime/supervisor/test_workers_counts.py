@@ -24,10 +24,11 @@ import pytest
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.notify_socket import NotifySocket
 from tests.fixtures.waits import metric
-from tests.runtime.supervisor.test_workers import (
+from tests.runtime.supervisor.workerkit import (
     ADAPTER_REQUESTS,
     TOKEN,
     call_quietly,
+    demo_gateway,
     serving,
     until_replaced,
     until_serving,
@@ -38,8 +39,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    config = {"workers": {"count": 2}, "http": {"management_token": TOKEN}}
-    with serving(Daemon(tmp_path_factory.mktemp("counts"), config, ("--demo",))) as daemon:
+    with demo_gateway(tmp_path_factory, "counts") as daemon:
         yield daemon
 
 

@@ -39,10 +39,9 @@ from tests.runtime.supervisor.grpc_clients import (
     infer,
     worker_pids,
 )
-from tests.runtime.supervisor.test_workers import serving, until_replaced
+from tests.runtime.supervisor.workerkit import TOKEN, serving, until_replaced
 
 pytestmark = pytest.mark.timeout(300)
-TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 GRPC_REQUESTS = (
     'wasmgate_requests_total{kind="model",name="double",source="local",transport="grpc"}'

@@ -19,7 +19,7 @@ import pytest
 
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.test_workers import until_serving
+from tests.runtime.supervisor.workerkit import until_serving
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "roll-token"

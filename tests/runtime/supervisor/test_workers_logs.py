@@ -20,8 +20,8 @@ from tests.runtime.bundlekit import BundleKit
 from tests.runtime.cloud.test_daemon_fallback import FALLBACK, FailingCloud
 from tests.runtime.mqtt.requester import Requester
 from tests.runtime.stack import host_profile_name
-from tests.runtime.supervisor.test_workers import call, cpu_ticks, serving, until_serving
 from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers
+from tests.runtime.supervisor.workerkit import call, cpu_ticks, serving, until_serving
 from wasmgate.runtime.ops.throttle_shared import ROWS, SharedThrottle
 
 pytestmark = pytest.mark.timeout(300)

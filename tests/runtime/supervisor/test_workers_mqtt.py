@@ -11,18 +11,21 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker, running_broker
 from tests.runtime.mqtt.requester import Reply, Requester
-from tests.runtime.supervisor.test_workers import cpu_ticks, serving, until_replaced, until_serving
+from tests.runtime.supervisor.workerkit import (
+    SAMPLE,
+    cpu_ticks,
+    serving,
+    until_replaced,
+    until_serving,
+)
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[3]
-SAMPLE = (REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json").read_bytes()
 ROOT = "wasmgate/v1/gw-w"
 REQ = f"{ROOT}/adapters/digits/req"
 MQTT_REQUESTS = (

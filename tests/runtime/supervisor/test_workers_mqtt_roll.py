@@ -22,12 +22,10 @@ import pytest
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker
 from tests.runtime.mqtt.requester import Requester
-from tests.runtime.supervisor.test_workers import TOKEN, until_serving
 from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers
+from tests.runtime.supervisor.workerkit import SAMPLE, TOKEN, until_serving
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[3]
-SAMPLE = (REPO / "guest_adapters" / "examples" / "digits" / "samples" / "zero.json").read_bytes()
 REQ = "wasmgate/v1/gw-roll/adapters/digits/req"
 
 

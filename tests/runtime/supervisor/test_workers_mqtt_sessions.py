@@ -18,8 +18,8 @@ import pytest
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.mosquitto import Broker, running_broker
 from tests.runtime.mqtt.requester import Requester
-from tests.runtime.supervisor.test_workers import until_serving
-from tests.runtime.supervisor.test_workers_mqtt import SAMPLE, until_mqtt_workers
+from tests.runtime.supervisor.test_workers_mqtt import until_mqtt_workers
+from tests.runtime.supervisor.workerkit import SAMPLE, until_serving
 from wasmgate.runtime.mqtt.sessions import FILE_NAME
 
 pytestmark = pytest.mark.timeout(300)

@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.waits import until
-from tests.runtime.supervisor.test_workers import until_replaced, until_serving
+from tests.runtime.supervisor.workerkit import until_replaced, until_serving
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "store-token"

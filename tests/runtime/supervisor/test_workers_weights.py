@@ -15,10 +15,9 @@ import pytest
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.runtime.backends.models import wide_onnx
-from tests.runtime.supervisor.test_workers import until_replaced, until_serving
+from tests.runtime.supervisor.workerkit import TOKEN, until_replaced, until_serving
 
 pytestmark = pytest.mark.timeout(300)
-TOKEN = "s3cret-token"
 MEMFD = "/memfd:wasmgate-weights-"
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.test_workers import (
+from tests.runtime.supervisor.workerkit import (
     SAMPLE,
     call,
+    demo_gateway,
     serving,
     until_replaced,
     until_serving,
@@ -30,8 +31,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    config = {"workers": {"count": 2}}
-    with serving(Daemon(tmp_path_factory.mktemp("zygote"), config, ("--demo",))) as daemon:
+    with demo_gateway(tmp_path_factory, "zygote") as daemon:
         yield daemon
 
 
