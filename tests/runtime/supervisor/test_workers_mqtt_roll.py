@@ -7,7 +7,9 @@ answers): mosquitto 2.0.11 restores the workers' persistent sessions but not the
 subscriptions, so what the device publishes before the workers have subscribed again is
 dropped (PUBACK reason 16, no matching subscribers, in the broker's log); one process's
 plain subscription is restored with its session (the same stream with
-``WASMGATE_WORKERS__COUNT=1`` is answered in full)."""
+``WASMGATE_WORKERS__COUNT=1`` is answered in full). Without a reconnect spread the workers
+are back before the device, and nothing is lost: what docs/deploy.md advises when the
+broker serves this gateway alone."""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ REQ = "wasmgate/v1/gw-roll/adapters/digits/req"
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[tuple[Daemon, Broker]]:
+def gateway(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon, Broker]]:
+    """A 2-worker gateway on a broker of its own; ``request.param``: more ``[mqtt]`` keys."""
     broker = Broker(tmp_path / "mosquitto")
     broker.start()
     mqtt = {"host": "127.0.0.1", "port": broker.port, "gateway_id": "gw-roll"}
+    mqtt.update(getattr(request, "param", {}))
     config = {"workers": {"count": 2}, "mqtt": mqtt, "http": {"management_token": TOKEN}}
     (tmp_path / "gw").mkdir()
     daemon = Daemon(tmp_path / "gw", config, ("--demo",))
@@ -69,7 +73,25 @@ BROKER_RESTART_LOSES = pytest.mark.xfail(
 def test_a_qos1_stream_through_a_change_of_the_workers_is_answered(
     gateway: tuple[Daemon, Broker], fault: str
 ) -> None:
-    daemon, broker = gateway
+    missing, card = _through(*gateway, fault)
+    assert not missing, (sorted(missing), card)
+
+
+@pytest.mark.parametrize("gateway", [{"reconnect_spread_s": 0}], indirect=True)
+def test_without_a_reconnect_spread_a_broker_restart_loses_nothing(
+    gateway: tuple[Daemon, Broker],
+) -> None:
+    """What docs/deploy.md tells an operator whose broker serves this gateway alone: with
+    ``mqtt.reconnect_spread_s = 0`` the workers are back and subscribed before a device
+    (paho's 1 s) publishes again. Measured with the default 5 s: 64, 127, 0 and 0 of 200
+    lost in four runs; with 0: none in seven."""
+    missing, card = _through(*gateway, "broker")
+    assert not missing, (sorted(missing), card)
+
+
+def _through(daemon: Daemon, broker: Broker, fault: str) -> tuple[set[bytes], object]:
+    """The correlation data of the requests of a QoS 1 stream left unanswered when
+    ``fault`` happens a third of the way through, and the MQTT card then."""
     assert daemon.proc is not None
     proc = daemon.proc
 
@@ -99,5 +121,4 @@ def test_a_qos1_stream_through_a_change_of_the_workers_is_answered(
                 break
             time.sleep(0.2)
     missing = {b"r%d" % i for i in range(total)} - {r.correlation for r in dev.snapshot()}
-    card = daemon.get_json("/v1/status")["components"]["mqtt"]
-    assert not missing, (sorted(missing), card)
+    return missing, daemon.get_json("/v1/status")["components"]["mqtt"]
