@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +34,15 @@ from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.supervisor.zygote import ProcessHandle, Zygote, describe_exit, worker_env
 from wasmgate.typed import convert, plain
 
-__all__ = ["HUNG_S", "QUICK_EXIT_S", "Worker", "WorkerSpec", "decode_spec", "unix_session"]
+__all__ = [
+    "HUNG_S",
+    "QUICK_EXIT_S",
+    "Worker",
+    "WorkerSpec",
+    "decode_spec",
+    "retire",
+    "unix_session",
+]
 
 log = logging.getLogger("wasmgate.supervisor")
 
@@ -42,6 +52,7 @@ QUICK_EXIT_S = 10.0
 """An exit this soon after the start counts towards the crash back-off."""
 _PROBE_S = 1.0
 _BACKOFF_MAX_S = 30.0
+_LET_GO_S = 5.0
 
 
 class WorkerSpec(msgspec.Struct, frozen=True):
@@ -190,3 +201,35 @@ async def _exec(spec: bytes, listener: int) -> ProcessHandle:
 
 def private_socket(run_dir: Path, index: int, generation: int) -> str:
     return str(run_dir / f"w{index}-{generation}.sock")
+
+
+async def retire(old: ProcessHandle, listener: socket.socket) -> None:
+    """Ask a replaced worker to stop (SIGTERM: it stops accepting, finishes, exits) and
+    wait until it has let go of ``listener``, which it shares with its successor: until
+    then a new connection may still reach the version the roll replaces, so a roll (and
+    the API call waiting for it) must not end before. Not until it exits: it may be
+    relaying the very call that waits for the roll."""
+    with contextlib.suppress(ProcessLookupError):
+        old.send_signal(signal.SIGTERM)
+    held = f"socket:[{os.fstat(listener.fileno()).st_ino}]"
+    deadline = time.monotonic() + _LET_GO_S
+    while _holds(old.pid, held):
+        if time.monotonic() > deadline:
+            log.warning("worker %d still holds the listening socket after %.0f s", old.pid,
+                        _LET_GO_S)  # fmt: skip
+            return
+        await asyncio.sleep(0.01)
+
+
+def _holds(pid: int, link: str) -> bool:
+    """Whether process ``pid`` has a descriptor of ``link`` (``socket:[inode]``) open; an
+    ended process (a zombie too) holds none."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if str(fd.readlink()) == link:
+                return True
+    return False

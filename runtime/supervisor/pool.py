@@ -13,7 +13,6 @@ supervisor, then sent to every worker (`fan_out`) and replayed to each new one i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
@@ -26,7 +25,13 @@ import aiohttp
 from wasmgate.runtime.ops.config import Settings
 from wasmgate.runtime.ops.tasks import background
 from wasmgate.runtime.serving.slots import COLUMNS, GatewaySlots
-from wasmgate.runtime.supervisor.children import Worker, WorkerSpec, private_socket, unix_session
+from wasmgate.runtime.supervisor.children import (
+    Worker,
+    WorkerSpec,
+    private_socket,
+    retire,
+    unix_session,
+)
 from wasmgate.runtime.supervisor.plan import WorkerPlan, share_connections, share_limits
 from wasmgate.runtime.supervisor.zygote import ProcessHandle, Seed, Zygote
 from wasmgate.typed import replace
@@ -35,8 +40,7 @@ __all__ = ["Call", "WorkerPool"]
 
 log = logging.getLogger("wasmgate.supervisor")
 
-_READY_S = 300.0
-"""How long a new worker may take to load the bundles before the start (or a roll) gives up."""
+_READY_S = 300.0  # how long a new worker may load the bundles before a start or roll gives up
 _REPLAY_MAX = 1000
 
 
@@ -213,10 +217,8 @@ class WorkerPool:
             self._ended(old_column, None)
             return
         self._leaving.add(old.pid)
-        with contextlib.suppress(ProcessLookupError):
-            old.send_signal(signal.SIGTERM)  # stops accepting, finishes, exits
-        # Not awaited here: the old worker may be relaying the very call that waits for
-        # this roll (an install through the API), and it ends only once that is answered.
+        await retire(old, self._listeners[worker.index])
+        # Its exit is not awaited: it may be relaying the call that waits for this roll.
         reap = asyncio.create_task(self._reap(old, old_column))
         self._reaping.add(reap)
         reap.add_done_callback(self._reaping.discard)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
-from tests.runtime.supervisor.workerkit import until_serving
+from tests.runtime.supervisor.workerkit import digits_gateway, until_serving
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "roll-token"
@@ -29,19 +29,8 @@ CLIENTS = 4
 
 @pytest.fixture
 def gateway(tmp_path: Path, models: Any) -> Iterator[tuple[Daemon, BenchKit]]:
-    kit = BenchKit(tmp_path / "kit")
-    kit.build("digits", models.digits_fp32)
-    config = kit.config(
-        {"workers": {"count": 2}, "http": {"management_token": TOKEN}, "drain_s": 4}
-    )
-    (tmp_path / "gw").mkdir()
-    daemon = Daemon(tmp_path / "gw", config)
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, 2)
-        yield daemon, kit
-    finally:
-        daemon.stop()
+    with digits_gateway(tmp_path, models, http={"management_token": TOKEN}, drain_s=4) as both:
+        yield both
 
 
 class Pollers:

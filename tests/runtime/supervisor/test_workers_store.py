@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.waits import until
-from tests.runtime.supervisor.workerkit import until_replaced, until_serving
+from tests.runtime.supervisor.workerkit import digits_gateway, until_replaced, until_serving
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "store-token"
@@ -30,17 +30,8 @@ TOKEN = "store-token"
 
 @pytest.fixture
 def gateway(tmp_path: Path, models: Any) -> Iterator[tuple[Daemon, BenchKit]]:
-    kit = BenchKit(tmp_path / "kit")
-    kit.build("digits", models.digits_fp32)
-    config = kit.config({"workers": {"count": 2}, "http": {"management_token": TOKEN}})
-    (tmp_path / "gw").mkdir()
-    daemon = Daemon(tmp_path / "gw", config)
-    daemon.start(timeout=240)
-    try:
-        until_serving(daemon, 2)
-        yield daemon, kit
-    finally:
-        daemon.stop()
+    with digits_gateway(tmp_path, models, http={"management_token": TOKEN}) as both:
+        yield both
 
 
 def server_pid(client: socket.socket, port: int, pids: list[int]) -> int:

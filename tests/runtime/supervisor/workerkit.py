@@ -12,9 +12,11 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.fixtures.benchkit import BenchKit
 from tests.fixtures.daemon import Daemon
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,6 +37,20 @@ def demo_gateway(
     config.update(sections)
     with serving(Daemon(tmp_path_factory.mktemp(name), config, ("--demo",))) as daemon:
         yield daemon
+
+
+@contextmanager
+def digits_gateway(
+    root: Path, models: Any, **sections: object
+) -> Iterator[tuple[Daemon, BenchKit]]:
+    """A 2-worker gateway serving the signed ``digits`` bundle of a kit under ``root``
+    (the kit signs what a test installs next), plus ``sections`` of config."""
+    kit = BenchKit(root / "kit")
+    kit.build("digits", models.digits_fp32)
+    config = kit.config({"workers": {"count": 2}, **sections})
+    (root / "gw").mkdir()
+    with serving(Daemon(root / "gw", config)) as daemon:
+        yield daemon, kit
 
 
 @contextmanager
