@@ -157,11 +157,14 @@ async def _stop_accepting(app: web.Application, public: web.BaseSite, drain_s: f
     other workers while the running ones finish."""
     guard = app[CONNECTIONS]
     guard.closing = True
+    # gRPC's stop starts first: once the HTTP listener is closed, the roll goes on
+    # (`children.retire`), and no RPC may reach this worker's version after that.
+    grpc = app.get(GRPC)
+    stopping = asyncio.ensure_future(grpc.stop(drain_s / 2)) if grpc is not None else None
+    await asyncio.sleep(0)
     # Every connection the listener gave this worker is counted by the guard once the
     # site stopped (`GuardedSockSite.stop`): the drain below waits for each.
     await public.stop()
-    grpc = app.get(GRPC)
-    stopping = asyncio.ensure_future(grpc.stop(drain_s / 2)) if grpc is not None else None
     deadline = time.monotonic() + drain_s / 2
     # Polled: a connection ends in aiohttp's protocol, which has no hook to wait on.
     while guard.unfinished() and time.monotonic() < deadline:  # noqa: ASYNC110
