@@ -83,6 +83,8 @@ class Rig:
         self._wasm = wasm
         mqtt = {"host": "127.0.0.1", "port": self.broker.port, "gateway_id": GATEWAY,
                 "reconnect_max_s": 1.0}  # fmt: skip
+        if workers > 1:  # docs/deploy.md: workers on a broker that serves this gateway alone
+            mqtt["reconnect_spread_s"] = 0.0
         cloud = {"url": self.cloud.url, "timeout_s": 2.0, "breaker_reset_s": 5.0}
         config: dict[str, Any] = {"mqtt": mqtt, "cloud": cloud, "grpc": {"port": self.grpc_port},
                                   "http": {"management_token": TOKEN},
