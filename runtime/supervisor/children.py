@@ -215,8 +215,8 @@ async def retire(old: ProcessHandle, listener: socket.socket) -> None:
     deadline = time.monotonic() + _LET_GO_S
     while _holds(old.pid, held):
         if time.monotonic() > deadline:
-            log.warning("worker %d still holds the listening socket after %.0f s", old.pid,
-                        _LET_GO_S)  # fmt: skip
+            log.warning("replaced worker (pid %d) still holds the listening socket after "
+                        "%.0f s", old.pid, _LET_GO_S)  # fmt: skip
             return
         await asyncio.sleep(0.01)
 
